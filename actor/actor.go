@@ -1,0 +1,303 @@
+package actor
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/bookline/bookline/data"
+)
+
+// Outcomes of a decided command.
+const (
+	OutcomeAccepted = "accepted"
+	OutcomeRejected = "rejected"
+)
+
+// Stable rejection codes. They are part of the wire contract (replies and
+// request records) and of the HTTP API; never rename one.
+const (
+	CodeInvalidCommand       = "invalid_command" // undecodable, unknown type, wrong subject
+	CodeInvalidRequest       = "invalid_request" // decodable but a field is invalid
+	CodeCalendarNotFound     = "calendar_not_found"
+	CodeBookingNotFound      = "booking_not_found"
+	CodeSlotTaken            = "slot_taken"
+	CodeIdempotencyKeyReused = "idempotency_key_reused"
+)
+
+// Reply is the decided outcome of one command: what is published to the
+// requester's reply subject and stored as the request's record.
+type Reply struct {
+	V          int            `json:"v"`
+	RequestID  string         `json:"request_id,omitempty"`
+	CalendarID string         `json:"calendar_id,omitempty"`
+	Type       string         `json:"type,omitempty"`
+	Outcome    string         `json:"outcome"`
+	Code       string         `json:"code,omitempty"`
+	Message    string         `json:"message,omitempty"`
+	Details    []FieldError   `json:"details,omitempty"`
+	Created    bool           `json:"created,omitempty"`
+	Calendar   *data.Calendar `json:"calendar,omitempty"`
+	Booking    *data.Booking  `json:"booking,omitempty"`
+	Conflict   *data.Interval `json:"conflict,omitempty"`
+	Seq        uint64         `json:"seq"`
+}
+
+// Input is one message of a partition's stream, as delivered.
+type Input struct {
+	Seq uint64    // stream sequence
+	At  time.Time // stream timestamp: the command's "now"
+	// SubjectCalendar is the calendar id token of the message's subject.
+	SubjectCalendar string
+	Data            []byte
+}
+
+// Decoded is an Input after decoding and validation, which needs no state
+// and so runs in the partition goroutine before the commit.
+type Decoded struct {
+	Seq         uint64
+	At          time.Time
+	Cmd         Command
+	Fingerprint string
+	// Reject, when set, is the answer for a message that is not a valid
+	// command; it is decided without looking at the index.
+	Reject *Reply
+}
+
+// Decode turns a raw message into a command. It never fails: a message that
+// is not a valid command comes back with Reject set.
+func Decode(in Input) Decoded {
+	d := Decoded{Seq: in.Seq, At: in.At.UTC()}
+	reject := func(code, msg string, details []FieldError) Decoded {
+		d.Reject = &Reply{V: SchemaVersion, RequestID: d.Cmd.RequestID, CalendarID: in.SubjectCalendar,
+			Type: d.Cmd.Type, Outcome: OutcomeRejected, Code: code, Message: msg, Details: details, Seq: in.Seq}
+		return d
+	}
+	if len(in.Data) > MaxCommandBytes {
+		return reject(CodeInvalidCommand, fmt.Sprintf("command larger than %d bytes", MaxCommandBytes), nil)
+	}
+	dec := json.NewDecoder(bytes.NewReader(in.Data))
+	if err := dec.Decode(&d.Cmd); err != nil {
+		d.Cmd = Command{}
+		return reject(CodeInvalidCommand, "command is not valid JSON for the schema: "+err.Error(), nil)
+	}
+	if dec.More() {
+		return reject(CodeInvalidCommand, "trailing data after the command", nil)
+	}
+	if d.Cmd.V < 1 || d.Cmd.V > SchemaVersion {
+		return reject(CodeInvalidCommand, fmt.Sprintf("unsupported schema version %d (this writer knows 1..%d)", d.Cmd.V, SchemaVersion), nil)
+	}
+	if d.Cmd.CalendarID != in.SubjectCalendar {
+		return reject(CodeInvalidCommand, "calendar_id does not match the subject", nil)
+	}
+	if errs := d.Cmd.Validate(); len(errs) > 0 {
+		code := CodeInvalidRequest
+		for _, e := range errs {
+			if e.Field == "type" || e.Field == "request_id" {
+				code = CodeInvalidCommand
+			}
+		}
+		return reject(code, "invalid command", errs)
+	}
+	d.Fingerprint = d.Cmd.Fingerprint()
+	return d
+}
+
+// Output is the result of one applied (or skipped) message.
+type Output struct {
+	Seq uint64
+	// Reply is the encoded Reply; nil for a redelivered message that left no
+	// record (an invalid command without a request id).
+	Reply []byte
+	// Skipped is true when the message had already been applied before
+	// (redelivery): nothing was changed and Reply is the recorded answer.
+	Skipped bool
+}
+
+// Apply decides a batch of one partition's messages, in order, inside tx,
+// and advances the partition's applied sequence to the last one. It reads no
+// clock and does no I/O besides tx, so the same log always gives the same
+// index. An error means the transaction must be rolled back.
+func Apply(tx *data.Tx, partition int, batch []Decoded) ([]Output, error) {
+	applied := tx.AppliedSeq(partition)
+	out := make([]Output, len(batch))
+	for i := range batch {
+		d := &batch[i]
+		out[i].Seq = d.Seq
+		if d.Seq <= applied {
+			out[i].Skipped = true
+			if d.Reject == nil {
+				reply, _, err := recorded(tx, d)
+				if err != nil {
+					return nil, err
+				}
+				out[i].Reply = reply
+			}
+			continue
+		}
+		reply, err := decide(tx, d)
+		if err != nil {
+			return nil, fmt.Errorf("actor: partition %d seq %d: %w", partition, d.Seq, err)
+		}
+		out[i].Reply = reply
+		applied = d.Seq
+	}
+	if len(batch) > 0 {
+		if err := tx.SetAppliedSeq(partition, applied); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// decide applies one new command and returns its encoded reply.
+func decide(tx *data.Tx, d *Decoded) ([]byte, error) {
+	if d.Reject != nil {
+		// Invalid commands are answered and, when they carry a usable
+		// request id and calendar, recorded like any other outcome.
+		b, err := json.Marshal(d.Reject)
+		if err != nil {
+			return nil, err
+		}
+		if ValidRequestID(d.Reject.RequestID) && ValidCalendarID(d.Reject.CalendarID) {
+			if _, ok, err := tx.Request(d.Reject.CalendarID, d.Reject.RequestID); err != nil || ok {
+				return b, err // never overwrite an earlier decided outcome
+			}
+			err = tx.PutRequest(d.Reject.CalendarID, d.Reject.RequestID, data.RequestRecord{Seq: d.Seq, Reply: b})
+		}
+		return b, err
+	}
+	cmd := &d.Cmd
+	if reply, seen, err := recorded(tx, d); seen || err != nil {
+		return reply, err
+	}
+	var (
+		r   Reply
+		err error
+	)
+	switch cmd.Type {
+	case TypeCalendarUpsert:
+		r, err = upsertCalendar(tx, d)
+	case TypeBookingCreate:
+		r, err = createBooking(tx, d)
+	case TypeBookingCancel:
+		r, err = cancelBooking(tx, d)
+	default:
+		err = fmt.Errorf("validated command of unknown type %q", cmd.Type)
+	}
+	if err != nil {
+		return nil, err
+	}
+	b, err := json.Marshal(r)
+	if err != nil {
+		return nil, err
+	}
+	return b, tx.PutRequest(cmd.CalendarID, cmd.RequestID, data.RequestRecord{Fingerprint: d.Fingerprint, Seq: d.Seq, Reply: b})
+}
+
+// recorded answers a command whose request id was decided before: the same
+// request gets the recorded reply, a different one idempotency_key_reused
+// (not recorded: the key keeps answering its first request).
+func recorded(tx *data.Tx, d *Decoded) (reply []byte, seen bool, err error) {
+	rec, seen, err := tx.Request(d.Cmd.CalendarID, d.Cmd.RequestID)
+	if !seen || err != nil {
+		return nil, false, err
+	}
+	if rec.Fingerprint == d.Fingerprint {
+		return rec.Reply, true, nil
+	}
+	reply, err = json.Marshal(d.reject(CodeIdempotencyKeyReused, "this request id (idempotency key) was already used with a different request"))
+	return reply, true, err
+}
+
+func (d *Decoded) reply() Reply {
+	return Reply{V: SchemaVersion, RequestID: d.Cmd.RequestID, CalendarID: d.Cmd.CalendarID, Type: d.Cmd.Type, Seq: d.Seq}
+}
+
+func (d *Decoded) reject(code, msg string) Reply {
+	r := d.reply()
+	r.Outcome, r.Code, r.Message = OutcomeRejected, code, msg
+	return r
+}
+
+func (d *Decoded) accept() Reply {
+	r := d.reply()
+	r.Outcome = OutcomeAccepted
+	return r
+}
+
+func upsertCalendar(tx *data.Tx, d *Decoded) (Reply, error) {
+	spec := d.Cmd.Calendar
+	c, err := tx.Calendar(d.Cmd.CalendarID)
+	created := errors.Is(err, data.ErrNotFound)
+	if err != nil && !created {
+		return Reply{}, err
+	}
+	if created {
+		c = data.Calendar{ID: d.Cmd.CalendarID, CreatedAt: d.At}
+	}
+	c.Name, c.Timezone, c.UpdatedAt = spec.Name, spec.Timezone, d.At
+	if err := tx.PutCalendar(c); err != nil {
+		return Reply{}, err
+	}
+	r := d.accept()
+	r.Created, r.Calendar = created, &c
+	return r, nil
+}
+
+func createBooking(tx *data.Tx, d *Decoded) (Reply, error) {
+	spec, cmd := d.Cmd.Booking, &d.Cmd
+	if _, err := tx.Calendar(cmd.CalendarID); errors.Is(err, data.ErrNotFound) {
+		return d.reject(CodeCalendarNotFound, "calendar not found"), nil
+	} else if err != nil {
+		return Reply{}, err
+	}
+	iv := data.Interval{Start: spec.Start, End: spec.End}
+	if _, other, taken := tx.FirstOverlap(cmd.CalendarID, iv); taken {
+		r := d.reject(CodeSlotTaken, "the requested interval overlaps a confirmed booking")
+		r.Conflict = &other
+		return r, nil
+	}
+	bk := data.Booking{
+		ID:         BookingID(cmd.CalendarID, cmd.RequestID),
+		CalendarID: cmd.CalendarID,
+		Start:      spec.Start,
+		End:        spec.End,
+		Customer:   spec.Customer,
+		Status:     data.StatusConfirmed,
+		CreatedAt:  d.At,
+		Metadata:   spec.Metadata,
+	}
+	if err := tx.PutBooking(bk); err != nil {
+		return Reply{}, err
+	}
+	r := d.accept()
+	r.Booking = &bk
+	return r, nil
+}
+
+func cancelBooking(tx *data.Tx, d *Decoded) (Reply, error) {
+	if _, err := tx.Calendar(d.Cmd.CalendarID); errors.Is(err, data.ErrNotFound) {
+		return d.reject(CodeCalendarNotFound, "calendar not found"), nil
+	} else if err != nil {
+		return Reply{}, err
+	}
+	bk, err := tx.Booking(d.Cmd.CalendarID, d.Cmd.BookingID)
+	if errors.Is(err, data.ErrNotFound) {
+		return d.reject(CodeBookingNotFound, "booking not found"), nil
+	} else if err != nil {
+		return Reply{}, err
+	}
+	if bk.Status != data.StatusCancelled {
+		at := d.At
+		bk.Status, bk.CancelledAt = data.StatusCancelled, &at
+		if err := tx.PutBooking(bk); err != nil {
+			return Reply{}, err
+		}
+	}
+	r := d.accept()
+	r.Booking = &bk
+	return r, nil
+}

@@ -1,0 +1,231 @@
+package actor
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/base32"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"time"
+	"unicode/utf8"
+)
+
+// SchemaVersion is the command and reply schema version this build writes.
+// Commands with a higher version are rejected (code invalid_command), so a
+// newer producer never has its commands half-understood by an older writer.
+const SchemaVersion = 1
+
+// Command types.
+const (
+	TypeCalendarUpsert = "calendar.upsert"
+	TypeBookingCreate  = "booking.create"
+	TypeBookingCancel  = "booking.cancel"
+)
+
+// Limits checked for every command, whether it came through HTTP or was
+// published straight to NATS by an importer.
+const (
+	MaxCommandBytes    = 64 << 10
+	MaxCustomerLen     = 200
+	MaxNameLen         = 200
+	MaxMetadataBytes   = 16 << 10
+	MaxBookingDuration = 7 * 24 * time.Hour
+	MinYear            = 1970
+	MaxYear            = 2199
+)
+
+var (
+	calendarIDRe = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+	requestIDRe  = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,128}$`)
+	bookingIDRe  = regexp.MustCompile(`^[0-9a-v]{26}$`)
+)
+
+// ValidCalendarID reports whether id is a valid calendar id (also a safe
+// NATS subject token).
+func ValidCalendarID(id string) bool { return calendarIDRe.MatchString(id) }
+
+// ValidRequestID reports whether id is a valid request id.
+func ValidRequestID(id string) bool { return requestIDRe.MatchString(id) }
+
+// ValidBookingID reports whether id has the shape of a booking id.
+func ValidBookingID(id string) bool { return bookingIDRe.MatchString(id) }
+
+// Command is one entry of the command log, as published on
+// bookline.cmd.<calendar_id>. See docs/protocol.md.
+type Command struct {
+	V          int           `json:"v"`
+	Type       string        `json:"type"`
+	RequestID  string        `json:"request_id"`
+	CalendarID string        `json:"calendar_id"`
+	Calendar   *CalendarSpec `json:"calendar,omitempty"`
+	Booking    *BookingSpec  `json:"booking,omitempty"`
+	BookingID  string        `json:"booking_id,omitempty"`
+}
+
+// CalendarSpec is the body of calendar.upsert.
+type CalendarSpec struct {
+	Name     string `json:"name"`
+	Timezone string `json:"timezone"`
+}
+
+// BookingSpec is the body of booking.create.
+type BookingSpec struct {
+	Start    time.Time       `json:"start"`
+	End      time.Time       `json:"end"`
+	Customer string          `json:"customer"`
+	Metadata json.RawMessage `json:"metadata,omitempty"`
+}
+
+// FieldError names one invalid field of a request.
+type FieldError struct {
+	Field   string `json:"field"`
+	Message string `json:"message"`
+}
+
+// BookingID derives the id of the booking created by request reqID on calID:
+// 26 characters of base32hex (lowercase), which is also a valid Google
+// Calendar event id.
+func BookingID(calID, reqID string) string {
+	sum := sha256.Sum256([]byte("booking\x00" + calID + "\x00" + reqID))
+	return lowerBase32Hex.EncodeToString(sum[:16])
+}
+
+var lowerBase32Hex = base32.NewEncoding("0123456789abcdefghijklmnopqrstuv").WithPadding(base32.NoPadding)
+
+// CanonicalMetadata validates booking metadata (absent, null or a JSON
+// object) and returns it in canonical form: compact, keys sorted, numbers
+// kept as written. Two semantically equal objects give equal bytes.
+func CanonicalMetadata(raw json.RawMessage) (json.RawMessage, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
+		return json.RawMessage("{}"), nil
+	}
+	if len(raw) > MaxMetadataBytes {
+		return nil, fmt.Errorf("must be at most %d bytes", MaxMetadataBytes)
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var obj map[string]any
+	if err := dec.Decode(&obj); err != nil || obj == nil {
+		return nil, fmt.Errorf("must be a JSON object")
+	}
+	if dec.More() {
+		return nil, fmt.Errorf("must be a single JSON object")
+	}
+	out, err := json.Marshal(obj)
+	if err != nil {
+		return nil, fmt.Errorf("must be a JSON object")
+	}
+	return out, nil
+}
+
+// ValidateBooking checks a booking body and returns one entry per invalid
+// field; nil means valid. It also puts the times in UTC and the metadata in
+// canonical form.
+func ValidateBooking(b *BookingSpec) []FieldError {
+	var errs []FieldError
+	add := func(f, m string) { errs = append(errs, FieldError{Field: f, Message: m}) }
+	okTime := func(field string, t time.Time) bool {
+		switch {
+		case t.IsZero():
+			add(field, "is required (RFC 3339, e.g. 2026-12-01T10:00:00Z)")
+		case t.Year() < MinYear || t.Year() > MaxYear:
+			add(field, fmt.Sprintf("must be between years %d and %d", MinYear, MaxYear))
+		default:
+			return true
+		}
+		return false
+	}
+	okStart, okEnd := okTime("start", b.Start), okTime("end", b.End)
+	if okStart && okEnd {
+		switch d := b.End.Sub(b.Start); {
+		case d <= 0:
+			add("end", "must be after start")
+		case d > MaxBookingDuration:
+			add("end", fmt.Sprintf("booking may last at most %s", MaxBookingDuration))
+		}
+	}
+	b.Start, b.End = b.Start.UTC(), b.End.UTC()
+	switch n := utf8.RuneCountInString(b.Customer); {
+	case n == 0:
+		add("customer", "is required")
+	case n > MaxCustomerLen:
+		add("customer", fmt.Sprintf("must be at most %d characters", MaxCustomerLen))
+	case !utf8.ValidString(b.Customer):
+		add("customer", "must be valid UTF-8")
+	}
+	if md, err := CanonicalMetadata(b.Metadata); err != nil {
+		add("metadata", err.Error())
+	} else {
+		b.Metadata = md
+	}
+	return errs
+}
+
+// ValidateCalendar checks a calendar body; an empty timezone means UTC.
+func ValidateCalendar(c *CalendarSpec) []FieldError {
+	var errs []FieldError
+	if c.Timezone == "" {
+		c.Timezone = "UTC"
+	}
+	if _, err := time.LoadLocation(c.Timezone); err != nil || c.Timezone == "Local" {
+		errs = append(errs, FieldError{Field: "timezone", Message: "must be an IANA time zone name, e.g. Europe/Berlin"})
+	}
+	if n := utf8.RuneCountInString(c.Name); n > MaxNameLen || !utf8.ValidString(c.Name) {
+		errs = append(errs, FieldError{Field: "name", Message: fmt.Sprintf("must be valid UTF-8, at most %d characters", MaxNameLen)})
+	}
+	return errs
+}
+
+// Validate checks the envelope and body of a command. It normalises the body
+// in place (UTC times, canonical metadata, default timezone).
+func (c *Command) Validate() []FieldError {
+	var errs []FieldError
+	add := func(f, m string) { errs = append(errs, FieldError{Field: f, Message: m}) }
+	if !ValidCalendarID(c.CalendarID) {
+		add("calendar_id", "must match [A-Za-z0-9_-]{1,64}")
+	}
+	if !ValidRequestID(c.RequestID) {
+		add("request_id", "must match [A-Za-z0-9._:-]{1,128}")
+	}
+	switch c.Type {
+	case TypeCalendarUpsert:
+		if c.Calendar == nil {
+			add("calendar", "is required")
+		} else {
+			errs = append(errs, ValidateCalendar(c.Calendar)...)
+		}
+	case TypeBookingCreate:
+		if c.Booking == nil {
+			add("booking", "is required")
+		} else {
+			errs = append(errs, ValidateBooking(c.Booking)...)
+		}
+	case TypeBookingCancel:
+		if !ValidBookingID(c.BookingID) {
+			add("booking_id", "is not a booking id")
+		}
+	default:
+		add("type", fmt.Sprintf("unknown command type %q", c.Type))
+	}
+	return errs
+}
+
+// Fingerprint identifies what a command asks for, independent of its request
+// id and of JSON formatting. A request id seen again with the same
+// fingerprint is a retry; with another fingerprint it is a reused key.
+// Call it on a validated (normalised) command.
+func (c *Command) Fingerprint() string {
+	body := struct {
+		Type       string        `json:"type"`
+		CalendarID string        `json:"calendar_id"`
+		Calendar   *CalendarSpec `json:"calendar,omitempty"`
+		Booking    *BookingSpec  `json:"booking,omitempty"`
+		BookingID  string        `json:"booking_id,omitempty"`
+	}{c.Type, c.CalendarID, c.Calendar, c.Booking, c.BookingID}
+	b, _ := json.Marshal(body)
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:16])
+}

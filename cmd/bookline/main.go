@@ -1,0 +1,137 @@
+// Command bookline is the booking service: see README.md.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"syscall"
+	_ "time/tzdata" // the same time zone rules on every machine: apply is deterministic
+)
+
+func main() {
+	os.Exit(Main(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
+}
+
+type subcommand struct {
+	summary string
+	run     func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+}
+
+var subcommands = map[string]subcommand{
+	"serve": {"run the booking service (embedded NATS by default)", runServe},
+}
+
+// errUsage is returned after a usage message was printed.
+var errUsage = errors.New("usage")
+
+// Main runs bookline with args (without the program name) and returns the
+// process exit code. SIGINT and SIGTERM cancel ctx.
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		usage(stderr)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	sc, ok := subcommands[args[0]]
+	if !ok {
+		fmt.Fprintf(stderr, "bookline: unknown subcommand %q\n\n", args[0])
+		usage(stderr)
+		return 2
+	}
+	if err := sc.run(ctx, args[1:], stdout, stderr); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		if !errors.Is(err, errUsage) {
+			fmt.Fprintf(stderr, "bookline %s: %v\n", args[0], err)
+		}
+		return 1
+	}
+	return 0
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "usage: bookline <subcommand> [flags]")
+	fmt.Fprintln(w, "\nsubcommands:")
+	names := make([]string, 0, len(subcommands))
+	for n := range subcommands {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(w, "  %-8s %s\n", n, subcommands[n].summary)
+	}
+	fmt.Fprintln(w, "\nRun 'bookline <subcommand> --help' for its flags.")
+}
+
+// newFlagSet makes a flag set whose flags also read BOOKLINE_<NAME>
+// environment variables (dashes become underscores). Precedence: command
+// line, then environment, then the default.
+func newFlagSet(name string, stderr io.Writer, summary string) *flag.FlagSet {
+	fs := flag.NewFlagSet("bookline "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: bookline %s [flags]\n\n%s\n\nflags (each also settable as the environment variable shown):\n", name, summary)
+		fs.VisitAll(func(f *flag.Flag) {
+			def := ""
+			if f.DefValue != "" {
+				def = fmt.Sprintf(" (default %q)", f.DefValue)
+			}
+			fmt.Fprintf(stderr, "  --%s\t[%s]\n      %s%s\n", f.Name, envName(f.Name), f.Usage, def)
+		})
+	}
+	return fs
+}
+
+func envName(flagName string) string {
+	return "BOOKLINE_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// parseFlags parses args, then fills every flag not given on the command
+// line from its environment variable.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	var err error
+	fs.VisitAll(func(f *flag.Flag) {
+		if v, ok := os.LookupEnv(envName(f.Name)); ok && !given[f.Name] && err == nil {
+			if e := fs.Set(f.Name, v); e != nil {
+				err = fmt.Errorf("%s=%q: %w", envName(f.Name), v, e)
+			}
+		}
+	})
+	return err
+}
+
+func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("log level %q: %w", level, err)
+	}
+	opts := &slog.HandlerOptions{Level: lvl}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("log format %q: want text or json", format)
+}

@@ -1,0 +1,472 @@
+package data
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Sentinel errors of the data package.
+var (
+	// ErrClosed is returned by Commit after Close.
+	ErrClosed = errors.New("data: store closed")
+	// ErrNotFound is returned by lookups of a missing calendar or booking.
+	ErrNotFound = errors.New("data: not found")
+	// ErrSchema is returned by Open for a file written by an incompatible version.
+	ErrSchema = errors.New("data: incompatible index schema")
+)
+
+// schemaVersion is bumped on any change of the on-disk layout.
+const schemaVersion = "1"
+
+var (
+	bucketMeta      = []byte("meta")
+	bucketApplied   = []byte("applied")
+	bucketCalendars = []byte("calendars")
+	bucketCal       = []byte("cal") // cal/<id>/{b,s,r}
+
+	subBookings = []byte("b") // booking id -> Booking JSON
+	subSlots    = []byte("s") // start(8) ++ booking id -> end(8), confirmed bookings only
+	subRequests = []byte("r") // request id -> RequestRecord JSON
+
+	keySchema = []byte("schema")
+)
+
+// Store is the bbolt slot index. Reads may run concurrently from any
+// goroutine (View); all writes go through Commit, which batches the work of
+// every caller that is ready into one read-write transaction (group commit).
+type Store struct {
+	db   *bolt.DB
+	reqs chan *commitReq
+	quit chan struct{}
+	done chan struct{}
+}
+
+type commitReq struct {
+	fn  func(*Tx) error
+	err chan error
+}
+
+// Open opens (or creates) the index file at path.
+func Open(path string) (*Store, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, fmt.Errorf("data: create directory: %w", err)
+	}
+	db, err := bolt.Open(path, 0o600, &bolt.Options{
+		Timeout:        2 * time.Second,
+		NoFreelistSync: true,
+		FreelistType:   bolt.FreelistMapType,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("data: open %s: %w", path, err)
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		for _, name := range [][]byte{bucketMeta, bucketApplied, bucketCalendars, bucketCal} {
+			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+				return err
+			}
+		}
+		meta := tx.Bucket(bucketMeta)
+		switch v := meta.Get(keySchema); {
+		case v == nil:
+			return meta.Put(keySchema, []byte(schemaVersion))
+		case string(v) != schemaVersion:
+			return fmt.Errorf("%w: file has %q, this build needs %q", ErrSchema, v, schemaVersion)
+		}
+		return nil
+	})
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	s := &Store{db: db, reqs: make(chan *commitReq, 256), quit: make(chan struct{}), done: make(chan struct{})}
+	go s.commitLoop()
+	return s, nil
+}
+
+// Close waits for the commit in progress, then closes the file. Commits
+// requested afterwards fail with ErrClosed.
+func (s *Store) Close() error {
+	select {
+	case <-s.quit:
+		return nil
+	default:
+	}
+	close(s.quit)
+	<-s.done
+	return s.db.Close()
+}
+
+// Path is the file the index lives in.
+func (s *Store) Path() string { return s.db.Path() }
+
+// View runs fn in a read-only transaction.
+func (s *Store) View(fn func(*Tx) error) error {
+	return s.db.View(func(btx *bolt.Tx) error { return fn(&Tx{tx: btx}) })
+}
+
+// Commit runs fn inside a read-write transaction and returns once that
+// transaction is durable (fsynced). Calls from several goroutines that arrive
+// while a commit is in progress share the next transaction: one fsync covers
+// all of them. fn may be run more than once (when another caller's function
+// in the same group fails, the group is rolled back and the rest re-run), so
+// it must derive all its output from the transaction, not accumulate it.
+// If fn returns an error, nothing it wrote is kept and Commit returns that
+// error.
+func (s *Store) Commit(fn func(*Tx) error) error {
+	r := &commitReq{fn: fn, err: make(chan error, 1)}
+	select {
+	case s.reqs <- r:
+	case <-s.quit:
+		return ErrClosed
+	}
+	return <-r.err
+}
+
+// maxGroup bounds the number of callers sharing one transaction.
+const maxGroup = 64
+
+func (s *Store) commitLoop() {
+	defer close(s.done)
+	group := make([]*commitReq, 0, maxGroup)
+	for {
+		var first *commitReq
+		select {
+		case first = <-s.reqs:
+		case <-s.quit:
+			// Fail whatever is still queued; callers are shutting down too.
+			for {
+				select {
+				case r := <-s.reqs:
+					r.err <- ErrClosed
+				default:
+					return
+				}
+			}
+		}
+		group = append(group[:0], first)
+	drain:
+		for len(group) < maxGroup {
+			select {
+			case r := <-s.reqs:
+				group = append(group, r)
+			default:
+				break drain
+			}
+		}
+		s.commitGroup(group)
+	}
+}
+
+// commitGroup applies every request of group in one transaction. A request
+// whose function fails is answered with its error and dropped; the others are
+// re-run in a fresh transaction so that the failed one leaves no writes.
+func (s *Store) commitGroup(group []*commitReq) {
+	for len(group) > 0 {
+		btx, err := s.db.Begin(true)
+		if err != nil {
+			for _, r := range group {
+				r.err <- err
+			}
+			return
+		}
+		tx := &Tx{tx: btx}
+		failed := -1
+		var ferr error
+		for i, r := range group {
+			if ferr = r.fn(tx); ferr != nil {
+				failed = i
+				break
+			}
+		}
+		if failed >= 0 {
+			_ = btx.Rollback()
+			group[failed].err <- ferr
+			group = append(group[:failed], group[failed+1:]...)
+			continue
+		}
+		err = btx.Commit()
+		for _, r := range group {
+			r.err <- err
+		}
+		return
+	}
+}
+
+// Tx is a transaction on the index. Values returned from it are copies and
+// stay valid after the transaction ends.
+type Tx struct {
+	tx *bolt.Tx
+}
+
+// EncodeTime turns t into 8 bytes whose byte order is time order (unix
+// nanoseconds with the sign bit flipped, big-endian).
+func EncodeTime(t time.Time) []byte {
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], uint64(t.UnixNano())^(1<<63))
+	return b[:]
+}
+
+// DecodeTime is the inverse of EncodeTime; the result is in UTC.
+func DecodeTime(b []byte) time.Time {
+	return time.Unix(0, int64(binary.BigEndian.Uint64(b)^(1<<63))).UTC()
+}
+
+func partitionKey(p int) []byte {
+	var b [4]byte
+	binary.BigEndian.PutUint32(b[:], uint32(p))
+	return b[:]
+}
+
+// AppliedSeq is the last stream sequence applied for partition p (0 if none).
+func (t *Tx) AppliedSeq(p int) uint64 {
+	v := t.tx.Bucket(bucketApplied).Get(partitionKey(p))
+	if v == nil {
+		return 0
+	}
+	return binary.BigEndian.Uint64(v)
+}
+
+// SetAppliedSeq records seq as the last stream sequence applied for partition
+// p, in the same transaction as the changes it caused.
+func (t *Tx) SetAppliedSeq(p int, seq uint64) error {
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], seq)
+	return t.tx.Bucket(bucketApplied).Put(partitionKey(p), b[:])
+}
+
+// Calendar returns the calendar with id, or ErrNotFound.
+func (t *Tx) Calendar(id string) (Calendar, error) {
+	var c Calendar
+	v := t.tx.Bucket(bucketCalendars).Get([]byte(id))
+	if v == nil {
+		return c, ErrNotFound
+	}
+	err := json.Unmarshal(v, &c)
+	return c, err
+}
+
+// PutCalendar creates or replaces a calendar.
+func (t *Tx) PutCalendar(c Calendar) error {
+	v, err := json.Marshal(c)
+	if err != nil {
+		return err
+	}
+	if err := t.tx.Bucket(bucketCalendars).Put([]byte(c.ID), v); err != nil {
+		return err
+	}
+	_, err = t.calBucket(c.ID, true)
+	return err
+}
+
+// calBucket returns the per-calendar bucket, creating it when asked.
+func (t *Tx) calBucket(calID string, create bool) (*bolt.Bucket, error) {
+	root := t.tx.Bucket(bucketCal)
+	if b := root.Bucket([]byte(calID)); b != nil || !create {
+		return b, nil
+	}
+	b, err := root.CreateBucket([]byte(calID))
+	if err != nil {
+		return nil, err
+	}
+	for _, name := range [][]byte{subBookings, subSlots, subRequests} {
+		if _, err := b.CreateBucket(name); err != nil {
+			return nil, err
+		}
+	}
+	return b, nil
+}
+
+func (t *Tx) sub(calID string, name []byte) *bolt.Bucket {
+	b, _ := t.calBucket(calID, false)
+	if b == nil {
+		return nil
+	}
+	return b.Bucket(name)
+}
+
+// Booking returns the booking id of calendar calID, or ErrNotFound.
+func (t *Tx) Booking(calID, id string) (Booking, error) {
+	var bk Booking
+	b := t.sub(calID, subBookings)
+	if b == nil {
+		return bk, ErrNotFound
+	}
+	v := b.Get([]byte(id))
+	if v == nil {
+		return bk, ErrNotFound
+	}
+	err := json.Unmarshal(v, &bk)
+	return bk, err
+}
+
+func slotKey(start time.Time, id string) []byte {
+	k := make([]byte, 0, 8+len(id))
+	k = append(k, EncodeTime(start)...)
+	return append(k, id...)
+}
+
+// PutBooking stores bk and keeps the slot index in step with its status:
+// a confirmed booking occupies its interval, a cancelled one does not. The
+// caller (the partition's actor) has already checked for overlaps.
+func (t *Tx) PutBooking(bk Booking) error {
+	cb, err := t.calBucket(bk.CalendarID, true)
+	if err != nil {
+		return err
+	}
+	v, err := json.Marshal(bk)
+	if err != nil {
+		return err
+	}
+	if err := cb.Bucket(subBookings).Put([]byte(bk.ID), v); err != nil {
+		return err
+	}
+	slots := cb.Bucket(subSlots)
+	key := slotKey(bk.Start, bk.ID)
+	if bk.Status == StatusConfirmed {
+		return slots.Put(key, EncodeTime(bk.End))
+	}
+	return slots.Delete(key)
+}
+
+// FirstOverlap returns the confirmed booking interval of calID that overlaps
+// iv, if any. It relies on the index invariant that confirmed bookings of a
+// calendar never overlap each other: ordered by start, they are also ordered
+// by end, so the only candidate is the booking with the greatest start before
+// iv.End. One Seek and one Prev: O(log n).
+func (t *Tx) FirstOverlap(calID string, iv Interval) (id string, found Interval, ok bool) {
+	slots := t.sub(calID, subSlots)
+	if slots == nil {
+		return "", Interval{}, false
+	}
+	c := slots.Cursor()
+	k, v := c.Seek(EncodeTime(iv.End))
+	if k == nil {
+		k, v = c.Last()
+	} else {
+		k, v = c.Prev()
+	}
+	if k == nil {
+		return "", Interval{}, false
+	}
+	cand := Interval{Start: DecodeTime(k[:8]), End: DecodeTime(v)}
+	if !cand.Overlaps(iv) {
+		return "", Interval{}, false
+	}
+	return string(k[8:]), cand, true
+}
+
+// Request returns the recorded outcome of request id reqID on calID.
+func (t *Tx) Request(calID, reqID string) (RequestRecord, bool, error) {
+	var rec RequestRecord
+	b := t.sub(calID, subRequests)
+	if b == nil {
+		return rec, false, nil
+	}
+	v := b.Get([]byte(reqID))
+	if v == nil {
+		return rec, false, nil
+	}
+	err := json.Unmarshal(v, &rec)
+	return rec, err == nil, err
+}
+
+// PutRequest records the outcome of a request. Records are kept forever:
+// they are what makes an idempotency key outlive NATS's dedupe window.
+// A request on a calendar that does not exist is recorded too.
+func (t *Tx) PutRequest(calID, reqID string, rec RequestRecord) error {
+	cb, err := t.calBucket(calID, true)
+	if err != nil {
+		return err
+	}
+	v, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	return cb.Bucket(subRequests).Put([]byte(reqID), v)
+}
+
+// Cursor is an opaque position in a booking listing.
+type Cursor []byte
+
+// ListBookings returns up to limit confirmed bookings of calID that overlap
+// [from, to), ordered by start, beginning after the position after (nil for
+// the first page). next is non-nil when more may follow.
+func (t *Tx) ListBookings(calID string, from, to time.Time, limit int, after Cursor) (out []Booking, next Cursor, err error) {
+	slots := t.sub(calID, subSlots)
+	if slots == nil {
+		return nil, nil, nil
+	}
+	c := slots.Cursor()
+	var k, v []byte
+	if after != nil {
+		k, v = c.Seek(after)
+		if k != nil && bytes.Equal(k, after) {
+			k, v = c.Next()
+		}
+	} else {
+		// Confirmed bookings do not overlap each other, so at most one that
+		// starts before from can reach into the range: the one just before.
+		fromKey := EncodeTime(from)
+		var pk, pv []byte
+		if k, _ = c.Seek(fromKey); k == nil {
+			pk, pv = c.Last()
+		} else {
+			pk, pv = c.Prev()
+		}
+		if pk != nil && DecodeTime(pv).After(from) {
+			k, v = pk, pv
+		} else {
+			k, v = c.Seek(fromKey)
+		}
+	}
+	toKey := EncodeTime(to)
+	for ; k != nil; k, v = c.Next() {
+		if bytes.Compare(k[:8], toKey) >= 0 {
+			break
+		}
+		if !DecodeTime(v).After(from) {
+			continue
+		}
+		if len(out) == limit {
+			return out, Cursor(out[len(out)-1].slotKey()), nil
+		}
+		bk, err := t.Booking(calID, string(k[8:]))
+		if err != nil {
+			return nil, nil, fmt.Errorf("data: slot %x without booking: %w", k, err)
+		}
+		out = append(out, bk)
+	}
+	return out, nil, nil
+}
+
+func (b Booking) slotKey() []byte { return slotKey(b.Start, b.ID) }
+
+// ForEachConfirmed calls fn for every confirmed booking interval of calID in
+// start order.
+func (t *Tx) ForEachConfirmed(calID string, fn func(id string, iv Interval) error) error {
+	slots := t.sub(calID, subSlots)
+	if slots == nil {
+		return nil
+	}
+	return slots.ForEach(func(k, v []byte) error {
+		return fn(string(k[8:]), Interval{Start: DecodeTime(k[:8]), End: DecodeTime(v)})
+	})
+}
+
+// CalendarIDs lists every calendar id in byte order.
+func (t *Tx) CalendarIDs() []string {
+	var ids []string
+	_ = t.tx.Bucket(bucketCalendars).ForEach(func(k, _ []byte) error {
+		ids = append(ids, string(k))
+		return nil
+	})
+	return ids
+}

@@ -1,0 +1,96 @@
+package httpapi
+
+import (
+	"errors"
+	"net/http"
+
+	"github.com/gofiber/fiber/v2"
+
+	"github.com/bookline/bookline/actor"
+	"github.com/bookline/bookline/data"
+)
+
+// Error codes of the HTTP API that are not actor rejection codes. Together
+// with the actor's codes they are the stable "code" values of error bodies.
+const (
+	CodeNotFound         = "not_found"
+	CodePayloadTooLarge  = "payload_too_large"
+	CodeMethodNotAllowed = "method_not_allowed"
+	CodeUnavailable      = "unavailable"
+	CodeInternal         = "internal"
+)
+
+// statusOf maps every error code to its HTTP status: the one table.
+var statusOf = map[string]int{
+	actor.CodeInvalidRequest:       http.StatusBadRequest,
+	actor.CodeInvalidCommand:       http.StatusBadRequest,
+	actor.CodeCalendarNotFound:     http.StatusNotFound,
+	actor.CodeBookingNotFound:      http.StatusNotFound,
+	CodeNotFound:                   http.StatusNotFound,
+	CodeMethodNotAllowed:           http.StatusMethodNotAllowed,
+	actor.CodeSlotTaken:            http.StatusConflict,
+	CodePayloadTooLarge:            http.StatusRequestEntityTooLarge,
+	actor.CodeIdempotencyKeyReused: http.StatusUnprocessableEntity,
+	CodeUnavailable:                http.StatusServiceUnavailable,
+	CodeInternal:                   http.StatusInternalServerError,
+}
+
+// Error is an API error: a stable code, a message safe to show, and for
+// some codes details or the conflicting interval.
+type Error struct {
+	Code     string             `json:"code"`
+	Message  string             `json:"message"`
+	Details  []actor.FieldError `json:"details,omitempty"`
+	Conflict *data.Interval     `json:"conflict,omitempty"`
+}
+
+func (e *Error) Error() string { return e.Code + ": " + e.Message }
+
+// Status is the HTTP status of the error's code (500 for an unknown code).
+func (e *Error) Status() int {
+	if s, ok := statusOf[e.Code]; ok {
+		return s
+	}
+	return http.StatusInternalServerError
+}
+
+type errorBody struct {
+	Error *Error `json:"error"`
+}
+
+func invalid(details ...actor.FieldError) *Error {
+	return &Error{Code: actor.CodeInvalidRequest, Message: "the request is invalid", Details: details}
+}
+
+// errorHandler turns any error a handler returns into the JSON error shape.
+// Only internal errors are logged; their detail never reaches the client.
+func (s *Server) errorHandler(c *fiber.Ctx, err error) error {
+	var apiErr *Error
+	var fe *fiber.Error
+	switch {
+	case errors.As(err, &apiErr):
+	case errors.As(err, &fe):
+		switch fe.Code {
+		case fiber.StatusNotFound:
+			apiErr = &Error{Code: CodeNotFound, Message: "no such route"}
+		case fiber.StatusMethodNotAllowed:
+			apiErr = &Error{Code: CodeMethodNotAllowed, Message: "method not allowed on this route"}
+		case fiber.StatusRequestEntityTooLarge:
+			apiErr = &Error{Code: CodePayloadTooLarge, Message: "request body too large"}
+		case fiber.StatusBadRequest:
+			apiErr = &Error{Code: actor.CodeInvalidRequest, Message: fe.Message}
+		case fiber.StatusServiceUnavailable:
+			apiErr = &Error{Code: CodeUnavailable, Message: "service unavailable, retry later"}
+		default:
+			s.log.Error("http error", "path", c.Path(), "status", fe.Code, "err", fe.Message)
+			apiErr = &Error{Code: CodeInternal, Message: "internal error"}
+		}
+	default:
+		s.log.Error("internal error", "method", c.Method(), "path", c.Path(), "err", err)
+		apiErr = &Error{Code: CodeInternal, Message: "internal error"}
+	}
+	if apiErr.Code == CodeUnavailable {
+		c.Set(fiber.HeaderRetryAfter, "1")
+	}
+	return c.Status(apiErr.Status()).JSON(errorBody{apiErr})
+}

@@ -1,0 +1,427 @@
+package httpapi
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+	"github.com/nats-io/nuid"
+
+	"github.com/bookline/bookline/actor"
+	"github.com/bookline/bookline/data"
+	"github.com/bookline/bookline/queue"
+)
+
+// Backend is what the HTTP API needs from the rest of bookline: a way to
+// submit commands to the log and wait for their answer, and read access to
+// the committed index. It never writes the index.
+type Backend interface {
+	Submit(ctx context.Context, cmd *actor.Command, fingerprint string) ([]byte, error)
+	Lookup(calID, reqID string) ([]byte, bool, error)
+	View(fn func(*data.Tx) error) error
+	Ready() error
+}
+
+// Config configures the HTTP API.
+type Config struct {
+	// ReplyTimeout is how long a write waits for the writer's answer before
+	// answering 202 with a Location to poll.
+	ReplyTimeout time.Duration
+	// BodyLimit is the largest accepted request body (default 64 KiB).
+	BodyLimit int
+	Logger    *slog.Logger
+}
+
+// Limits of the API.
+const (
+	DefaultBodyLimit  = 64 << 10
+	DefaultListLimit  = 100
+	MaxListLimit      = 1000
+	MaxIdempotencyKey = 255
+)
+
+// Server is the Fiber application.
+type Server struct {
+	app     *fiber.App
+	backend Backend
+	cfg     Config
+	log     *slog.Logger
+}
+
+// New builds the API on backend.
+func New(backend Backend, cfg Config) *Server {
+	if cfg.ReplyTimeout <= 0 {
+		cfg.ReplyTimeout = 5 * time.Second
+	}
+	if cfg.BodyLimit <= 0 {
+		cfg.BodyLimit = DefaultBodyLimit
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	s := &Server{backend: backend, cfg: cfg, log: cfg.Logger}
+	s.app = fiber.New(fiber.Config{
+		AppName:               "bookline",
+		BodyLimit:             cfg.BodyLimit,
+		ErrorHandler:          s.errorHandler,
+		DisableStartupMessage: true,
+		ReadTimeout:           30 * time.Second,
+		WriteTimeout:          30 * time.Second,
+		IdleTimeout:           2 * time.Minute,
+	})
+	s.routes()
+	return s
+}
+
+// App exposes the Fiber app (for Listen, Test and Shutdown).
+func (s *Server) App() *fiber.App { return s.app }
+
+func (s *Server) routes() {
+	s.app.Get("/healthz", s.healthz)
+	v1 := s.app.Group("/v1")
+	v1.Put("/calendars/:calendarId", s.putCalendar)
+	v1.Get("/calendars/:calendarId", s.getCalendar)
+	v1.Post("/calendars/:calendarId/bookings", s.createBooking)
+	v1.Get("/calendars/:calendarId/bookings", s.listBookings)
+	v1.Get("/calendars/:calendarId/bookings/:bookingId", s.getBooking)
+	v1.Delete("/calendars/:calendarId/bookings/:bookingId", s.cancelBooking)
+	v1.Get("/calendars/:calendarId/requests/:requestId", s.getRequest)
+}
+
+func (s *Server) healthz(c *fiber.Ctx) error {
+	if err := s.backend.Ready(); err != nil {
+		c.Set(fiber.HeaderRetryAfter, "1")
+		return c.Status(http.StatusServiceUnavailable).JSON(errorBody{&Error{Code: CodeUnavailable, Message: err.Error()}})
+	}
+	return c.JSON(fiber.Map{"status": "ok"})
+}
+
+// calendarID returns the path's calendar id or an invalid_request error.
+func calendarID(c *fiber.Ctx) (string, error) {
+	id := c.Params("calendarId")
+	if !actor.ValidCalendarID(id) {
+		return "", invalid(actor.FieldError{Field: "calendarId", Message: "must match [A-Za-z0-9_-]{1,64}"})
+	}
+	return id, nil
+}
+
+// requestID derives the command's request id: from the Idempotency-Key
+// header when present (so every retry maps to the same record), otherwise a
+// fresh unique id.
+func requestID(c *fiber.Ctx) (string, error) {
+	key := c.Get("Idempotency-Key")
+	if key == "" {
+		return "r." + nuid.Next(), nil
+	}
+	if len(key) > MaxIdempotencyKey {
+		return "", invalid(actor.FieldError{Field: "Idempotency-Key", Message: "must be at most 255 characters"})
+	}
+	for i := 0; i < len(key); i++ {
+		if key[i] < 0x21 || key[i] > 0x7e {
+			return "", invalid(actor.FieldError{Field: "Idempotency-Key", Message: "must be printable ASCII without spaces"})
+		}
+	}
+	sum := sha256.Sum256([]byte(key))
+	return "k." + hex.EncodeToString(sum[:16]), nil
+}
+
+// decodeBody decodes a JSON object body into v.
+func decodeBody(c *fiber.Ctx, v any) error {
+	body := c.Body()
+	if len(bytes.TrimSpace(body)) == 0 {
+		return invalid(actor.FieldError{Field: "body", Message: "a JSON object is required"})
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if err := dec.Decode(v); err != nil {
+		return invalid(actor.FieldError{Field: "body", Message: "invalid JSON: " + err.Error()})
+	}
+	if dec.More() {
+		return invalid(actor.FieldError{Field: "body", Message: "trailing data after the JSON object"})
+	}
+	return nil
+}
+
+type calendarRequest struct {
+	Name     string `json:"name"`
+	Timezone string `json:"timezone"`
+}
+
+func (s *Server) putCalendar(c *fiber.Ctx) error {
+	cal, err := calendarID(c)
+	if err != nil {
+		return err
+	}
+	var req calendarRequest
+	if err := decodeBody(c, &req); err != nil {
+		return err
+	}
+	reqID, err := requestID(c)
+	if err != nil {
+		return err
+	}
+	cmd := &actor.Command{V: actor.SchemaVersion, Type: actor.TypeCalendarUpsert, RequestID: reqID, CalendarID: cal,
+		Calendar: &actor.CalendarSpec{Name: req.Name, Timezone: req.Timezone}}
+	return s.submit(c, cmd)
+}
+
+type bookingRequest struct {
+	Start    string          `json:"start"`
+	End      string          `json:"end"`
+	Customer string          `json:"customer"`
+	Metadata json.RawMessage `json:"metadata"`
+}
+
+func parseTime(field, v string) (time.Time, *actor.FieldError) {
+	if v == "" {
+		return time.Time{}, &actor.FieldError{Field: field, Message: "is required (RFC 3339, e.g. 2026-12-01T10:00:00Z)"}
+	}
+	t, err := time.Parse(time.RFC3339, v)
+	if err != nil {
+		return time.Time{}, &actor.FieldError{Field: field, Message: "must be an RFC 3339 time with offset, e.g. 2026-12-01T10:00:00Z"}
+	}
+	return t, nil
+}
+
+func (s *Server) createBooking(c *fiber.Ctx) error {
+	cal, err := calendarID(c)
+	if err != nil {
+		return err
+	}
+	var req bookingRequest
+	if err := decodeBody(c, &req); err != nil {
+		return err
+	}
+	reqID, err := requestID(c)
+	if err != nil {
+		return err
+	}
+	spec := &actor.BookingSpec{Customer: req.Customer, Metadata: req.Metadata}
+	var bad []actor.FieldError
+	var fe *actor.FieldError
+	if spec.Start, fe = parseTime("start", req.Start); fe != nil {
+		bad = append(bad, *fe)
+	}
+	if spec.End, fe = parseTime("end", req.End); fe != nil {
+		bad = append(bad, *fe)
+	}
+	cmd := &actor.Command{V: actor.SchemaVersion, Type: actor.TypeBookingCreate, RequestID: reqID, CalendarID: cal, Booking: spec}
+	if len(bad) > 0 {
+		// Report the other fields too, but not "start is required" twice.
+		for _, e := range actor.ValidateBooking(spec) {
+			if e.Field != "start" && e.Field != "end" {
+				bad = append(bad, e)
+			}
+		}
+		return invalid(bad...)
+	}
+	return s.submit(c, cmd)
+}
+
+func (s *Server) cancelBooking(c *fiber.Ctx) error {
+	cal, err := calendarID(c)
+	if err != nil {
+		return err
+	}
+	id := c.Params("bookingId")
+	if !actor.ValidBookingID(id) {
+		return &Error{Code: actor.CodeBookingNotFound, Message: "booking not found"}
+	}
+	reqID, err := requestID(c)
+	if err != nil {
+		return err
+	}
+	cmd := &actor.Command{V: actor.SchemaVersion, Type: actor.TypeBookingCancel, RequestID: reqID, CalendarID: cal, BookingID: id}
+	return s.submit(c, cmd)
+}
+
+// submit validates cmd, sends it through the log and answers with its
+// decided outcome, 202 when the answer is late, 503 when the log is down.
+func (s *Server) submit(c *fiber.Ctx, cmd *actor.Command) error {
+	if errs := cmd.Validate(); len(errs) > 0 {
+		return invalid(errs...)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ReplyTimeout)
+	defer cancel()
+	reply, err := s.backend.Submit(ctx, cmd, cmd.Fingerprint())
+	switch {
+	case errors.Is(err, queue.ErrPending):
+		c.Location("/v1/calendars/" + cmd.CalendarID + "/requests/" + cmd.RequestID)
+		return c.Status(http.StatusAccepted).JSON(fiber.Map{"status": "pending", "request_id": cmd.RequestID})
+	case errors.Is(err, queue.ErrUnavailable):
+		s.log.Warn("command not stored", "request_id", cmd.RequestID, "err", err)
+		return &Error{Code: CodeUnavailable, Message: "bookings cannot be taken right now, retry later"}
+	case err != nil:
+		return err
+	}
+	return s.writeReply(c, reply)
+}
+
+// writeReply answers with a decided outcome. The status and body depend only
+// on the reply, so every retry of a request gets the same answer.
+func (s *Server) writeReply(c *fiber.Ctx, raw []byte) error {
+	var r actor.Reply
+	if err := json.Unmarshal(raw, &r); err != nil {
+		return err
+	}
+	if r.Outcome == actor.OutcomeRejected {
+		return &Error{Code: r.Code, Message: r.Message, Details: r.Details, Conflict: r.Conflict}
+	}
+	switch {
+	case r.Calendar != nil && r.Created:
+		return c.Status(http.StatusCreated).JSON(r.Calendar)
+	case r.Calendar != nil:
+		return c.JSON(r.Calendar)
+	case r.Booking != nil && r.Type == actor.TypeBookingCreate:
+		return c.Status(http.StatusCreated).JSON(r.Booking)
+	case r.Booking != nil:
+		return c.JSON(r.Booking)
+	}
+	return errors.New("httpapi: accepted reply without a body")
+}
+
+func (s *Server) getRequest(c *fiber.Ctx) error {
+	cal, err := calendarID(c)
+	if err != nil {
+		return err
+	}
+	reqID := c.Params("requestId")
+	if !actor.ValidRequestID(reqID) {
+		return invalid(actor.FieldError{Field: "requestId", Message: "must match [A-Za-z0-9._:-]{1,128}"})
+	}
+	reply, ok, err := s.backend.Lookup(cal, reqID)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		c.Location("/v1/calendars/" + cal + "/requests/" + reqID)
+		c.Set(fiber.HeaderRetryAfter, "1")
+		return c.Status(http.StatusAccepted).JSON(fiber.Map{"status": "pending", "request_id": reqID})
+	}
+	return s.writeReply(c, reply)
+}
+
+func (s *Server) getCalendar(c *fiber.Ctx) error {
+	cal, err := calendarID(c)
+	if err != nil {
+		return err
+	}
+	var out data.Calendar
+	err = s.backend.View(func(tx *data.Tx) error {
+		out, err = tx.Calendar(cal)
+		return err
+	})
+	if errors.Is(err, data.ErrNotFound) {
+		return &Error{Code: actor.CodeCalendarNotFound, Message: "calendar not found"}
+	} else if err != nil {
+		return err
+	}
+	return c.JSON(out)
+}
+
+func (s *Server) getBooking(c *fiber.Ctx) error {
+	cal, err := calendarID(c)
+	if err != nil {
+		return err
+	}
+	id := c.Params("bookingId")
+	notFound := &Error{Code: actor.CodeBookingNotFound, Message: "booking not found"}
+	if !actor.ValidBookingID(id) {
+		return notFound
+	}
+	var out data.Booking
+	err = s.backend.View(func(tx *data.Tx) error {
+		out, err = tx.Booking(cal, id)
+		return err
+	})
+	if errors.Is(err, data.ErrNotFound) {
+		return notFound
+	} else if err != nil {
+		return err
+	}
+	return c.JSON(out)
+}
+
+type listResponse struct {
+	Bookings   []data.Booking `json:"bookings"`
+	NextCursor *string        `json:"next_cursor"`
+}
+
+var (
+	listMin = time.Date(actor.MinYear, 1, 1, 0, 0, 0, 0, time.UTC)
+	listMax = time.Date(actor.MaxYear+1, 1, 1, 0, 0, 0, 0, time.UTC)
+)
+
+func (s *Server) listBookings(c *fiber.Ctx) error {
+	cal, err := calendarID(c)
+	if err != nil {
+		return err
+	}
+	from, to, limit := listMin, listMax, DefaultListLimit
+	var bad []actor.FieldError
+	if v := c.Query("from"); v != "" {
+		if t, fe := parseTime("from", v); fe != nil {
+			bad = append(bad, *fe)
+		} else {
+			from = t
+		}
+	}
+	if v := c.Query("to"); v != "" {
+		if t, fe := parseTime("to", v); fe != nil {
+			bad = append(bad, *fe)
+		} else {
+			to = t
+		}
+	}
+	if len(bad) == 0 && !to.After(from) {
+		bad = append(bad, actor.FieldError{Field: "to", Message: "must be after from"})
+	}
+	if v := c.Query("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > MaxListLimit {
+			bad = append(bad, actor.FieldError{Field: "limit", Message: "must be an integer from 1 to 1000"})
+		}
+		limit = n
+	}
+	var after data.Cursor
+	if v := c.Query("cursor"); v != "" {
+		b, err := base64.RawURLEncoding.DecodeString(v)
+		if err != nil || len(b) < 9 {
+			bad = append(bad, actor.FieldError{Field: "cursor", Message: "is not a cursor returned by this API"})
+		}
+		after = b
+	}
+	if len(bad) > 0 {
+		return invalid(bad...)
+	}
+	var resp listResponse
+	err = s.backend.View(func(tx *data.Tx) error {
+		if _, err := tx.Calendar(cal); err != nil {
+			return err
+		}
+		bks, next, err := tx.ListBookings(cal, from, to, limit, after)
+		resp.Bookings = bks
+		if next != nil {
+			cur := base64.RawURLEncoding.EncodeToString(next)
+			resp.NextCursor = &cur
+		}
+		return err
+	})
+	if errors.Is(err, data.ErrNotFound) {
+		return &Error{Code: actor.CodeCalendarNotFound, Message: "calendar not found"}
+	} else if err != nil {
+		return err
+	}
+	if resp.Bookings == nil {
+		resp.Bookings = []data.Booking{}
+	}
+	return c.JSON(resp)
+}

@@ -1,0 +1,99 @@
+package queue
+
+import (
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// The wire contract. docs/protocol.md documents every name here; they are
+// public (importers and admins depend on them), so extend, never rename.
+const (
+	// StreamName is the command stream: the log every state derives from.
+	StreamName = "BOOKLINE_CMD"
+	// CommandSubjectPrefix + calendar id is where commands are published.
+	CommandSubjectPrefix = "bookline.cmd."
+	// PartitionSubjectPrefix + "<partition>.<calendar id>" is the stored
+	// subject after the stream's subject transform.
+	PartitionSubjectPrefix = "bookline.part."
+	// ConsumerPrefix + partition names each partition's durable consumer.
+	ConsumerPrefix = "bookline-part-"
+
+	// HeaderReplyTo carries the subject the writer answers on once the
+	// command's outcome is committed. JetStream keeps no reply subject of
+	// the publisher, so it travels as a header.
+	HeaderReplyTo = "Bookline-Reply-To"
+	// HeaderSchema carries the command schema version ("1").
+	HeaderSchema = "Bookline-Schema"
+	// HeaderRequestID carries the request id for tracing; the command body's
+	// request_id is authoritative.
+	HeaderRequestID = "Bookline-Request-Id"
+	// HeaderContentType is always application/json.
+	HeaderContentType = "Content-Type"
+
+	// DuplicateWindow is the stream's Nats-Msg-Id dedupe window. Request
+	// records in the index make idempotency last beyond it.
+	DuplicateWindow = 2 * time.Minute
+	// MaxMessageBytes is what the stream accepts; commands over
+	// actor.MaxCommandBytes still reach the writer and are rejected there,
+	// with a record, instead of vanishing at publish.
+	MaxMessageBytes = 1 << 20
+)
+
+// ErrPartitionMismatch is returned when the stream exists with another
+// partition count than the one configured.
+var ErrPartitionMismatch = errors.New("queue: stream partition count differs from --partitions")
+
+// CommandSubject is the subject a command for calID is published to.
+func CommandSubject(calID string) string { return CommandSubjectPrefix + calID }
+
+// PartitionOf returns the partition the stream's subject transform assigns to
+// calID: FNV-1a (32 bit) of the token, modulo n. It matches the server's
+// {{partition(n,1)}} and exists for diagnostics and tests; publishers never
+// need it.
+func PartitionOf(calID string, n int) int {
+	h := fnv.New32a()
+	h.Write([]byte(calID))
+	return int(h.Sum32() % uint32(n))
+}
+
+// partitionFilter is the stored-subject filter of partition p.
+func partitionFilter(p int) string { return PartitionSubjectPrefix + strconv.Itoa(p) + ".*" }
+
+// calendarOfStoredSubject returns the calendar token of a stored subject
+// bookline.part.<p>.<calendar>.
+func calendarOfStoredSubject(subj string) string {
+	rest, ok := strings.CutPrefix(subj, PartitionSubjectPrefix)
+	if !ok {
+		return ""
+	}
+	_, cal, _ := strings.Cut(rest, ".")
+	return cal
+}
+
+// StreamConfig is the command stream's configuration for n partitions.
+func StreamConfig(partitions, replicas int) jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:        StreamName,
+		Description: "bookline command log (source of truth)",
+		Subjects:    []string{CommandSubjectPrefix + "*"},
+		SubjectTransform: &jetstream.SubjectTransformConfig{
+			Source:      CommandSubjectPrefix + "*",
+			Destination: transformDestination(partitions),
+		},
+		Storage:    jetstream.FileStorage,
+		Retention:  jetstream.LimitsPolicy,
+		Duplicates: DuplicateWindow,
+		MaxMsgSize: MaxMessageBytes,
+		Replicas:   replicas,
+	}
+}
+
+func transformDestination(n int) string {
+	return fmt.Sprintf("%s{{partition(%d,1)}}.{{wildcard(1)}}", PartitionSubjectPrefix, n)
+}

@@ -1,0 +1,109 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// EmbeddedConfig configures the in-process NATS server.
+type EmbeddedConfig struct {
+	// StoreDir holds JetStream's files.
+	StoreDir string
+	// Listen is host:port for outside clients (importers, admins); empty
+	// means in-process connections only. Port 0 picks a free port.
+	Listen string
+	// SyncAlways makes JetStream fsync every message before acknowledging
+	// it (durable against power loss, much slower). Otherwise JetStream
+	// fsyncs every SyncInterval (default 2 min) and survives process
+	// crashes through the OS page cache.
+	SyncAlways bool
+}
+
+// StartEmbedded starts a JetStream-enabled NATS server inside this process.
+func StartEmbedded(cfg EmbeddedConfig) (*server.Server, error) {
+	opts := &server.Options{
+		ServerName: "bookline-embedded",
+		JetStream:  true,
+		StoreDir:   cfg.StoreDir,
+		SyncAlways: cfg.SyncAlways,
+		NoSigs:     true,
+		NoLog:      true,
+		MaxPayload: MaxMessageBytes,
+	}
+	if cfg.Listen == "" {
+		opts.DontListen = true
+	} else {
+		host, port, err := net.SplitHostPort(cfg.Listen)
+		if err != nil {
+			return nil, fmt.Errorf("queue: nats listen address %q: %w", cfg.Listen, err)
+		}
+		p, err := strconv.Atoi(port)
+		if err != nil {
+			return nil, fmt.Errorf("queue: nats listen port %q: %w", port, err)
+		}
+		if p == 0 {
+			p = -1 // nats-server's "random port"
+		}
+		opts.Host, opts.Port = host, p
+	}
+	ns, err := server.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("queue: embedded nats: %w", err)
+	}
+	go ns.Start()
+	if !ns.ReadyForConnections(30 * time.Second) {
+		ns.Shutdown()
+		return nil, errors.New("queue: embedded nats did not become ready")
+	}
+	return ns, nil
+}
+
+// ConnectEmbedded connects to an embedded server in-process.
+func ConnectEmbedded(ns *server.Server, name string) (*nats.Conn, error) {
+	return nats.Connect("", nats.InProcessServer(ns), nats.Name(name), nats.MaxReconnects(-1))
+}
+
+// Connect connects to an external NATS server (comma-separated URLs).
+func Connect(url, name string, extra ...nats.Option) (*nats.Conn, error) {
+	opts := append([]nats.Option{nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(500 * time.Millisecond)}, extra...)
+	return nats.Connect(url, opts...)
+}
+
+// StoreDirFor is where the embedded server keeps its files inside dataDir.
+func StoreDirFor(dataDir string) string { return filepath.Join(dataDir, "nats") }
+
+// EnsureStream creates the command stream, or checks that the existing one
+// was created for the same partition count. Changing the partition count of
+// an existing stream would move calendars between partitions and break
+// per-calendar ordering, so it is refused.
+func EnsureStream(ctx context.Context, js jetstream.JetStream, partitions, replicas int) (jetstream.Stream, error) {
+	cfg := StreamConfig(partitions, replicas)
+	s, err := js.Stream(ctx, StreamName)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		s, err = js.CreateStream(ctx, cfg)
+		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			s, err = js.Stream(ctx, StreamName)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("queue: command stream: %w", err)
+	}
+	got := s.CachedInfo().Config.SubjectTransform
+	if got == nil || got.Destination != cfg.SubjectTransform.Destination {
+		dest := "<none>"
+		if got != nil {
+			dest = got.Destination
+		}
+		return nil, fmt.Errorf("%w: stream %s transforms to %q, want %q", ErrPartitionMismatch, StreamName, dest, cfg.SubjectTransform.Destination)
+	}
+	return s, nil
+}

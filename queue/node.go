@@ -1,0 +1,188 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/bookline/bookline/actor"
+	"github.com/bookline/bookline/data"
+)
+
+// NodeConfig configures one bookline process's queue side.
+type NodeConfig struct {
+	// DataDir holds the bbolt index (index.db) and, when embedded, NATS's
+	// JetStream store (nats/).
+	DataDir string
+	// NATSURL empty starts an embedded server; otherwise the node connects
+	// to that JetStream server (comma-separated URLs).
+	NATSURL string
+	// NATSListen is the embedded server's client address ("" = in-process
+	// only).
+	NATSListen string
+	// SyncAlways makes the embedded JetStream fsync every message.
+	SyncAlways bool
+	// Partitions is the number of partitions (and writer goroutines).
+	Partitions int
+	// Replicas of the command stream when it is created.
+	Replicas int
+	// NATSOptions are extra options for an external connection.
+	NATSOptions []nats.Option
+	Logger      *slog.Logger
+}
+
+// Node is the running queue side of a bookline process: NATS connection
+// (and embedded server), the index, the partition writers and the client
+// that submits commands and waits for their answers.
+type Node struct {
+	Store  *data.Store
+	Client *Client
+	Parts  []*Partition
+	NC     *nats.Conn
+	JS     jetstream.JetStream
+
+	ns     *server.Server
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	log    *slog.Logger
+}
+
+// IndexFile is the bbolt index's path inside a data directory.
+func IndexFile(dataDir string) string { return filepath.Join(dataDir, "index.db") }
+
+// StartNode starts NATS (or connects), opens the index, ensures the stream
+// and starts one writer goroutine per partition. Partitions catch up in the
+// background; Ready reports when they have.
+func StartNode(cfg NodeConfig) (_ *Node, err error) {
+	if cfg.Partitions < 1 || cfg.Partitions > 1024 {
+		return nil, fmt.Errorf("queue: partitions must be 1..1024, got %d", cfg.Partitions)
+	}
+	if cfg.Replicas < 1 {
+		cfg.Replicas = 1
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	n := &Node{log: cfg.Logger}
+	defer func() {
+		if err != nil {
+			n.Close()
+		}
+	}()
+	if cfg.NATSURL == "" {
+		n.ns, err = StartEmbedded(EmbeddedConfig{StoreDir: StoreDirFor(cfg.DataDir), Listen: cfg.NATSListen, SyncAlways: cfg.SyncAlways})
+		if err != nil {
+			return nil, err
+		}
+		n.NC, err = ConnectEmbedded(n.ns, "bookline")
+	} else {
+		n.NC, err = Connect(cfg.NATSURL, "bookline", cfg.NATSOptions...)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("queue: connect nats: %w", err)
+	}
+	if n.JS, err = jetstream.New(n.NC); err != nil {
+		return nil, err
+	}
+	if n.Store, err = data.Open(IndexFile(cfg.DataDir)); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err = EnsureStream(ctx, n.JS, cfg.Partitions, cfg.Replicas); err != nil {
+		return nil, err
+	}
+	if n.Client, err = NewClient(n.NC, n.JS, n.lookup); err != nil {
+		return nil, err
+	}
+	runCtx, stop := context.WithCancel(context.Background())
+	n.cancel = stop
+	for i := 0; i < cfg.Partitions; i++ {
+		p := NewPartition(i, n.NC, n.JS, n.Store, cfg.Logger)
+		n.Parts = append(n.Parts, p)
+		n.wg.Add(1)
+		go func() {
+			defer n.wg.Done()
+			p.Run(runCtx)
+		}()
+	}
+	return n, nil
+}
+
+func (n *Node) lookup(calID, reqID string) (reply []byte, ok bool, err error) {
+	err = n.Store.View(func(tx *data.Tx) error {
+		rec, found, err := tx.Request(calID, reqID)
+		reply, ok = rec.Reply, found
+		return err
+	})
+	return reply, ok, err
+}
+
+// Lookup reads the recorded reply of a request id, if it was decided.
+func (n *Node) Lookup(calID, reqID string) ([]byte, bool, error) { return n.lookup(calID, reqID) }
+
+// ErrNotReady is returned by Ready while the node cannot serve.
+var ErrNotReady = errors.New("queue: not ready")
+
+// Ready returns nil once NATS is connected and every partition has caught
+// up with what the stream held when it started.
+func (n *Node) Ready() error {
+	if !n.NC.IsConnected() {
+		return fmt.Errorf("%w: nats %s", ErrNotReady, n.NC.Status())
+	}
+	for _, p := range n.Parts {
+		if !p.CaughtUp() {
+			return fmt.Errorf("%w: partition %d catching up (applied seq %d)", ErrNotReady, p.ID, p.AppliedSeq())
+		}
+	}
+	return nil
+}
+
+// ClientURL is the URL outside clients (importers) reach the embedded
+// server on, or "" when it listens in-process only or is external.
+func (n *Node) ClientURL() string {
+	if n.ns == nil || n.ns.Addr() == nil {
+		return ""
+	}
+	return n.ns.ClientURL()
+}
+
+// Close stops the writers (each finishes the batch it is applying: commit,
+// reply, ack), then closes the client, the index and NATS.
+func (n *Node) Close() error {
+	if n.cancel != nil {
+		n.cancel()
+	}
+	n.wg.Wait()
+	var errs []error
+	if n.Client != nil {
+		errs = append(errs, n.Client.Close())
+	}
+	if n.Store != nil {
+		errs = append(errs, n.Store.Close())
+	}
+	if n.NC != nil {
+		n.NC.Close()
+	}
+	if n.ns != nil {
+		n.ns.Shutdown()
+		n.ns.WaitForShutdown()
+	}
+	return errors.Join(errs...)
+}
+
+// Submit publishes a command and waits for its answer (see Client.Submit).
+func (n *Node) Submit(ctx context.Context, cmd *actor.Command, fingerprint string) ([]byte, error) {
+	return n.Client.Submit(ctx, cmd, fingerprint)
+}
+
+// View runs fn in a read-only transaction on the index.
+func (n *Node) View(fn func(*data.Tx) error) error { return n.Store.View(fn) }
