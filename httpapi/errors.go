@@ -16,6 +16,8 @@ const (
 	CodeNotFound         = "not_found"
 	CodePayloadTooLarge  = "payload_too_large"
 	CodeMethodNotAllowed = "method_not_allowed"
+	CodeRequestTimeout   = "request_timeout"
+	CodeHeadersTooLarge  = "headers_too_large"
 	CodeUnavailable      = "unavailable"
 	CodeInternal         = "internal"
 )
@@ -28,6 +30,8 @@ var statusOf = map[string]int{
 	actor.CodeBookingNotFound:      http.StatusNotFound,
 	CodeNotFound:                   http.StatusNotFound,
 	CodeMethodNotAllowed:           http.StatusMethodNotAllowed,
+	CodeRequestTimeout:             http.StatusRequestTimeout,
+	CodeHeadersTooLarge:            http.StatusRequestHeaderFieldsTooLarge,
 	actor.CodeSlotTaken:            http.StatusConflict,
 	CodePayloadTooLarge:            http.StatusRequestEntityTooLarge,
 	actor.CodeIdempotencyKeyReused: http.StatusUnprocessableEntity,
@@ -81,6 +85,15 @@ func (s *Server) errorHandler(c *fiber.Ctx, err error) error {
 			apiErr = &Error{Code: actor.CodeInvalidRequest, Message: fe.Message}
 		case fiber.StatusServiceUnavailable:
 			apiErr = &Error{Code: CodeUnavailable, Message: "service unavailable, retry later"}
+		case fiber.StatusRequestTimeout:
+			apiErr = &Error{Code: CodeRequestTimeout, Message: "request not received in time"}
+		case fiber.StatusRequestHeaderFieldsTooLarge:
+			apiErr = &Error{Code: CodeHeadersTooLarge, Message: "request headers too large"}
+		case fiber.StatusBadGateway:
+			// Fiber's name for a broken client connection: nobody is
+			// listening for this answer, and nothing is wrong inside.
+			s.log.Debug("client connection error", "err", fe.Message)
+			apiErr = &Error{Code: CodeInternal, Message: "connection error"}
 		default:
 			s.log.Error("http error", "path", c.Path(), "status", fe.Code, "err", fe.Message)
 			apiErr = &Error{Code: CodeInternal, Message: "internal error"}

@@ -26,8 +26,9 @@ var (
 	ErrPending = errors.New("queue: command stored, outcome pending")
 )
 
-// RecordLookup reads the recorded reply of a request, if it was decided.
-type RecordLookup func(calID, reqID string) (reply []byte, ok bool, err error)
+// RecordLookup answers a command from the index if its request id was
+// decided already (see actor.Recorded).
+type RecordLookup func(cmd *actor.Command, fingerprint string) (reply []byte, ok bool, err error)
 
 // Client publishes commands and waits for the writer's answer. It holds one
 // inbox subscription for the whole process and a table of waiters keyed by
@@ -59,7 +60,12 @@ func NewClient(nc *nats.Conn, js jetstream.JetStream, lookup RecordLookup) (*Cli
 }
 
 // Close unsubscribes the inbox; waiting Submits end with their context.
-func (c *Client) Close() error { return c.sub.Unsubscribe() }
+func (c *Client) Close() error {
+	if err := c.sub.Unsubscribe(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+		return err
+	}
+	return nil
+}
 
 func (c *Client) deliver(m *nats.Msg) {
 	token := m.Subject[len(c.prefix)+1:]
@@ -111,7 +117,7 @@ func (c *Client) Submit(ctx context.Context, cmd *actor.Command, fingerprint str
 	}
 	if ack.Duplicate {
 		// The first copy carries another reply subject; read its outcome.
-		return c.awaitRecord(ctx, cmd.CalendarID, cmd.RequestID)
+		return c.awaitRecord(ctx, cmd, fingerprint)
 	}
 	select {
 	case reply := <-ch:
@@ -122,10 +128,10 @@ func (c *Client) Submit(ctx context.Context, cmd *actor.Command, fingerprint str
 }
 
 // awaitRecord polls the request record until it exists or ctx ends.
-func (c *Client) awaitRecord(ctx context.Context, calID, reqID string) ([]byte, error) {
+func (c *Client) awaitRecord(ctx context.Context, cmd *actor.Command, fingerprint string) ([]byte, error) {
 	wait := time.Millisecond
 	for {
-		reply, ok, err := c.lookup(calID, reqID)
+		reply, ok, err := c.lookup(cmd, fingerprint)
 		if err != nil {
 			return nil, err
 		}

@@ -85,8 +85,7 @@ func StoreDirFor(dataDir string) string { return filepath.Join(dataDir, "nats") 
 // was created for the same partition count. Changing the partition count of
 // an existing stream would move calendars between partitions and break
 // per-calendar ordering, so it is refused.
-func EnsureStream(ctx context.Context, js jetstream.JetStream, partitions, replicas int) (jetstream.Stream, error) {
-	cfg := StreamConfig(partitions, replicas)
+func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
 	s, err := js.Stream(ctx, StreamName)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		s, err = js.CreateStream(ctx, cfg)

@@ -34,6 +34,9 @@ type NodeConfig struct {
 	Partitions int
 	// Replicas of the command stream when it is created.
 	Replicas int
+	// DuplicateWindow overrides the stream's Nats-Msg-Id window when the
+	// stream is created (default DuplicateWindow).
+	DuplicateWindow time.Duration
 	// NATSOptions are extra options for an external connection.
 	NATSOptions []nats.Option
 	Logger      *slog.Logger
@@ -50,6 +53,7 @@ type Node struct {
 	JS     jetstream.JetStream
 
 	ns     *server.Server
+	mu     sync.Mutex // guards cancel: starting and stopping the writers
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	log    *slog.Logger
@@ -97,27 +101,66 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err = EnsureStream(ctx, n.JS, cfg.Partitions, cfg.Replicas); err != nil {
+	scfg := StreamConfig(cfg.Partitions, cfg.Replicas)
+	if cfg.DuplicateWindow > 0 {
+		scfg.Duplicates = cfg.DuplicateWindow
+	}
+	if _, err = EnsureStream(ctx, n.JS, scfg); err != nil {
 		return nil, err
 	}
-	if n.Client, err = NewClient(n.NC, n.JS, n.lookup); err != nil {
+	if n.Client, err = NewClient(n.NC, n.JS, n.recorded); err != nil {
 		return nil, err
 	}
-	runCtx, stop := context.WithCancel(context.Background())
-	n.cancel = stop
 	for i := 0; i < cfg.Partitions; i++ {
-		p := NewPartition(i, n.NC, n.JS, n.Store, cfg.Logger)
-		n.Parts = append(n.Parts, p)
-		n.wg.Add(1)
-		go func() {
-			defer n.wg.Done()
-			p.Run(runCtx)
-		}()
+		n.Parts = append(n.Parts, NewPartition(i, n.NC, n.JS, n.Store, cfg.Logger))
 	}
+	n.StartWriters()
 	return n, nil
 }
 
-func (n *Node) lookup(calID, reqID string) (reply []byte, ok bool, err error) {
+// StartWriters starts one writer goroutine per partition. Each catches up
+// from the index's applied sequence first.
+func (n *Node) StartWriters() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.cancel != nil {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	n.cancel = cancel
+	for _, p := range n.Parts {
+		p.caughtUp.Store(false)
+		n.wg.Add(1)
+		go func() {
+			defer n.wg.Done()
+			p.Run(ctx)
+		}()
+	}
+}
+
+// StopWriters stops the writers after the batches in flight are committed,
+// answered and acked. Commands published meanwhile wait in the stream.
+func (n *Node) StopWriters() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.cancel == nil {
+		return
+	}
+	n.cancel()
+	n.wg.Wait()
+	n.cancel = nil
+}
+
+func (n *Node) recorded(cmd *actor.Command, fingerprint string) (reply []byte, ok bool, err error) {
+	err = n.Store.View(func(tx *data.Tx) error {
+		reply, ok, err = actor.Recorded(tx, cmd, fingerprint)
+		return err
+	})
+	return reply, ok, err
+}
+
+// Lookup reads the recorded reply of a request id, if it was decided.
+func (n *Node) Lookup(calID, reqID string) (reply []byte, ok bool, err error) {
 	err = n.Store.View(func(tx *data.Tx) error {
 		rec, found, err := tx.Request(calID, reqID)
 		reply, ok = rec.Reply, found
@@ -126,15 +169,18 @@ func (n *Node) lookup(calID, reqID string) (reply []byte, ok bool, err error) {
 	return reply, ok, err
 }
 
-// Lookup reads the recorded reply of a request id, if it was decided.
-func (n *Node) Lookup(calID, reqID string) ([]byte, bool, error) { return n.lookup(calID, reqID) }
-
 // ErrNotReady is returned by Ready while the node cannot serve.
 var ErrNotReady = errors.New("queue: not ready")
 
 // Ready returns nil once NATS is connected and every partition has caught
 // up with what the stream held when it started.
 func (n *Node) Ready() error {
+	n.mu.Lock()
+	running := n.cancel != nil
+	n.mu.Unlock()
+	if !running {
+		return fmt.Errorf("%w: partition writers stopped", ErrNotReady)
+	}
 	if !n.NC.IsConnected() {
 		return fmt.Errorf("%w: nats %s", ErrNotReady, n.NC.Status())
 	}
@@ -158,10 +204,7 @@ func (n *Node) ClientURL() string {
 // Close stops the writers (each finishes the batch it is applying: commit,
 // reply, ack), then closes the client, the index and NATS.
 func (n *Node) Close() error {
-	if n.cancel != nil {
-		n.cancel()
-	}
-	n.wg.Wait()
+	n.StopWriters()
 	var errs []error
 	if n.Client != nil {
 		errs = append(errs, n.Client.Close())

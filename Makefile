@@ -1,0 +1,48 @@
+# bookline — make targets. `make run` starts the service (embedded NATS,
+# data in ./bookline-data); `make test` runs the test suite (what CI runs).
+GO       ?= go
+BIN      ?= bin/bookline
+PKGS     ?= ./...
+TESTFLAGS ?= -race -count=1 -timeout 15m
+
+.PHONY: all build run test test-short lint fmt vet fuzz bench clean
+
+all: lint test build
+
+build:
+	$(GO) build -o $(BIN) ./cmd/bookline
+
+run: build
+	./$(BIN) serve
+
+# The test suite: unit, end-to-end (embedded NATS + real bbolt files) and the
+# kill -9 subprocess test. Needs only Go; everything else starts in-process.
+test:
+	$(GO) test $(TESTFLAGS) $(PKGS)
+
+# Skips the slow tests (subprocess kill -9, large property runs).
+test-short:
+	$(GO) test -short $(TESTFLAGS) $(PKGS)
+
+lint: vet
+	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+vet:
+	$(GO) vet $(PKGS)
+
+fmt:
+	gofmt -w .
+
+# Coverage-guided fuzzing of the command decoder and apply path (the
+# checked-in corpus already runs in `make test`).
+FUZZTIME ?= 60s
+fuzz:
+	$(GO) test -run='^$$' -fuzz=FuzzDecodeApply -fuzztime=$(FUZZTIME) ./actor
+
+# Go micro- and end-to-end benchmarks, benchstat-comparable (count=6).
+BENCH ?= .
+bench:
+	$(GO) test -run='^$$' -bench='$(BENCH)' -benchmem -count=6 ./data ./actor ./httpapi | tee bench.txt
+
+clean:
+	rm -rf bin bench.txt

@@ -1,0 +1,154 @@
+// Package datatest holds test helpers for code built on package data. It is
+// imported by tests only, so none of it ships in the binary.
+package datatest
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"testing"
+
+	"github.com/bookline/bookline/data"
+)
+
+// MustOpen opens a store in a fresh temporary directory. At the end of the
+// test it checks the index invariants (CheckInvariants), then closes the
+// store.
+func MustOpen(tb testing.TB) *data.Store {
+	tb.Helper()
+	s, err := data.Open(filepath.Join(tb.TempDir(), "index.db"))
+	if err != nil {
+		tb.Fatalf("datatest: open store: %v", err)
+	}
+	tb.Cleanup(func() {
+		CheckInvariants(tb, s)
+		if err := s.Close(); err != nil {
+			tb.Errorf("datatest: close store: %v", err)
+		}
+	})
+	return s
+}
+
+// CheckInvariants fails tb if the index of s is inconsistent:
+//
+//   - two confirmed bookings of one calendar overlap ([start, end) intervals);
+//   - a slot has no booking record, or its record is not confirmed, or its
+//     record has other times;
+//   - a booking record with status confirmed has no slot;
+//   - a booking record belongs to another calendar than the one it is filed
+//     under, or its interval is empty.
+//
+// Every calendar listed by Tx.CalendarIDs is checked. It reports every
+// violation it finds (up to a limit per calendar), not only the first.
+func CheckInvariants(tb testing.TB, s *data.Store) {
+	tb.Helper()
+	err := s.View(func(tx *data.Tx) error {
+		CheckTx(tb, tx)
+		return nil
+	})
+	if err != nil {
+		tb.Errorf("datatest: invariants: read index: %v", err)
+	}
+}
+
+// CheckTx is CheckInvariants on the state seen by tx, which may be a
+// read-write transaction that is still open (its own writes included).
+func CheckTx(tb testing.TB, tx *data.Tx) {
+	tb.Helper()
+	for _, calID := range tx.CalendarIDs() {
+		for _, p := range checkCalendar(tx, calID) {
+			tb.Errorf("datatest: invariant violated: %s", p)
+		}
+	}
+}
+
+// maxProblems bounds the violations reported per calendar, so that a broken
+// index of 100k bookings does not flood the test log.
+const maxProblems = 20
+
+func checkCalendar(tx *data.Tx, calID string) []string {
+	var problems []string
+	report := func(format string, args ...any) error {
+		problems = append(problems, fmt.Sprintf("calendar %q: ", calID)+fmt.Sprintf(format, args...))
+		if len(problems) >= maxProblems {
+			return errTooMany
+		}
+		return nil
+	}
+
+	// Slots: ordered by start; since confirmed bookings never overlap, each
+	// must start at or after the greatest end seen so far.
+	slotted := make(map[string]bool)
+	var (
+		prevID   string
+		reach    data.Interval
+		havePrev bool
+	)
+	err := tx.ForEachConfirmed(calID, func(id string, iv data.Interval) error {
+		if slotted[id] {
+			if err := report("booking %s has more than one slot", id); err != nil {
+				return err
+			}
+		}
+		slotted[id] = true
+		if !iv.Start.Before(iv.End) {
+			if err := report("slot of booking %s is empty or reversed: [%s, %s)", id, iv.Start, iv.End); err != nil {
+				return err
+			}
+		}
+		if havePrev && reach.Overlaps(iv) {
+			if err := report("confirmed bookings %s [%s, %s) and %s [%s, %s) overlap",
+				prevID, reach.Start, reach.End, id, iv.Start, iv.End); err != nil {
+				return err
+			}
+		}
+		// Keep the interval reaching furthest, so that an overlap with any
+		// earlier booking is seen, not only with the one just before.
+		if !havePrev || iv.End.After(reach.End) {
+			prevID, reach, havePrev = id, iv, true
+		}
+		bk, err := tx.Booking(calID, id)
+		switch {
+		case errors.Is(err, data.ErrNotFound):
+			return report("slot [%s, %s) of booking %s has no booking record", iv.Start, iv.End, id)
+		case err != nil:
+			return report("booking %s: %v", id, err)
+		}
+		if bk.Status != data.StatusConfirmed {
+			if err := report("booking %s has a slot but status %q", id, bk.Status); err != nil {
+				return err
+			}
+		}
+		if !bk.Start.Equal(iv.Start) || !bk.End.Equal(iv.End) {
+			if err := report("booking %s is [%s, %s) but its slot is [%s, %s)", id, bk.Start, bk.End, iv.Start, iv.End); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, errTooMany) {
+		problems = append(problems, fmt.Sprintf("calendar %q: walk slots: %v", calID, err))
+	}
+	if len(problems) >= maxProblems {
+		return problems
+	}
+
+	// Booking records: every confirmed one must have been seen as a slot.
+	err = tx.ForEachBooking(calID, func(bk data.Booking) error {
+		if bk.CalendarID != calID {
+			if err := report("booking %s is filed under calendar %q but says %q", bk.ID, calID, bk.CalendarID); err != nil {
+				return err
+			}
+		}
+		if bk.Status == data.StatusConfirmed && !slotted[bk.ID] {
+			return report("confirmed booking %s [%s, %s) has no slot", bk.ID, bk.Start, bk.End)
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, errTooMany) {
+		problems = append(problems, fmt.Sprintf("calendar %q: walk bookings: %v", calID, err))
+	}
+	return problems
+}
+
+var errTooMany = errors.New("too many problems")

@@ -1,0 +1,231 @@
+package httpapi_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/bookline/bookline/data/datatest"
+	"github.com/bookline/bookline/httpapi"
+	"github.com/bookline/bookline/queue"
+)
+
+// harness is one bookline process in-test: embedded NATS, a real bbolt
+// file, the partition writers and the Fiber API on a loopback port.
+type harness struct {
+	t    testing.TB
+	dir  string
+	node *queue.Node
+	api  *httpapi.Server
+	URL  string
+	done chan struct{}
+}
+
+type options struct {
+	partitions      int
+	replyTimeout    time.Duration
+	duplicateWindow time.Duration
+}
+
+// start boots bookline on dir (t.TempDir() when empty). The process is
+// stopped at cleanup, after checking the index invariants.
+func start(t testing.TB, dir string, o options) *harness {
+	t.Helper()
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	if o.partitions == 0 {
+		o.partitions = 4
+	}
+	if o.replyTimeout == 0 {
+		o.replyTimeout = 10 * time.Second
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	node, err := queue.StartNode(queue.NodeConfig{DataDir: dir, Partitions: o.partitions, DuplicateWindow: o.duplicateWindow, Logger: log})
+	if err != nil {
+		t.Fatalf("start node: %v", err)
+	}
+	h := &harness{t: t, dir: dir, node: node, done: make(chan struct{})}
+	h.api = httpapi.New(node, httpapi.Config{ReplyTimeout: o.replyTimeout, Logger: log})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.URL = "http://" + ln.Addr().String()
+	go func() {
+		defer close(h.done)
+		_ = h.api.App().Listener(ln)
+	}()
+	t.Cleanup(h.stop)
+	checkFor(t, 20*time.Second, func() error { return node.Ready() })
+	return h
+}
+
+// stop shuts the process down cleanly (idempotent), checking invariants.
+func (h *harness) stop() {
+	if h.node == nil {
+		return
+	}
+	httpClient.CloseIdleConnections()
+	_ = h.api.App().Shutdown()
+	<-h.done
+	datatest.CheckInvariants(h.t, h.node.Store)
+	if err := h.node.Close(); err != nil {
+		h.t.Errorf("close node: %v", err)
+	}
+	h.node = nil
+}
+
+// checkFor polls fn until it returns nil or the deadline passes.
+func checkFor(t testing.TB, timeout time.Duration, fn func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	wait := time.Millisecond
+	for {
+		err := fn()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("condition not met after %s: %v", timeout, err)
+		}
+		time.Sleep(wait)
+		wait = min(2*wait, 100*time.Millisecond)
+	}
+}
+
+var httpClient = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 256}}
+
+type response struct {
+	Status int
+	Header http.Header
+	Body   []byte
+}
+
+func (r response) json(t testing.TB, v any) {
+	t.Helper()
+	if err := json.Unmarshal(r.Body, v); err != nil {
+		t.Fatalf("decode %q: %v", r.Body, err)
+	}
+}
+
+// errorCode returns error.code of an error body.
+func (r response) errorCode(t testing.TB) string {
+	t.Helper()
+	var e struct {
+		Error struct {
+			Code    string `json:"code"`
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	r.json(t, &e)
+	if e.Error.Message == "" {
+		t.Errorf("error body without message: %s", r.Body)
+	}
+	return e.Error.Code
+}
+
+func (h *harness) do(method, path string, body any, headers ...string) response {
+	h.t.Helper()
+	r, err := h.try(method, path, body, headers...)
+	if err != nil {
+		h.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	return r
+}
+
+func (h *harness) try(method, path string, body any, headers ...string) (response, error) {
+	var rd io.Reader
+	switch b := body.(type) {
+	case nil:
+	case string:
+		rd = bytes.NewBufferString(b)
+	case []byte:
+		rd = bytes.NewReader(b)
+	default:
+		j, err := json.Marshal(b)
+		if err != nil {
+			return response{}, err
+		}
+		rd = bytes.NewReader(j)
+	}
+	req, err := http.NewRequest(method, h.URL+path, rd)
+	if err != nil {
+		return response{}, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	resp, err := httpClient.Do(req)
+	if err != nil {
+		return response{}, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return response{Status: resp.StatusCode, Header: resp.Header, Body: b}, err
+}
+
+func (h *harness) mustStatus(r response, want int) {
+	h.t.Helper()
+	if r.Status != want {
+		h.t.Fatalf("status %d, want %d; body %s", r.Status, want, r.Body)
+	}
+}
+
+func (h *harness) createCalendar(id, tz string) {
+	h.t.Helper()
+	r := h.do("PUT", "/v1/calendars/"+id, map[string]string{"timezone": tz, "name": id})
+	if r.Status != http.StatusCreated && r.Status != http.StatusOK {
+		h.t.Fatalf("create calendar %s: %d %s", id, r.Status, r.Body)
+	}
+}
+
+type booking struct {
+	ID         string          `json:"id"`
+	CalendarID string          `json:"calendar_id"`
+	Start      time.Time       `json:"start"`
+	End        time.Time       `json:"end"`
+	Customer   string          `json:"customer"`
+	Status     string          `json:"status"`
+	CreatedAt  time.Time       `json:"created_at"`
+	Metadata   json.RawMessage `json:"metadata"`
+}
+
+func bookingBody(start time.Time, d time.Duration, customer string) map[string]any {
+	return map[string]any{
+		"start":    start.UTC().Format(time.RFC3339),
+		"end":      start.Add(d).UTC().Format(time.RFC3339),
+		"customer": customer,
+	}
+}
+
+// listAll pages through every confirmed booking of a calendar.
+func (h *harness) listAll(cal string) []booking {
+	h.t.Helper()
+	var all []booking
+	cursor := ""
+	for {
+		path := "/v1/calendars/" + cal + "/bookings?limit=1000"
+		if cursor != "" {
+			path += "&cursor=" + cursor
+		}
+		r := h.do("GET", path, nil)
+		h.mustStatus(r, http.StatusOK)
+		var page struct {
+			Bookings   []booking `json:"bookings"`
+			NextCursor *string   `json:"next_cursor"`
+		}
+		r.json(h.t, &page)
+		all = append(all, page.Bookings...)
+		if page.NextCursor == nil {
+			return all
+		}
+		cursor = *page.NextCursor
+	}
+}
