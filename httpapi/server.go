@@ -95,6 +95,22 @@ func (s *Server) routes() {
 	v1.Get("/calendars/:calendarId/bookings/:bookingId", s.getBooking)
 	v1.Delete("/calendars/:calendarId/bookings/:bookingId", s.cancelBooking)
 	v1.Get("/calendars/:calendarId/requests/:requestId", s.getRequest)
+	v1.Get("/admin/digest", s.digest)
+}
+
+// digest returns the index digest (applied sequence per partition, a hash
+// per calendar) taken in one read transaction; `bookline verify` compares
+// it with a replay of the stream stopped at exactly those sequences.
+func (s *Server) digest(c *fiber.Ctx) error {
+	var d data.Digest
+	err := s.backend.View(func(tx *data.Tx) (err error) {
+		d, err = tx.Digest()
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	return c.JSON(d)
 }
 
 func (s *Server) healthz(c *fiber.Ctx) error {

@@ -33,6 +33,9 @@ const (
 	// HeaderRequestID carries the request id for tracing; the command body's
 	// request_id is authoritative.
 	HeaderRequestID = "Bookline-Request-Id"
+	// HeaderCommandSeq, on outcome events, is the stream sequence of the
+	// command the event reports.
+	HeaderCommandSeq = "Bookline-Command-Seq"
 	// HeaderContentType is always application/json.
 	HeaderContentType = "Content-Type"
 

@@ -53,6 +53,7 @@ type Node struct {
 	JS     jetstream.JetStream
 
 	ns     *server.Server
+	events *eventPublisher
 	mu     sync.Mutex // guards cancel: starting and stopping the writers
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -105,14 +106,24 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 	if cfg.DuplicateWindow > 0 {
 		scfg.Duplicates = cfg.DuplicateWindow
 	}
-	if _, err = EnsureStream(ctx, n.JS, scfg); err != nil {
+	stream, err := EnsureStream(ctx, n.JS, scfg)
+	if err != nil {
 		return nil, err
 	}
+	if _, err = ensureEventStream(ctx, n.JS, cfg.Replicas); err != nil {
+		return nil, err
+	}
+	if _, err = reconcileIndex(ctx, stream, n.Store, cfg.Partitions, cfg.Logger); err != nil {
+		return nil, err
+	}
+	n.events = newEventPublisher(n.JS, n.Store, cfg.Logger)
 	if n.Client, err = NewClient(n.NC, n.JS, n.recorded); err != nil {
 		return nil, err
 	}
 	for i := 0; i < cfg.Partitions; i++ {
-		n.Parts = append(n.Parts, NewPartition(i, n.NC, n.JS, n.Store, cfg.Logger))
+		p := NewPartition(i, n.NC, n.JS, n.Store, cfg.Logger)
+		p.committed = n.events.notify
+		n.Parts = append(n.Parts, p)
 	}
 	n.StartWriters()
 	return n, nil
@@ -128,6 +139,11 @@ func (n *Node) StartWriters() {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	n.cancel = cancel
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		n.events.run(ctx)
+	}()
 	for _, p := range n.Parts {
 		p.caughtUp.Store(false)
 		n.wg.Add(1)

@@ -32,6 +32,8 @@ type Partition struct {
 
 	caughtUp atomic.Bool
 	applied  atomic.Uint64
+	// committed, when set, is called after every committed batch.
+	committed func()
 }
 
 // NewPartition prepares the writer of partition id.
@@ -178,6 +180,9 @@ func (p *Partition) apply(batch []jetstream.Msg) error {
 	})
 	if err != nil {
 		return err
+	}
+	if p.committed != nil {
+		p.committed()
 	}
 	for i, o := range out {
 		if !o.Skipped {

@@ -1,0 +1,248 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/bookline/bookline/data"
+	"github.com/bookline/bookline/queue"
+)
+
+// streamSource is where replay and verify read the command stream from:
+// a running NATS server, or the embedded store of a stopped bookline.
+type streamSource struct {
+	natsURL   string
+	sourceDir string
+}
+
+func (s *streamSource) flags(fsAdd func(p *string, name, value, usage string)) {
+	fsAdd(&s.natsURL, "nats-url", "nats://127.0.0.1:4222", "NATS server holding the command stream (a running bookline's embedded server listens here by default)")
+	fsAdd(&s.sourceDir, "source-dir", "", "read the stream from this stopped bookline's data directory instead (starts its embedded NATS in-process)")
+}
+
+// open connects to the stream; close releases what open started.
+func (s *streamSource) open() (js jetstream.JetStream, closeFn func(), err error) {
+	var nc *nats.Conn
+	closeFn = func() {}
+	if s.sourceDir != "" {
+		if _, err := os.Stat(queue.StoreDirFor(s.sourceDir)); err != nil {
+			return nil, closeFn, fmt.Errorf("--source-dir: %w", err)
+		}
+		ns, err := queue.StartEmbedded(queue.EmbeddedConfig{StoreDir: queue.StoreDirFor(s.sourceDir)})
+		if err != nil {
+			return nil, closeFn, err
+		}
+		if nc, err = queue.ConnectEmbedded(ns, "bookline-replay"); err != nil {
+			ns.Shutdown()
+			return nil, closeFn, err
+		}
+		closeFn = func() { nc.Close(); ns.Shutdown(); ns.WaitForShutdown() }
+	} else {
+		if nc, err = queue.Connect(s.natsURL, "bookline-replay", nats.MaxReconnects(0)); err != nil {
+			return nil, closeFn, fmt.Errorf("connect %s: %w", s.natsURL, err)
+		}
+		closeFn = nc.Close
+	}
+	js, err = jetstream.New(nc)
+	return js, closeFn, err
+}
+
+const replaySummary = `Rebuilds the index from the command stream into a new data directory,
+without replies, events or calendar side effects, and prints the digest of
+the resulting state. --to-seq / --to-time rebuild the state as it was at that
+point of the log.`
+
+func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var (
+		src     streamSource
+		dataDir string
+		toSeq   uint64
+		toTime  string
+		asJSON  bool
+	)
+	fs := newFlagSet("replay", stderr, replaySummary)
+	fs.StringVar(&dataDir, "data-dir", "", "new directory for the rebuilt index (must not hold an index yet)")
+	src.flags(fs.StringVar)
+	fs.Uint64Var(&toSeq, "to-seq", 0, "stop after this stream sequence (0 = the end)")
+	fs.StringVar(&toTime, "to-time", "", "stop before the first command stored after this RFC 3339 time")
+	fs.BoolVar(&asJSON, "json", false, "print the digest as JSON")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if dataDir == "" {
+		return errors.New("--data-dir is required")
+	}
+	opt := queue.ReplayOptions{ToSeq: toSeq}
+	if toTime != "" {
+		t, err := time.Parse(time.RFC3339Nano, toTime)
+		if err != nil {
+			return fmt.Errorf("--to-time: %w", err)
+		}
+		opt.ToTime = t
+	}
+	if toSeq > 0 && toTime != "" {
+		return errors.New("give --to-seq or --to-time, not both")
+	}
+	if _, err := os.Stat(queue.IndexFile(dataDir)); err == nil {
+		return fmt.Errorf("%s already exists: replay builds a new index", queue.IndexFile(dataDir))
+	}
+	js, closeSrc, err := src.open()
+	defer closeSrc()
+	if err != nil {
+		return err
+	}
+	store, err := data.Open(queue.IndexFile(dataDir))
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	opt.Progress = replayProgress(stderr)
+	st, err := queue.Replay(ctx, js, store, opt)
+	if err != nil {
+		return err
+	}
+	var d data.Digest
+	if err := store.View(func(tx *data.Tx) (err error) { d, err = tx.Digest(); return err }); err != nil {
+		return err
+	}
+	fmt.Fprintf(stderr, "replayed %d commands up to stream seq %d in %s (%.0f commands/s)\n",
+		st.Applied, st.LastSeq, st.Elapsed.Round(time.Millisecond), float64(st.Applied)/max(st.Elapsed.Seconds(), 1e-9))
+	return printDigest(stdout, d, asJSON)
+}
+
+func replayProgress(w io.Writer) func(applied, seq, last uint64) {
+	lastPrint := time.Now()
+	return func(applied, seq, last uint64) {
+		if time.Since(lastPrint) < time.Second {
+			return
+		}
+		lastPrint = time.Now()
+		fmt.Fprintf(w, "replay: %d commands applied, stream seq %d of %d\n", applied, seq, last)
+	}
+}
+
+func printDigest(w io.Writer, d data.Digest, asJSON bool) error {
+	if asJSON {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(d)
+	}
+	fmt.Fprintf(w, "digest %s\n", d.Total)
+	fmt.Fprintf(w, "calendars %d, bookings %d (confirmed %d), request records %d\n",
+		len(d.Calendars), d.Counts["bookings"], d.Counts["confirmed"], d.Counts["requests"])
+	parts := make([]int, 0, len(d.Applied))
+	for p := range d.Applied {
+		parts = append(parts, p)
+	}
+	sort.Ints(parts)
+	for _, p := range parts {
+		fmt.Fprintf(w, "partition %d applied seq %d\n", p, d.Applied[p])
+	}
+	return nil
+}
+
+const verifySummary = `Compares the live index with a fresh replay of the command stream and
+exits non-zero on any difference, naming the first differing calendar.
+Against a running server give --url (its digest comes from
+GET /v1/admin/digest and the replay stops exactly where each of its
+partitions is). For a stopped one give --data-dir (and --source-dir the same
+directory to read its embedded stream).`
+
+func runVerify(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var (
+		src     streamSource
+		url     string
+		dataDir string
+	)
+	fs := newFlagSet("verify", stderr, verifySummary)
+	fs.StringVar(&url, "url", "", "base URL of a running bookline (e.g. http://127.0.0.1:8080)")
+	fs.StringVar(&dataDir, "data-dir", "", "data directory of a stopped bookline")
+	src.flags(fs.StringVar)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if (url == "") == (dataDir == "") {
+		return errors.New("give exactly one of --url and --data-dir")
+	}
+	var live data.Digest
+	if url != "" {
+		resp, err := http.Get(strings.TrimRight(url, "/") + "/v1/admin/digest")
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != 200 {
+			b, _ := io.ReadAll(resp.Body)
+			return fmt.Errorf("digest from %s: %d %s", url, resp.StatusCode, b)
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&live); err != nil {
+			return err
+		}
+	} else {
+		store, err := data.Open(queue.IndexFile(dataDir))
+		if err != nil {
+			return err
+		}
+		err = store.View(func(tx *data.Tx) (err error) { live, err = tx.Digest(); return err })
+		store.Close()
+		if err != nil {
+			return err
+		}
+	}
+	tmp, err := os.MkdirTemp("", "bookline-verify-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	js, closeSrc, err := src.open()
+	defer closeSrc()
+	if err != nil {
+		return err
+	}
+	store, err := data.Open(queue.IndexFile(tmp))
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	stopAt := live.Applied
+	if stopAt == nil {
+		stopAt = map[int]uint64{}
+	}
+	var maxSeq uint64
+	for _, s := range stopAt {
+		maxSeq = max(maxSeq, s)
+	}
+	if maxSeq > 0 {
+		if _, err := queue.Replay(ctx, js, store, queue.ReplayOptions{ToSeq: maxSeq, StopAt: stopAt, Progress: replayProgress(stderr)}); err != nil {
+			return err
+		}
+	}
+	var fresh data.Digest
+	if err := store.View(func(tx *data.Tx) (err error) { fresh, err = tx.Digest(); return err }); err != nil {
+		return err
+	}
+	cal, differs := data.FirstDifference(live, fresh)
+	if !differs {
+		fmt.Fprintf(stdout, "ok: live index equals a replay of the stream (digest %s, %d calendars)\n", live.Total, len(live.Calendars))
+		return nil
+	}
+	if cal == "" {
+		fmt.Fprintf(stdout, "DIFFERENT: applied sequences differ (live %v, replay %v)\n", live.Applied, fresh.Applied)
+	} else {
+		fmt.Fprintf(stdout, "DIFFERENT: first differing calendar %q (live digest %s, replay %s)\n", cal, live.Total, fresh.Total)
+	}
+	return errVerifyFailed
+}
+
+var errVerifyFailed = errors.New("verify: the live index differs from a replay of the stream")

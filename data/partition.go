@@ -1,0 +1,58 @@
+package data
+
+import (
+	"encoding/binary"
+)
+
+var keyStreamID = []byte("stream") // identity of the stream the index was built from
+
+// StreamIdentity is the identity of the command stream this index was built
+// from ("" for a new index).
+func (t *Tx) StreamIdentity() string {
+	return string(t.tx.Bucket(bucketMeta).Get(keyStreamID))
+}
+
+// SetStreamIdentity records the identity of the command stream.
+func (t *Tx) SetStreamIdentity(id string) error {
+	return t.tx.Bucket(bucketMeta).Put(keyStreamID, []byte(id))
+}
+
+// ResetPartition forgets everything partition p derived from the stream:
+// every calendar for which belongs(id) is true, with its bookings, slots and
+// request records, and p's applied sequence. The partition then rebuilds
+// from the start of the stream.
+func (t *Tx) ResetPartition(p int, belongs func(calID string) bool) error {
+	root, cals := t.tx.Bucket(bucketCal), t.tx.Bucket(bucketCalendars)
+	var doomed [][]byte
+	for _, b := range []interface {
+		ForEach(func(k, v []byte) error) error
+	}{root, cals} {
+		_ = b.ForEach(func(k, _ []byte) error {
+			if belongs(string(k)) {
+				doomed = append(doomed, append([]byte(nil), k...))
+			}
+			return nil
+		})
+	}
+	for _, k := range doomed {
+		if root.Bucket(k) != nil {
+			if err := root.DeleteBucket(k); err != nil {
+				return err
+			}
+		}
+		if err := cals.Delete(k); err != nil {
+			return err
+		}
+	}
+	return t.tx.Bucket(bucketApplied).Delete(partitionKey(p))
+}
+
+// Applied lists every partition's applied sequence.
+func (t *Tx) Applied() map[int]uint64 {
+	out := map[int]uint64{}
+	_ = t.tx.Bucket(bucketApplied).ForEach(func(k, v []byte) error {
+		out[int(binary.BigEndian.Uint32(k))] = binary.BigEndian.Uint64(v)
+		return nil
+	})
+	return out
+}

@@ -1,0 +1,167 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/bookline/bookline/actor"
+	"github.com/bookline/bookline/data"
+)
+
+// Outcome events: every decided command produces one, on
+// bookline.evt.<calendar id>, kept in the BOOKLINE_EVT stream.
+const (
+	EventStreamName    = "BOOKLINE_EVT"
+	EventSubjectPrefix = "bookline.evt."
+	// EventSubjectInvalid carries outcomes of messages whose subject token
+	// is not a valid calendar id.
+	EventSubjectInvalid = "bookline.evt-invalid"
+	// EventDuplicateWindow dedupes re-sent events (Nats-Msg-Id "evt-<seq>")
+	// after a crash between publishing and deleting them from the outbox.
+	EventDuplicateWindow = 10 * time.Minute
+)
+
+// EventSubject is the subject outcome events of calID are published on.
+func EventSubject(calID string) string {
+	if !actor.ValidCalendarID(calID) {
+		return EventSubjectInvalid
+	}
+	return EventSubjectPrefix + calID
+}
+
+// EventStreamConfig is the configuration of the outcome event stream.
+func EventStreamConfig(replicas int) jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:        EventStreamName,
+		Description: "bookline outcome events (accepted / rejected / cancelled), one per decided command",
+		Subjects:    []string{EventSubjectPrefix + "*", EventSubjectInvalid},
+		Storage:     jetstream.FileStorage,
+		Retention:   jetstream.LimitsPolicy,
+		Duplicates:  EventDuplicateWindow,
+		Replicas:    replicas,
+	}
+}
+
+// eventPublisher drains the index's event outbox to the event stream. It
+// runs beside the writers, never on their path: a slow or absent event
+// stream delays events, never bookings.
+type eventPublisher struct {
+	js    jetstream.JetStream
+	store *data.Store
+	log   *slog.Logger
+	kick  chan struct{}
+}
+
+func newEventPublisher(js jetstream.JetStream, store *data.Store, log *slog.Logger) *eventPublisher {
+	return &eventPublisher{js: js, store: store, log: log.With("component", "events"), kick: make(chan struct{}, 1)}
+}
+
+// notify tells the publisher that new events were committed.
+func (e *eventPublisher) notify() {
+	select {
+	case e.kick <- struct{}{}:
+	default:
+	}
+}
+
+const eventBatch = 1024
+
+func (e *eventPublisher) run(ctx context.Context) {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	backoff := 100 * time.Millisecond
+	for {
+		n, err := e.drainOnce(ctx)
+		switch {
+		case err != nil && ctx.Err() == nil && !errors.Is(err, data.ErrClosed):
+			e.log.Warn("publishing outcome events", "err", err)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, 5*time.Second)
+			continue
+		case n == eventBatch:
+			continue // more queued
+		}
+		backoff = 100 * time.Millisecond
+		select {
+		case <-ctx.Done():
+			return
+		case <-e.kick:
+		case <-tick.C:
+		}
+	}
+}
+
+// drainOnce publishes up to one batch of queued events and deletes the ones
+// JetStream acknowledged.
+func (e *eventPublisher) drainOnce(ctx context.Context) (int, error) {
+	var evs []data.Event
+	if err := e.store.View(func(tx *data.Tx) (err error) {
+		evs, err = tx.PendingEvents(eventBatch)
+		return err
+	}); err != nil || len(evs) == 0 {
+		return 0, err
+	}
+	futures := make([]jetstream.PubAckFuture, len(evs))
+	for i, ev := range evs {
+		m := nats.NewMsg(EventSubject(ev.Calendar))
+		m.Data = ev.Payload
+		m.Header.Set(HeaderSchema, strconv.Itoa(actor.SchemaVersion))
+		m.Header.Set(HeaderContentType, "application/json")
+		m.Header.Set(HeaderCommandSeq, strconv.FormatUint(ev.Seq, 10))
+		f, err := e.js.PublishMsgAsync(m, jetstream.WithMsgID("evt-"+strconv.FormatUint(ev.Seq, 10)), jetstream.WithExpectStream(EventStreamName))
+		if err != nil {
+			evs = evs[:i]
+			futures = futures[:i]
+			break
+		}
+		futures[i] = f
+	}
+	var done []uint64
+	var firstErr error
+	wait, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+acks:
+	for i, f := range futures {
+		select {
+		case <-f.Ok():
+			done = append(done, evs[i].Seq)
+		case err := <-f.Err():
+			if firstErr == nil {
+				firstErr = err
+			}
+		case <-wait.Done():
+			if firstErr == nil {
+				firstErr = errors.New("timed out waiting for event acks")
+			}
+			break acks
+		}
+	}
+	if len(done) > 0 {
+		if err := e.store.Commit(func(tx *data.Tx) error { return tx.DeleteEvents(done) }); err != nil {
+			return 0, err
+		}
+	}
+	if firstErr != nil {
+		return len(done), fmt.Errorf("event stream: %w", firstErr)
+	}
+	return len(done), nil
+}
+
+func ensureEventStream(ctx context.Context, js jetstream.JetStream, replicas int) (jetstream.Stream, error) {
+	s, err := js.CreateOrUpdateStream(ctx, EventStreamConfig(replicas))
+	if err != nil {
+		return nil, fmt.Errorf("queue: event stream: %w", err)
+	}
+	return s, nil
+}

@@ -1,0 +1,101 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/bookline/bookline/data"
+)
+
+// parseStoredSubject splits bookline.part.<p>.<calendar>.
+func parseStoredSubject(subj string) (partition int, cal string, ok bool) {
+	rest, ok := strings.CutPrefix(subj, PartitionSubjectPrefix)
+	if !ok {
+		return 0, "", false
+	}
+	ps, cal, ok := strings.Cut(rest, ".")
+	if !ok {
+		return 0, "", false
+	}
+	p, err := strconv.Atoi(ps)
+	return p, cal, err == nil
+}
+
+// streamIdentity names one incarnation of the command stream: a stream
+// deleted and created again under the same name is another history.
+func streamIdentity(info *jetstream.StreamInfo) string {
+	return info.Config.Name + "@" + info.Created.UTC().Format(time.RFC3339Nano)
+}
+
+// reconcileIndex compares what the index says it applied with what the
+// stream holds, before any writer starts. A partition whose index is ahead
+// of the stream (the stream lost its unsynced tail in a power loss, or was
+// recreated) is not served from the index: its calendars are dropped and it
+// rebuilds from the stream. It returns the partitions it reset.
+func reconcileIndex(ctx context.Context, s jetstream.Stream, store *data.Store, partitions int, log *slog.Logger) ([]int, error) {
+	info, err := s.Info(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("queue: stream info: %w", err)
+	}
+	identity := streamIdentity(info)
+	var (
+		known   string
+		applied map[int]uint64
+	)
+	if err := store.View(func(tx *data.Tx) error {
+		known, applied = tx.StreamIdentity(), tx.Applied()
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	reasons := map[int]string{}
+	for p, a := range applied {
+		switch {
+		case a == 0:
+		case known != "" && known != identity:
+			reasons[p] = fmt.Sprintf("index was built from stream %s, the stream now is %s", known, identity)
+		case p >= partitions:
+			reasons[p] = fmt.Sprintf("partition %d does not exist with %d partitions", p, partitions)
+		case a > info.State.LastSeq:
+			reasons[p] = fmt.Sprintf("index applied up to seq %d but the stream ends at seq %d", a, info.State.LastSeq)
+		case a >= info.State.FirstSeq:
+			m, err := s.GetMsg(ctx, a)
+			if errors.Is(err, jetstream.ErrMsgNotFound) {
+				reasons[p] = fmt.Sprintf("index applied seq %d, which the stream does not have", a)
+				break
+			} else if err != nil {
+				return nil, fmt.Errorf("queue: read stream seq %d: %w", a, err)
+			}
+			if mp, _, ok := parseStoredSubject(m.Subject); !ok || mp != p {
+				reasons[p] = fmt.Sprintf("stream seq %d is %s, not a message of partition %d: the stream's history differs from the index's", a, m.Subject, p)
+			}
+		}
+	}
+	var reset []int
+	err = store.Commit(func(tx *data.Tx) error {
+		reset = reset[:0]
+		for p, why := range reasons {
+			if err := tx.ResetPartition(p, func(cal string) bool { return PartitionOf(cal, partitions) == p }); err != nil {
+				return err
+			}
+			reset = append(reset, p)
+			_ = why
+		}
+		return tx.SetStreamIdentity(identity)
+	})
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range reset {
+		log.Error("INDEX AHEAD OF STREAM: not serving this partition from the index; rebuilding it from the stream",
+			"partition", p, "reason", reasons[p])
+	}
+	return reset, nil
+}

@@ -1,0 +1,149 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/bookline/bookline/actor"
+	"github.com/bookline/bookline/data"
+)
+
+// ReplayOptions bound a replay of the command stream.
+type ReplayOptions struct {
+	// ToSeq stops after this stream sequence (0: the stream's last sequence
+	// when the replay starts).
+	ToSeq uint64
+	// ToTime, when set, stops before the first command stored after it.
+	ToTime time.Time
+	// StopAt, when set, applies partition p's commands only up to
+	// StopAt[p] (used by verify to rebuild the exact point a live index
+	// is at).
+	StopAt map[int]uint64
+	// Progress, when set, is called after every committed chunk.
+	Progress func(applied, seq, last uint64)
+}
+
+// ReplayStats describes a finished replay.
+type ReplayStats struct {
+	Applied uint64 // commands applied
+	LastSeq uint64 // last stream sequence read
+	Elapsed time.Duration
+}
+
+// ErrIndexNotEmpty is returned when replaying into an index that already
+// holds state.
+var ErrIndexNotEmpty = errors.New("queue: replay needs a new, empty index")
+
+// replayChunk is how many commands one replay transaction applies.
+const replayChunk = 16384
+
+// Replay rebuilds an index from the command stream with the same decode and
+// apply code the writers use, but sends no replies and no events and has no
+// side effects: the event outbox it fills is dropped at the end.
+func Replay(ctx context.Context, js jetstream.JetStream, store *data.Store, opt ReplayOptions) (ReplayStats, error) {
+	began := time.Now()
+	var st ReplayStats
+	empty := true
+	if err := store.View(func(tx *data.Tx) error {
+		empty = len(tx.Applied()) == 0 && len(tx.CalendarIDs()) == 0
+		return nil
+	}); err != nil {
+		return st, err
+	}
+	if !empty {
+		return st, ErrIndexNotEmpty
+	}
+	s, err := js.Stream(ctx, StreamName)
+	if err != nil {
+		return st, fmt.Errorf("queue: command stream: %w", err)
+	}
+	info := s.CachedInfo()
+	last := info.State.LastSeq
+	if opt.ToSeq > 0 && opt.ToSeq < last {
+		last = opt.ToSeq
+	}
+	identity := streamIdentity(info)
+	if last == 0 || last < info.State.FirstSeq {
+		return st, store.Commit(func(tx *data.Tx) error { return tx.SetStreamIdentity(identity) })
+	}
+	cons, err := js.OrderedConsumer(ctx, StreamName, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{PartitionSubjectPrefix + ">"},
+	})
+	if err != nil {
+		return st, fmt.Errorf("queue: replay consumer: %w", err)
+	}
+	it, err := cons.Messages(jetstream.PullMaxMessages(4 * replayChunk))
+	if err != nil {
+		return st, err
+	}
+	defer it.Stop()
+
+	chunk := map[int][]actor.Decoded{}
+	pending := 0
+	flush := func(final bool) error {
+		err := store.Commit(func(tx *data.Tx) error {
+			for p, batch := range chunk {
+				if _, err := actor.Apply(tx, p, batch); err != nil {
+					return err
+				}
+			}
+			if final {
+				if err := tx.ClearEvents(); err != nil {
+					return err
+				}
+				return tx.SetStreamIdentity(identity)
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		st.Applied += uint64(pending)
+		clear(chunk)
+		pending = 0
+		if opt.Progress != nil {
+			opt.Progress(st.Applied, st.LastSeq, last)
+		}
+		return nil
+	}
+	for st.LastSeq < last {
+		if err := ctx.Err(); err != nil {
+			return st, err
+		}
+		m, err := it.Next()
+		if err != nil {
+			return st, fmt.Errorf("queue: replay read: %w", err)
+		}
+		meta, err := m.Metadata()
+		if err != nil {
+			return st, err
+		}
+		seq := meta.Sequence.Stream
+		if seq > last || (!opt.ToTime.IsZero() && meta.Timestamp.After(opt.ToTime)) {
+			break
+		}
+		st.LastSeq = seq
+		if meta.NumPending == 0 {
+			last = seq // nothing more stored (the last sequences may be deleted)
+		}
+		p, cal, ok := parseStoredSubject(m.Subject())
+		if !ok || (opt.StopAt != nil && seq > opt.StopAt[p]) {
+			continue
+		}
+		chunk[p] = append(chunk[p], actor.Decode(actor.Input{Seq: seq, At: meta.Timestamp, SubjectCalendar: cal, Data: m.Data()}))
+		if pending++; pending >= replayChunk {
+			if err := flush(false); err != nil {
+				return st, err
+			}
+		}
+	}
+	if err := flush(true); err != nil {
+		return st, err
+	}
+	st.Elapsed = time.Since(began)
+	return st, nil
+}
