@@ -83,7 +83,7 @@ func Decode(in Input) Decoded {
 		d.Cmd = Command{}
 		return reject(CodeInvalidCommand, "command is not valid JSON for the schema: "+err.Error(), nil)
 	}
-	if dec.More() {
+	if trailingData(in.Data, dec) {
 		return reject(CodeInvalidCommand, "trailing data after the command", nil)
 	}
 	if d.Cmd.V < 1 || d.Cmd.V > SchemaVersion {
@@ -108,8 +108,8 @@ func Decode(in Input) Decoded {
 // Output is the result of one applied (or skipped) message.
 type Output struct {
 	Seq uint64
-	// Reply is the encoded Reply; nil for a redelivered message that left no
-	// record (an invalid command without a request id).
+	// Reply is the encoded Reply; nil only for a redelivered valid command
+	// whose request record is missing (the index does not hold it).
 	Reply []byte
 	// Skipped is true when the message had already been applied before
 	// (redelivery): nothing was changed and Reply is the recorded answer.
@@ -128,13 +128,22 @@ func Apply(tx *data.Tx, partition int, batch []Decoded) ([]Output, error) {
 		out[i].Seq = d.Seq
 		if d.Seq <= applied {
 			out[i].Skipped = true
-			if d.Reject == nil {
-				reply, _, err := recorded(tx, d)
+			if d.Reject != nil {
+				// A rejection depends on the message alone, so the
+				// answer given the first time is decided again, byte
+				// for byte, whether or not it was recorded.
+				reply, err := json.Marshal(d.Reject)
 				if err != nil {
 					return nil, err
 				}
 				out[i].Reply = reply
+				continue
 			}
+			reply, _, err := recorded(tx, d)
+			if err != nil {
+				return nil, err
+			}
+			out[i].Reply = reply
 			continue
 		}
 		reply, err := decide(tx, d)
@@ -143,6 +152,15 @@ func Apply(tx *data.Tx, partition int, batch []Decoded) ([]Output, error) {
 		}
 		out[i].Reply = reply
 		applied = d.Seq
+		// Every decided command leaves its outcome event in the outbox,
+		// in this same transaction (see queue's event publisher).
+		cal := d.Cmd.CalendarID
+		if d.Reject != nil {
+			cal = d.Reject.CalendarID
+		}
+		if err := tx.PutEvent(data.Event{Seq: d.Seq, Calendar: cal, Payload: reply}); err != nil {
+			return nil, err
+		}
 	}
 	if len(batch) > 0 {
 		if err := tx.SetAppliedSeq(partition, applied); err != nil {

@@ -111,7 +111,7 @@ func CanonicalMetadata(raw json.RawMessage) (json.RawMessage, error) {
 	if err := dec.Decode(&obj); err != nil || obj == nil {
 		return nil, fmt.Errorf("must be a JSON object")
 	}
-	if dec.More() {
+	if trailingData(raw, dec) {
 		return nil, fmt.Errorf("must be a single JSON object")
 	}
 	out, err := json.Marshal(obj)
@@ -228,4 +228,12 @@ func (c *Command) Fingerprint() string {
 	b, _ := json.Marshal(body)
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:16])
+}
+
+// trailingData reports whether anything but JSON white space follows the
+// value dec has just decoded from data. (Decoder.More is not enough: it
+// reports false for a stray '}' or ']' after the value.)
+func trailingData(data []byte, dec *json.Decoder) bool {
+	rest := data[dec.InputOffset():]
+	return len(bytes.TrimLeft(rest, " \t\r\n")) > 0
 }

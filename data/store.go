@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -47,6 +48,9 @@ type Store struct {
 	reqs chan *commitReq
 	quit chan struct{}
 	done chan struct{}
+
+	closeOnce sync.Once
+	closeErr  error
 }
 
 type commitReq struct {
@@ -93,15 +97,15 @@ func Open(path string) (*Store, error) {
 
 // Close waits for the commit in progress, then closes the file. Commits
 // requested afterwards fail with ErrClosed.
+// Close may be called more than once, also concurrently; every call returns
+// the result of the first.
 func (s *Store) Close() error {
-	select {
-	case <-s.quit:
-		return nil
-	default:
-	}
-	close(s.quit)
-	<-s.done
-	return s.db.Close()
+	s.closeOnce.Do(func() {
+		close(s.quit)
+		<-s.done
+		s.closeErr = s.db.Close()
+	})
+	return s.closeErr
 }
 
 // Path is the file the index lives in.
@@ -121,13 +125,33 @@ func (s *Store) View(fn func(*Tx) error) error {
 // If fn returns an error, nothing it wrote is kept and Commit returns that
 // error.
 func (s *Store) Commit(fn func(*Tx) error) error {
+	// Checked first because a select with both cases ready picks one at
+	// random: without this, a Commit after Close could enqueue anyway.
+	select {
+	case <-s.quit:
+		return ErrClosed
+	default:
+	}
 	r := &commitReq{fn: fn, err: make(chan error, 1)}
 	select {
 	case s.reqs <- r:
 	case <-s.quit:
 		return ErrClosed
 	}
-	return <-r.err
+	select {
+	case err := <-r.err:
+		return err
+	case <-s.done:
+		// The commit loop has exited. It answers everything it took before
+		// it closes done, so an answer, if any, is already there; a request
+		// still in the queue (Close raced with this call) was never run.
+		select {
+		case err := <-r.err:
+			return err
+		default:
+			return ErrClosed
+		}
+	}
 }
 
 // maxGroup bounds the number of callers sharing one transaction.
@@ -314,7 +338,8 @@ func slotKey(start time.Time, id string) []byte {
 }
 
 // PutBooking stores bk and keeps the slot index in step with its status:
-// a confirmed booking occupies its interval, a cancelled one does not. The
+// a confirmed booking occupies its interval, a cancelled one does not. If bk
+// replaces a record with another start, the old slot is removed too. The
 // caller (the partition's actor) has already checked for overlaps.
 func (t *Tx) PutBooking(bk Booking) error {
 	cb, err := t.calBucket(bk.CalendarID, true)
@@ -325,10 +350,21 @@ func (t *Tx) PutBooking(bk Booking) error {
 	if err != nil {
 		return err
 	}
-	if err := cb.Bucket(subBookings).Put([]byte(bk.ID), v); err != nil {
+	bookings, slots := cb.Bucket(subBookings), cb.Bucket(subSlots)
+	if old := bookings.Get([]byte(bk.ID)); old != nil {
+		var prev Booking
+		if err := json.Unmarshal(old, &prev); err != nil {
+			return fmt.Errorf("data: booking %s: %w", bk.ID, err)
+		}
+		if !prev.Start.Equal(bk.Start) {
+			if err := slots.Delete(slotKey(prev.Start, prev.ID)); err != nil {
+				return err
+			}
+		}
+	}
+	if err := bookings.Put([]byte(bk.ID), v); err != nil {
 		return err
 	}
-	slots := cb.Bucket(subSlots)
 	key := slotKey(bk.Start, bk.ID)
 	if bk.Status == StatusConfirmed {
 		return slots.Put(key, EncodeTime(bk.End))
@@ -398,7 +434,8 @@ type Cursor []byte
 
 // ListBookings returns up to limit confirmed bookings of calID that overlap
 // [from, to), ordered by start, beginning after the position after (nil for
-// the first page). next is non-nil when more may follow.
+// the first page). next is non-nil when more may follow. A limit of zero or
+// less means no limit.
 func (t *Tx) ListBookings(calID string, from, to time.Time, limit int, after Cursor) (out []Booking, next Cursor, err error) {
 	slots := t.sub(calID, subSlots)
 	if slots == nil {
@@ -435,7 +472,7 @@ func (t *Tx) ListBookings(calID string, from, to time.Time, limit int, after Cur
 		if !DecodeTime(v).After(from) {
 			continue
 		}
-		if len(out) == limit {
+		if limit > 0 && len(out) == limit {
 			return out, Cursor(out[len(out)-1].slotKey()), nil
 		}
 		bk, err := t.Booking(calID, string(k[8:]))
@@ -458,6 +495,22 @@ func (t *Tx) ForEachConfirmed(calID string, fn func(id string, iv Interval) erro
 	}
 	return slots.ForEach(func(k, v []byte) error {
 		return fn(string(k[8:]), Interval{Start: DecodeTime(k[:8]), End: DecodeTime(v)})
+	})
+}
+
+// ForEachBooking calls fn for every booking record of calID, confirmed or
+// cancelled, in booking id order.
+func (t *Tx) ForEachBooking(calID string, fn func(Booking) error) error {
+	b := t.sub(calID, subBookings)
+	if b == nil {
+		return nil
+	}
+	return b.ForEach(func(k, v []byte) error {
+		var bk Booking
+		if err := json.Unmarshal(v, &bk); err != nil {
+			return fmt.Errorf("data: booking %s: %w", k, err)
+		}
+		return fn(bk)
 	})
 }
 

@@ -1,0 +1,130 @@
+package datatest_test
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/bookline/bookline/data"
+	"github.com/bookline/bookline/data/datatest"
+)
+
+// recorder is a testing.TB that records errors instead of failing.
+type recorder struct {
+	testing.TB
+	errs []string
+}
+
+func (r *recorder) Helper() {}
+func (r *recorder) Errorf(format string, args ...any) {
+	r.errs = append(r.errs, fmt.Sprintf(format, args...))
+}
+
+var t0 = time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC)
+
+func bk(id string, startMin, endMin int) data.Booking {
+	return data.Booking{ID: id, CalendarID: "cal", Start: t0.Add(time.Duration(startMin) * time.Minute),
+		End: t0.Add(time.Duration(endMin) * time.Minute), Customer: "x", Status: data.StatusConfirmed}
+}
+
+func open(t *testing.T, path string) *data.Store {
+	t.Helper()
+	s, err := data.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func put(t *testing.T, s *data.Store, bks ...data.Booking) {
+	t.Helper()
+	err := s.Commit(func(tx *data.Tx) error {
+		if err := tx.PutCalendar(data.Calendar{ID: "cal"}); err != nil {
+			return err
+		}
+		for _, b := range bks {
+			if err := tx.PutBooking(b); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func check(t *testing.T, s *data.Store, want ...string) {
+	t.Helper()
+	rec := &recorder{TB: t}
+	datatest.CheckInvariants(rec, s)
+	if len(want) == 0 && len(rec.errs) > 0 {
+		t.Errorf("unexpected violations: %q", rec.errs)
+	}
+	for _, w := range want {
+		found := false
+		for _, e := range rec.errs {
+			found = found || strings.Contains(e, w)
+		}
+		if !found {
+			t.Errorf("no violation mentioning %q in %q", w, rec.errs)
+		}
+	}
+}
+
+func TestCheckInvariants(t *testing.T) {
+	s := datatest.MustOpen(t)
+	cancelled := bk("c", 0, 600)
+	cancelled.Status = data.StatusCancelled
+	put(t, s, bk("a", 0, 60), bk("b", 60, 120), cancelled) // touching, and a cancelled one across both
+	check(t, s)
+}
+
+func TestCheckInvariantsOverlap(t *testing.T) {
+	s := open(t, filepath.Join(t.TempDir(), "i.db"))
+	defer s.Close()
+	// Not just neighbours: a long booking overlapping a later, non-adjacent one.
+	put(t, s, bk("long", 0, 300), bk("mid", 100, 110), bk("late", 200, 210))
+	check(t, s, "long", "overlap")
+	rec := &recorder{TB: t}
+	datatest.CheckInvariants(rec, s)
+	if len(rec.errs) != 2 {
+		t.Errorf("want 2 violations (mid and late), got %q", rec.errs)
+	}
+}
+
+// corrupt edits the index file behind the store's back.
+func corrupt(t *testing.T, path string, fn func(cal *bolt.Bucket) error) {
+	t.Helper()
+	db, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if err := db.Update(func(tx *bolt.Tx) error { return fn(tx.Bucket([]byte("cal")).Bucket([]byte("cal"))) }); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestCheckInvariantsMissingRecords(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "i.db")
+	s := open(t, path)
+	put(t, s, bk("noslot", 0, 60), bk("norecord", 100, 160), bk("moved", 200, 260), bk("ok", 300, 360))
+	s.Close()
+	corrupt(t, path, func(cal *bolt.Bucket) error {
+		if err := cal.Bucket([]byte("s")).Delete(append(data.EncodeTime(t0), "noslot"...)); err != nil {
+			return err
+		}
+		if err := cal.Bucket([]byte("b")).Delete([]byte("norecord")); err != nil {
+			return err
+		}
+		return cal.Bucket([]byte("s")).Put(append(data.EncodeTime(t0.Add(200*time.Minute)), "moved"...), data.EncodeTime(t0.Add(250*time.Minute)))
+	})
+	s = open(t, path)
+	defer s.Close()
+	check(t, s, "confirmed booking noslot", "booking norecord has no booking record", "booking moved is [")
+}
