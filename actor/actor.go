@@ -121,6 +121,16 @@ type Output struct {
 // clock and does no I/O besides tx, so the same log always gives the same
 // index. An error means the transaction must be rolled back.
 func Apply(tx *data.Tx, partition int, batch []Decoded) ([]Output, error) {
+	return apply(tx, partition, batch, true)
+}
+
+// ApplyReplay is Apply for rebuilding an index from the log: the same
+// decisions, but no outcome events (replay must not announce history again).
+func ApplyReplay(tx *data.Tx, partition int, batch []Decoded) ([]Output, error) {
+	return apply(tx, partition, batch, false)
+}
+
+func apply(tx *data.Tx, partition int, batch []Decoded, events bool) ([]Output, error) {
 	applied := tx.AppliedSeq(partition)
 	out := make([]Output, len(batch))
 	for i := range batch {
@@ -154,9 +164,14 @@ func Apply(tx *data.Tx, partition int, batch []Decoded) ([]Output, error) {
 		applied = d.Seq
 		// Every decided command leaves its outcome event in the outbox,
 		// in this same transaction (see queue's event publisher).
+		if !events {
+			continue
+		}
 		cal := d.Cmd.CalendarID
-		if d.Reject != nil {
+		if d.Reject != nil && ValidCalendarID(d.Reject.CalendarID) {
 			cal = d.Reject.CalendarID
+		} else if d.Reject != nil {
+			cal = "" // not a calendar: the event goes to the invalid subject
 		}
 		if err := tx.PutEvent(data.Event{Seq: d.Seq, Calendar: cal, Payload: reply}); err != nil {
 			return nil, err
@@ -267,10 +282,8 @@ func upsertCalendar(tx *data.Tx, d *Decoded) (Reply, error) {
 
 func createBooking(tx *data.Tx, d *Decoded) (Reply, error) {
 	spec, cmd := d.Cmd.Booking, &d.Cmd
-	if _, err := tx.Calendar(cmd.CalendarID); errors.Is(err, data.ErrNotFound) {
+	if !tx.CalendarExists(cmd.CalendarID) {
 		return d.reject(CodeCalendarNotFound, "calendar not found"), nil
-	} else if err != nil {
-		return Reply{}, err
 	}
 	iv := data.Interval{Start: spec.Start, End: spec.End}
 	if _, other, taken := tx.FirstOverlap(cmd.CalendarID, iv); taken {
@@ -297,10 +310,8 @@ func createBooking(tx *data.Tx, d *Decoded) (Reply, error) {
 }
 
 func cancelBooking(tx *data.Tx, d *Decoded) (Reply, error) {
-	if _, err := tx.Calendar(d.Cmd.CalendarID); errors.Is(err, data.ErrNotFound) {
+	if !tx.CalendarExists(d.Cmd.CalendarID) {
 		return d.reject(CodeCalendarNotFound, "calendar not found"), nil
-	} else if err != nil {
-		return Reply{}, err
 	}
 	bk, err := tx.Booking(d.Cmd.CalendarID, d.Cmd.BookingID)
 	if errors.Is(err, data.ErrNotFound) {

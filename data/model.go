@@ -51,7 +51,7 @@ func (a Interval) Overlaps(b Interval) bool {
 // different body can be told apart from a retry. Reply is the actor's encoded
 // answer, returned verbatim to every retry, forever.
 type RequestRecord struct {
-	Fingerprint string          `json:"fp"`
-	Seq         uint64          `json:"seq"`
-	Reply       json.RawMessage `json:"reply"`
+	Fingerprint string
+	Seq         uint64
+	Reply       json.RawMessage
 }

@@ -1,8 +1,10 @@
 package data
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
+	"fmt"
 )
 
 // The event outbox: every decided command leaves an outcome event here, in
@@ -10,14 +12,15 @@ import (
 // path sends the events to NATS and deletes them once JetStream has them,
 // so an event is never lost to a crash and never delays a reply.
 
-var bucketEvents = []byte("events") // stream seq (8) -> Event JSON
+var bucketEvents = []byte("events") // stream seq (8) -> calendar, payload (see PutEvent)
 
 // Event is one pending outcome event.
 type Event struct {
-	Seq uint64 `json:"seq"`
-	// Calendar is the calendar token of the command's subject.
-	Calendar string          `json:"calendar"`
-	Payload  json.RawMessage `json:"payload"`
+	Seq uint64
+	// Calendar is the calendar token of the command's subject (at most
+	// 255 bytes: subject tokens of commands are bounded by the writer).
+	Calendar string
+	Payload  json.RawMessage
 }
 
 func seqKey(seq uint64) []byte {
@@ -27,16 +30,17 @@ func seqKey(seq uint64) []byte {
 }
 
 // PutEvent queues the outcome event of the command at stream sequence seq.
+// Stored as calendar length (1 byte), calendar, payload: no JSON on the
+// writer's path.
 func (t *Tx) PutEvent(ev Event) error {
 	b, err := t.tx.CreateBucketIfNotExists(bucketEvents)
 	if err != nil {
 		return err
 	}
-	v, err := json.Marshal(ev)
-	if err != nil {
-		return err
-	}
-	return b.Put(seqKey(ev.Seq), v)
+	v := make([]byte, 0, 1+len(ev.Calendar)+len(ev.Payload))
+	v = append(v, byte(len(ev.Calendar)))
+	v = append(v, ev.Calendar...)
+	return b.Put(seqKey(ev.Seq), append(v, ev.Payload...))
 }
 
 // PendingEvents returns up to max queued events in sequence order.
@@ -48,11 +52,11 @@ func (t *Tx) PendingEvents(max int) ([]Event, error) {
 	var out []Event
 	c := b.Cursor()
 	for k, v := c.First(); k != nil && len(out) < max; k, v = c.Next() {
-		var ev Event
-		if err := json.Unmarshal(v, &ev); err != nil {
-			return nil, err
+		if len(v) < 1 || len(v) < 1+int(v[0]) {
+			return nil, fmt.Errorf("data: malformed event at seq %d", binary.BigEndian.Uint64(k))
 		}
-		out = append(out, ev)
+		n := int(v[0])
+		out = append(out, Event{Seq: binary.BigEndian.Uint64(k), Calendar: string(v[1 : 1+n]), Payload: bytes.Clone(v[1+n:])})
 	}
 	return out, nil
 }

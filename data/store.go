@@ -35,7 +35,7 @@ var (
 
 	subBookings = []byte("b") // booking id -> Booking JSON
 	subSlots    = []byte("s") // start(8) ++ booking id -> end(8), confirmed bookings only
-	subRequests = []byte("r") // request id -> RequestRecord JSON
+	subRequests = []byte("r") // request id -> RequestRecord (binary, see encodeRecord)
 
 	keySchema = []byte("schema")
 )
@@ -277,6 +277,11 @@ func (t *Tx) Calendar(id string) (Calendar, error) {
 	return c, err
 }
 
+// CalendarExists reports whether calendar id exists, without decoding it.
+func (t *Tx) CalendarExists(id string) bool {
+	return t.tx.Bucket(bucketCalendars).Get([]byte(id)) != nil
+}
+
 // PutCalendar creates or replaces a calendar.
 func (t *Tx) PutCalendar(c Calendar) error {
 	v, err := json.Marshal(c)
@@ -410,7 +415,7 @@ func (t *Tx) Request(calID, reqID string) (RequestRecord, bool, error) {
 	if v == nil {
 		return rec, false, nil
 	}
-	err := json.Unmarshal(v, &rec)
+	rec, err := decodeRecord(v)
 	return rec, err == nil, err
 }
 
@@ -422,11 +427,34 @@ func (t *Tx) PutRequest(calID, reqID string, rec RequestRecord) error {
 	if err != nil {
 		return err
 	}
-	v, err := json.Marshal(rec)
-	if err != nil {
-		return err
+	return cb.Bucket(subRequests).Put([]byte(reqID), encodeRecord(rec))
+}
+
+// Request records are binary, not JSON: they are written once per command
+// and JSON would re-validate the embedded reply on every encode.
+// Layout: version 1 (1 byte), seq (8), fingerprint length (1), fingerprint,
+// reply (the rest).
+const recordVersion = 1
+
+func encodeRecord(rec RequestRecord) []byte {
+	b := make([]byte, 0, 10+len(rec.Fingerprint)+len(rec.Reply))
+	b = append(b, recordVersion)
+	b = binary.BigEndian.AppendUint64(b, rec.Seq)
+	b = append(b, byte(len(rec.Fingerprint)))
+	b = append(b, rec.Fingerprint...)
+	return append(b, rec.Reply...)
+}
+
+func decodeRecord(v []byte) (RequestRecord, error) {
+	var rec RequestRecord
+	if len(v) < 10 || v[0] != recordVersion || len(v) < 10+int(v[9]) {
+		return rec, fmt.Errorf("data: malformed request record")
 	}
-	return cb.Bucket(subRequests).Put([]byte(reqID), v)
+	rec.Seq = binary.BigEndian.Uint64(v[1:9])
+	n := int(v[9])
+	rec.Fingerprint = string(v[10 : 10+n])
+	rec.Reply = bytes.Clone(v[10+n:])
+	return rec, nil
 }
 
 // Cursor is an opaque position in a booking listing.

@@ -42,8 +42,8 @@ var ErrIndexNotEmpty = errors.New("queue: replay needs a new, empty index")
 const replayChunk = 16384
 
 // Replay rebuilds an index from the command stream with the same decode and
-// apply code the writers use, but sends no replies and no events and has no
-// side effects: the event outbox it fills is dropped at the end.
+// decisions the writers use (actor.ApplyReplay), but sends no replies, queues
+// no events and has no side effects.
 func Replay(ctx context.Context, js jetstream.JetStream, store *data.Store, opt ReplayOptions) (ReplayStats, error) {
 	began := time.Now()
 	var st ReplayStats
@@ -70,9 +70,9 @@ func Replay(ctx context.Context, js jetstream.JetStream, store *data.Store, opt 
 	if last == 0 || last < info.State.FirstSeq {
 		return st, store.Commit(func(tx *data.Tx) error { return tx.SetStreamIdentity(identity) })
 	}
-	cons, err := js.OrderedConsumer(ctx, StreamName, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{PartitionSubjectPrefix + ">"},
-	})
+	// No filter: the stream holds only commands, and an unfiltered
+	// consumer spares the server a subject match per message.
+	cons, err := js.OrderedConsumer(ctx, StreamName, jetstream.OrderedConsumerConfig{})
 	if err != nil {
 		return st, fmt.Errorf("queue: replay consumer: %w", err)
 	}
@@ -87,14 +87,11 @@ func Replay(ctx context.Context, js jetstream.JetStream, store *data.Store, opt 
 	flush := func(final bool) error {
 		err := store.Commit(func(tx *data.Tx) error {
 			for p, batch := range chunk {
-				if _, err := actor.Apply(tx, p, batch); err != nil {
+				if _, err := actor.ApplyReplay(tx, p, batch); err != nil {
 					return err
 				}
 			}
 			if final {
-				if err := tx.ClearEvents(); err != nil {
-					return err
-				}
 				return tx.SetStreamIdentity(identity)
 			}
 			return nil
