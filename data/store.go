@@ -25,7 +25,7 @@ var (
 )
 
 // schemaVersion is bumped on any change of the on-disk layout.
-const schemaVersion = "1"
+const schemaVersion = "2"
 
 var (
 	bucketMeta      = []byte("meta")

@@ -13,10 +13,14 @@ import (
 // booking succeeds (distinct slots), so each op is one committed booking.
 // Compare partitions=1 with partitions=8: with one bbolt writer lock, the
 // group commit lets the partitions share fsyncs instead of queueing.
+// sync=always is --sync always: JetStream fsyncs every command too.
 func BenchmarkHTTPBook(b *testing.B) {
-	for _, parts := range []int{1, 8} {
-		b.Run(fmt.Sprintf("partitions=%d", parts), func(b *testing.B) {
-			h := start(b, "", options{partitions: parts})
+	for _, c := range []struct {
+		parts int
+		sync  string
+	}{{1, "interval"}, {8, "interval"}, {8, "always"}} {
+		b.Run(fmt.Sprintf("partitions=%d/sync=%s", c.parts, c.sync), func(b *testing.B) {
+			h := start(b, "", options{partitions: c.parts, syncAlways: c.sync == "always"})
 			const cals = 64
 			for i := 0; i < cals; i++ {
 				h.createCalendar(fmt.Sprintf("bench-%d", i), "UTC")

@@ -30,6 +30,7 @@ type options struct {
 	partitions      int
 	replyTimeout    time.Duration
 	duplicateWindow time.Duration
+	syncAlways      bool
 }
 
 // start boots bookline on dir (t.TempDir() when empty). The process is
@@ -46,7 +47,7 @@ func start(t testing.TB, dir string, o options) *harness {
 		o.replyTimeout = 10 * time.Second
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	node, err := queue.StartNode(queue.NodeConfig{DataDir: dir, Partitions: o.partitions, DuplicateWindow: o.duplicateWindow, Logger: log})
+	node, err := queue.StartNode(queue.NodeConfig{DataDir: dir, Partitions: o.partitions, DuplicateWindow: o.duplicateWindow, SyncAlways: o.syncAlways, Logger: log})
 	if err != nil {
 		t.Fatalf("start node: %v", err)
 	}

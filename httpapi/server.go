@@ -160,7 +160,7 @@ func decodeBody(c *fiber.Ctx, v any) error {
 	if err := dec.Decode(v); err != nil {
 		return invalid(actor.FieldError{Field: "body", Message: "invalid JSON: " + err.Error()})
 	}
-	if dec.More() {
+	if len(bytes.TrimSpace(body[dec.InputOffset():])) > 0 {
 		return invalid(actor.FieldError{Field: "body", Message: "trailing data after the JSON object"})
 	}
 	return nil

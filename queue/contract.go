@@ -52,6 +52,17 @@ const (
 // partition count than the one configured.
 var ErrPartitionMismatch = errors.New("queue: stream partition count differs from --partitions")
 
+// ReplyInboxPrefix is the only prefix a reply subject may have: the writer
+// publishes with bookline's own permissions, so it must never be pointed at
+// a command, event or JetStream API subject.
+const ReplyInboxPrefix = "_INBOX."
+
+// ValidReplySubject reports whether the writer may answer on subj.
+func ValidReplySubject(subj string) bool {
+	return strings.HasPrefix(subj, ReplyInboxPrefix) && len(subj) > len(ReplyInboxPrefix) &&
+		!strings.ContainsAny(subj, " \t\r\n*>")
+}
+
 // CommandSubject is the subject a command for calID is published to.
 func CommandSubject(calID string) string { return CommandSubjectPrefix + calID }
 

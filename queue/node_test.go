@@ -298,3 +298,29 @@ func copyDir(t *testing.T, from, to string) {
 		t.Fatalf("cp: %v %s", err, out)
 	}
 }
+
+// TestPartitionOfMatchesServerTransform: the Go partition function (used to
+// reset a partition's calendars) agrees with the stream's subject transform.
+func TestPartitionOfMatchesServerTransform(t *testing.T) {
+	n := startNode(t, t.TempDir(), nil)
+	n.StopWriters()
+	s, err := n.JS.Stream(context.Background(), queue.StreamName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 64; i++ {
+		cal := fmt.Sprintf("cal-%d_X", i*7919)
+		ack, err := n.JS.Publish(context.Background(), queue.CommandSubject(cal), []byte("{}"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := s.GetMsg(context.Background(), ack.Sequence)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := fmt.Sprintf("bookline.part.%d.%s", queue.PartitionOf(cal, 4), cal)
+		if m.Subject != want {
+			t.Fatalf("stored as %s, PartitionOf says %s", m.Subject, want)
+		}
+	}
+}

@@ -192,7 +192,7 @@ func (p *Partition) apply(batch []jetstream.Msg) error {
 			p.log.Info("command rejected", "seq", o.Seq, "code", in[i].Reject.Code, "message", in[i].Reject.Message)
 		}
 		to := batch[i].Headers().Get(HeaderReplyTo)
-		if to == "" || o.Reply == nil {
+		if o.Reply == nil || !ValidReplySubject(to) {
 			continue
 		}
 		if err := p.nc.Publish(to, o.Reply); err != nil {

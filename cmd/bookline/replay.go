@@ -190,6 +190,9 @@ func runVerify(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			return err
 		}
 	} else {
+		if _, err := os.Stat(queue.IndexFile(dataDir)); err != nil {
+			return fmt.Errorf("--data-dir: no index: %w", err)
+		}
 		store, err := data.Open(queue.IndexFile(dataDir))
 		if err != nil {
 			return err
