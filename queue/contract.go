@@ -52,14 +52,16 @@ const (
 // partition count than the one configured.
 var ErrPartitionMismatch = errors.New("queue: stream partition count differs from --partitions")
 
-// ReplyInboxPrefix is the only prefix a reply subject may have: the writer
-// publishes with bookline's own permissions, so it must never be pointed at
-// a command, event or JetStream API subject.
-const ReplyInboxPrefix = "_INBOX."
+// ReplyInboxPrefix starts every subject the writer answers on: nats.go's
+// inboxes (_INBOX.…) and custom inbox prefixes of the _INBOX_<name> form.
+// The writer publishes with bookline's own permissions, so it must never be
+// pointed at a command, event or JetStream API subject.
+const ReplyInboxPrefix = "_INBOX"
 
 // ValidReplySubject reports whether the writer may answer on subj.
 func ValidReplySubject(subj string) bool {
-	return strings.HasPrefix(subj, ReplyInboxPrefix) && len(subj) > len(ReplyInboxPrefix) &&
+	rest, ok := strings.CutPrefix(subj, ReplyInboxPrefix)
+	return ok && len(rest) > 1 && (rest[0] == '.' || rest[0] == '_') &&
 		!strings.ContainsAny(subj, " \t\r\n*>")
 }
 

@@ -8,6 +8,8 @@ func TestValidReplySubject(t *testing.T) {
 		"_INBOX.bookline.x.tok":   true,
 		"":                        false,
 		"_INBOX.":                 false,
+		"_INBOX_importer1.x":      true,
+		"_INBOXES.x":              false,
 		"bookline.cmd.alice":      false,
 		"$JS.API.STREAM.DELETE.X": false,
 		"_INBOX.a.>":              false,
