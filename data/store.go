@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -51,6 +52,22 @@ type Store struct {
 
 	closeOnce sync.Once
 	closeErr  error
+
+	commits  atomic.Uint64 // committed transactions (fsyncs)
+	grouped  atomic.Uint64 // Commit calls those transactions carried
+	commitNs atomic.Uint64 // time spent in bbolt's Commit (write + fsync)
+}
+
+// CommitStats counts the store's group commits.
+type CommitStats struct {
+	Commits  uint64        // read-write transactions committed (one fsync each)
+	Calls    uint64        // Commit calls they carried
+	InCommit time.Duration // total time in bbolt Commit (page writes + fsync)
+}
+
+// Stats returns the group-commit counters since Open.
+func (s *Store) Stats() CommitStats {
+	return CommitStats{Commits: s.commits.Load(), Calls: s.grouped.Load(), InCommit: time.Duration(s.commitNs.Load())}
 }
 
 type commitReq struct {
@@ -216,7 +233,13 @@ func (s *Store) commitGroup(group []*commitReq) {
 			group = append(group[:failed], group[failed+1:]...)
 			continue
 		}
+		began := time.Now()
 		err = btx.Commit()
+		if err == nil {
+			s.commitNs.Add(uint64(time.Since(began)))
+			s.commits.Add(1)
+			s.grouped.Add(uint64(len(group)))
+		}
 		for _, r := range group {
 			r.err <- err
 		}

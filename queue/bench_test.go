@@ -83,7 +83,11 @@ func BenchmarkWritersCatchUp(b *testing.B) {
 		time.Sleep(time.Millisecond)
 	}
 	b.StopTimer()
+	st := node.Store.Stats()
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "commands/s")
+	b.ReportMetric(float64(b.N)/float64(st.Commits), "commands/commit")
+	b.ReportMetric(float64(st.Calls)/float64(st.Commits), "batches/commit")
+	b.ReportMetric(float64(st.InCommit.Microseconds())/float64(st.Commits), "µs-in-commit/commit")
 }
 
 func mustJSON(b *testing.B, v any) []byte {
