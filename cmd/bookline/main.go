@@ -26,7 +26,10 @@ type subcommand struct {
 }
 
 var subcommands = map[string]subcommand{
-	"serve": {"run the booking service (embedded NATS by default)", runServe},
+	"serve":  {"run the booking service (embedded NATS by default)", runServe},
+	"import": {"publish bookings from a CSV, NDJSON or ICS file and wait for their outcomes", runImport},
+	"replay": {"rebuild an index from the command stream into a new directory", runReplay},
+	"verify": {"compare a live index with a fresh replay of the stream", runVerify},
 }
 
 // errUsage is returned after a usage message was printed.

@@ -1,0 +1,184 @@
+// Command importer is a minimal bookline importer to copy and adapt: it reads
+// a CSV file (header: calendar_id,start,end,customer; times in RFC 3339),
+// publishes one booking.create command per row straight to bookline's NATS
+// command stream, waits for the outcomes and prints a summary.
+//
+// It needs nothing from bookline but the wire contract (docs/protocol.md):
+//
+//	subject  bookline.cmd.<calendar_id>
+//	headers  Bookline-Schema: 1, Content-Type: application/json,
+//	         Bookline-Reply-To: <subject the outcome is published on>,
+//	         Nats-Msg-Id: <stable id, for JetStream's 2-minute dedupe>
+//	body     {"v":1,"type":"booking.create","request_id":"...",
+//	          "calendar_id":"...","booking":{"start":"...","end":"...","customer":"..."}}
+//
+// Run it against `bookline serve` (its embedded NATS listens on
+// nats://127.0.0.1:4222):
+//
+//	go run ./examples/importer -file bookings.csv
+//
+// Re-running the same file is safe: request ids are derived from each row's
+// content, so bookline answers repeats with the first outcome instead of
+// booking twice. (`bookline import` is the full-featured version.)
+package main
+
+import (
+	"crypto/sha256"
+	"encoding/csv"
+	"encoding/hex"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"log"
+	"maps"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+type command struct {
+	V          int     `json:"v"`
+	Type       string  `json:"type"`
+	RequestID  string  `json:"request_id"`
+	CalendarID string  `json:"calendar_id"`
+	Booking    booking `json:"booking"`
+}
+
+type booking struct {
+	Start    time.Time `json:"start"`
+	End      time.Time `json:"end"`
+	Customer string    `json:"customer"`
+}
+
+// reply is the part of bookline's answer we count.
+type reply struct {
+	Outcome string `json:"outcome"` // accepted or rejected
+	Code    string `json:"code"`    // why rejected: slot_taken, calendar_not_found, ...
+	Seq     uint64 `json:"seq"`     // stream sequence of the decision
+}
+
+func main() {
+	url := flag.String("nats-url", nats.DefaultURL, "NATS server URL")
+	file := flag.String("file", "bookings.csv", "CSV file: calendar_id,start,end,customer")
+	wait := flag.Duration("wait", 30*time.Second, "how long to wait for outcomes")
+	flag.Parse()
+
+	cmds := readCSV(*file)
+	nc, err := nats.Connect(*url)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer nc.Close()
+	// At most 256 publishes wait for their stream acknowledgement at once.
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(256))
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	// One subscription receives every outcome; each row gets its own reply
+	// subject under it (inbox.<row>). Subscribe before publishing.
+	inbox := nats.NewInbox()
+	replies := make(chan *nats.Msg, len(cmds))
+	sub, err := nc.ChanSubscribe(inbox+".*", replies)
+	if err != nil {
+		log.Fatal(err)
+	}
+	_ = sub.SetPendingLimits(-1, -1)
+
+	futures := make([]jetstream.PubAckFuture, len(cmds))
+	for i, c := range cmds {
+		body, _ := json.Marshal(c)
+		msg := nats.NewMsg("bookline.cmd." + c.CalendarID)
+		msg.Data = body
+		msg.Header.Set("Bookline-Schema", "1")
+		msg.Header.Set("Content-Type", "application/json")
+		msg.Header.Set("Bookline-Reply-To", inbox+"."+strconv.Itoa(i))
+		// The same row always gets the same Nats-Msg-Id: a re-run within
+		// the stream's dedupe window is dropped by JetStream.
+		if futures[i], err = js.PublishMsgAsync(msg, jetstream.WithMsgID(c.CalendarID+":"+c.RequestID)); err != nil {
+			log.Fatalf("publish row %d: %v", i+1, err)
+		}
+	}
+
+	// The PubAck tells us the stream sequence of each stored command, or
+	// that JetStream dropped it as a duplicate (then no outcome will come).
+	ackSeq := map[string]uint64{}
+	counts := map[string]int{}
+	for i, f := range futures {
+		select {
+		case ack := <-f.Ok():
+			if ack.Duplicate {
+				counts["duplicate"]++
+			} else {
+				ackSeq[inbox+"."+strconv.Itoa(i)] = ack.Sequence
+			}
+		case err := <-f.Err():
+			counts["publish failed"]++
+			log.Printf("row %d: %v", i+1, err)
+		}
+	}
+
+	// Collect the outcomes. An outcome whose seq is older than our publish
+	// is the recorded answer of an earlier run: a duplicate.
+	timeout := time.After(*wait)
+	for left := len(ackSeq); left > 0; left-- {
+		select {
+		case m := <-replies:
+			var r reply
+			if err := json.Unmarshal(m.Data, &r); err != nil {
+				counts["unreadable reply"]++
+			} else if r.Seq < ackSeq[m.Subject] {
+				counts["duplicate"]++
+			} else if r.Outcome == "accepted" {
+				counts["accepted"]++
+			} else {
+				counts["rejected: "+r.Code]++
+			}
+		case <-timeout:
+			counts["no outcome yet"] += left
+			left = 0
+		}
+	}
+	fmt.Printf("%d rows\n", len(cmds))
+	for _, k := range slices.Sorted(maps.Keys(counts)) {
+		fmt.Printf("  %-30s %d\n", k, counts[k])
+	}
+}
+
+// readCSV turns each row into a booking.create command. The request id is a
+// hash of the row's content (times in UTC), never a line number or a
+// timestamp, so the same booking keeps the same id across runs.
+func readCSV(path string) []command {
+	f, err := os.Open(path)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer f.Close()
+	r := csv.NewReader(f)
+	r.FieldsPerRecord = -1 // rows may carry extra columns
+	records, err := r.ReadAll()
+	if err != nil {
+		log.Fatal(err)
+	}
+	var cmds []command
+	for i, rec := range records {
+		if i == 0 || len(rec) < 4 { // header, short rows
+			continue
+		}
+		start, err1 := time.Parse(time.RFC3339, rec[1])
+		end, err2 := time.Parse(time.RFC3339, rec[2])
+		if err1 != nil || err2 != nil {
+			log.Printf("line %d: start and end must be RFC 3339 times, skipped", i+1)
+			continue
+		}
+		b := booking{Start: start.UTC(), End: end.UTC(), Customer: rec[3]}
+		sum := sha256.Sum256([]byte(strings.Join([]string{rec[0], b.Start.Format(time.RFC3339Nano), b.End.Format(time.RFC3339Nano), b.Customer}, "\x00")))
+		cmds = append(cmds, command{V: 1, Type: "booking.create", RequestID: "ex." + hex.EncodeToString(sum[:16]), CalendarID: rec[0], Booking: b})
+	}
+	return cmds
+}
