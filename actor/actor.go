@@ -108,11 +108,15 @@ func Decode(in Input) Decoded {
 // Output is the result of one applied (or skipped) message.
 type Output struct {
 	Seq uint64
-	// Reply is the encoded Reply; nil only for a redelivered valid command
-	// whose request record is missing (the index does not hold it).
+	// Decision is the decided reply; nil only for a redelivered valid
+	// command whose request record is missing (the index does not hold it).
+	Decision *Reply
+	// Reply is Decision encoded as JSON. Apply fills it; ApplyDeferred
+	// leaves it to Render, so that no JSON is encoded inside the write
+	// transaction that all partitions share.
 	Reply []byte
 	// Skipped is true when the message had already been applied before
-	// (redelivery): nothing was changed and Reply is the recorded answer.
+	// (redelivery): nothing was changed and Decision is the recorded answer.
 	Skipped bool
 }
 
@@ -121,18 +125,45 @@ type Output struct {
 // clock and does no I/O besides tx, so the same log always gives the same
 // index. An error means the transaction must be rolled back.
 func Apply(tx *data.Tx, partition int, batch []Decoded) ([]Output, error) {
+	out, err := apply(tx, partition, batch, true)
+	if err != nil {
+		return nil, err
+	}
+	return out, Render(out)
+}
+
+// ApplyDeferred is Apply without the JSON encoding of the replies: call
+// Render on the outputs after the transaction.
+func ApplyDeferred(tx *data.Tx, partition int, batch []Decoded) ([]Output, error) {
 	return apply(tx, partition, batch, true)
 }
 
-// ApplyReplay is Apply for rebuilding an index from the log: the same
-// decisions, but no outcome events (replay must not announce history again).
+// ApplyReplay is ApplyDeferred for rebuilding an index from the log: the
+// same decisions, but no outcome events (replay must not announce history
+// again).
 func ApplyReplay(tx *data.Tx, partition int, batch []Decoded) ([]Output, error) {
 	return apply(tx, partition, batch, false)
+}
+
+// Render encodes every output's Decision as its JSON Reply.
+func Render(out []Output) error {
+	for i := range out {
+		if out[i].Reply != nil || out[i].Decision == nil {
+			continue
+		}
+		b, err := json.Marshal(out[i].Decision)
+		if err != nil {
+			return err
+		}
+		out[i].Reply = b
+	}
+	return nil
 }
 
 func apply(tx *data.Tx, partition int, batch []Decoded, events bool) ([]Output, error) {
 	applied := tx.AppliedSeq(partition)
 	out := make([]Output, len(batch))
+	var buf []byte
 	for i := range batch {
 		d := &batch[i]
 		out[i].Seq = d.Seq
@@ -142,25 +173,21 @@ func apply(tx *data.Tx, partition int, batch []Decoded, events bool) ([]Output, 
 				// A rejection depends on the message alone, so the
 				// answer given the first time is decided again, byte
 				// for byte, whether or not it was recorded.
-				reply, err := json.Marshal(d.Reject)
-				if err != nil {
-					return nil, err
-				}
-				out[i].Reply = reply
+				out[i].Decision = d.Reject
 				continue
 			}
 			reply, _, err := recorded(tx, d)
 			if err != nil {
 				return nil, err
 			}
-			out[i].Reply = reply
+			out[i].Decision = reply
 			continue
 		}
 		reply, err := decide(tx, d)
 		if err != nil {
 			return nil, fmt.Errorf("actor: partition %d seq %d: %w", partition, d.Seq, err)
 		}
-		out[i].Reply = reply
+		out[i].Decision = reply
 		applied = d.Seq
 		// Every decided command leaves its outcome event in the outbox,
 		// in this same transaction (see queue's event publisher).
@@ -173,7 +200,8 @@ func apply(tx *data.Tx, partition int, batch []Decoded, events bool) ([]Output, 
 		} else if d.Reject != nil {
 			cal = "" // not a calendar: the event goes to the invalid subject
 		}
-		if err := tx.PutEvent(data.Event{Seq: d.Seq, Calendar: cal, Payload: reply}); err != nil {
+		buf = AppendReply(buf[:0], reply)
+		if err := tx.PutEvent(data.Event{Seq: d.Seq, Calendar: cal, Payload: buf}); err != nil {
 			return nil, err
 		}
 	}
@@ -185,22 +213,19 @@ func apply(tx *data.Tx, partition int, batch []Decoded, events bool) ([]Output, 
 	return out, nil
 }
 
-// decide applies one new command and returns its encoded reply.
-func decide(tx *data.Tx, d *Decoded) ([]byte, error) {
+// decide applies one new command and returns its reply.
+func decide(tx *data.Tx, d *Decoded) (*Reply, error) {
 	if d.Reject != nil {
 		// Invalid commands are answered and, when they carry a usable
 		// request id and calendar, recorded like any other outcome.
-		b, err := json.Marshal(d.Reject)
-		if err != nil {
-			return nil, err
-		}
 		if ValidRequestID(d.Reject.RequestID) && ValidCalendarID(d.Reject.CalendarID) {
 			if _, ok, err := tx.Request(d.Reject.CalendarID, d.Reject.RequestID); err != nil || ok {
-				return b, err // never overwrite an earlier decided outcome
+				return d.Reject, err // never overwrite an earlier decided outcome
 			}
-			err = tx.PutRequest(d.Reject.CalendarID, d.Reject.RequestID, data.RequestRecord{Seq: d.Seq, Reply: b})
+			err := tx.PutRequest(d.Reject.CalendarID, d.Reject.RequestID, data.RequestRecord{Seq: d.Seq, Reply: AppendReply(nil, d.Reject)})
+			return d.Reject, err
 		}
-		return b, err
+		return d.Reject, nil
 	}
 	cmd := &d.Cmd
 	if reply, seen, err := recorded(tx, d); seen || err != nil {
@@ -223,26 +248,23 @@ func decide(tx *data.Tx, d *Decoded) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	b, err := json.Marshal(r)
-	if err != nil {
-		return nil, err
-	}
-	return b, tx.PutRequest(cmd.CalendarID, cmd.RequestID, data.RequestRecord{Fingerprint: d.Fingerprint, Seq: d.Seq, Reply: b})
+	return &r, tx.PutRequest(cmd.CalendarID, cmd.RequestID, data.RequestRecord{Fingerprint: d.Fingerprint, Seq: d.Seq, Reply: AppendReply(nil, &r)})
 }
 
 // recorded answers a command whose request id was decided before: the same
 // request gets the recorded reply, a different one idempotency_key_reused
 // (not recorded: the key keeps answering its first request).
-func recorded(tx *data.Tx, d *Decoded) (reply []byte, seen bool, err error) {
+func recorded(tx *data.Tx, d *Decoded) (reply *Reply, seen bool, err error) {
 	rec, seen, err := tx.Request(d.Cmd.CalendarID, d.Cmd.RequestID)
 	if !seen || err != nil {
 		return nil, false, err
 	}
 	if rec.Fingerprint == d.Fingerprint {
-		return rec.Reply, true, nil
+		r, err := DecodeReply(rec.Reply)
+		return &r, true, err
 	}
-	reply, err = json.Marshal(d.reject(CodeIdempotencyKeyReused, "this request id (idempotency key) was already used with a different request"))
-	return reply, true, err
+	r := d.reject(CodeIdempotencyKeyReused, "this request id (idempotency key) was already used with a different request")
+	return &r, true, nil
 }
 
 func (d *Decoded) reply() Reply {

@@ -600,7 +600,7 @@ func TestIdempotencyKeyReused(t *testing.T) {
 	h.view(func(tx *data.Tx) {
 		rec, _, _ := tx.Request("cal1", "r1")
 		bk, _ := tx.Booking("cal1", actor.BookingID("cal1", "r1"))
-		before = mustJSON(t, rec) + mustJSON(t, bk)
+		before = recordString(t, rec) + mustJSON(t, bk)
 	})
 	reuses := []string{
 		bookCmd("cal1", "r1", at(60), at(121), "Ada"),     // other interval
@@ -625,7 +625,7 @@ func TestIdempotencyKeyReused(t *testing.T) {
 	h.view(func(tx *data.Tx) {
 		rec, _, _ := tx.Request("cal1", "r1")
 		bk, _ := tx.Booking("cal1", actor.BookingID("cal1", "r1"))
-		if after := mustJSON(t, rec) + mustJSON(t, bk); after != before {
+		if after := recordString(t, rec) + mustJSON(t, bk); after != before {
 			t.Errorf("original record changed:\n%s\nwas\n%s", after, before)
 		}
 		if _, _, ok := tx.FirstOverlap("cal1", data.Interval{Start: at(600), End: at(660)}); ok {
@@ -647,7 +647,7 @@ func TestInvalidCommandRecorded(t *testing.T) {
 	wantCode(t, r, actor.CodeInvalidRequest)
 	h.view(func(tx *data.Tx) {
 		rec, ok, err := tx.Request("cal1", "r1")
-		if !ok || err != nil || !bytes.Equal(rec.Reply, out.Reply) {
+		if !ok || err != nil || !bytes.Equal(recordJSON(t, rec), out.Reply) {
 			t.Errorf("record of an invalid request: %+v, %v, %v", rec, ok, err)
 		}
 	})
@@ -660,8 +660,8 @@ func TestInvalidCommandRecorded(t *testing.T) {
 	wantCode(t, r, actor.CodeInvalidRequest)
 	h.view(func(tx *data.Tx) {
 		rec, _, _ := tx.Request("cal1", "r2")
-		if !bytes.Equal(rec.Reply, okOut.Reply) {
-			t.Errorf("record overwritten by an invalid command: %s", rec.Reply)
+		if !bytes.Equal(recordJSON(t, rec), okOut.Reply) {
+			t.Errorf("record overwritten by an invalid command: %s", recordJSON(t, rec))
 		}
 	})
 	// Garbage and a command for another calendar leave no record and no
@@ -858,7 +858,7 @@ func dumpStore(tb testing.TB, s *data.Store, msgs []actor.Input) string {
 				return err
 			}
 			if ok {
-				fmt.Fprintf(&b, "request %s/%s %s\n", cal, req, mustJSON(tb, rec))
+				fmt.Fprintf(&b, "request %s/%s %s\n", cal, req, recordString(tb, rec))
 			}
 		}
 		for p := range 4 {
@@ -1277,4 +1277,20 @@ func FuzzDecodeApply(f *testing.F) {
 			t.Fatalf("commit: %v", err)
 		}
 	})
+}
+
+// recordJSON renders a request record's reply as the JSON that was sent.
+func recordJSON(tb testing.TB, rec data.RequestRecord) []byte {
+	tb.Helper()
+	b, err := actor.RecordJSON(rec)
+	if err != nil {
+		tb.Fatalf("record reply: %v", err)
+	}
+	return b
+}
+
+// recordString is a whole request record (fingerprint, seq, reply) as text.
+func recordString(tb testing.TB, rec data.RequestRecord) string {
+	tb.Helper()
+	return fmt.Sprintf("fp=%s seq=%d reply=%s", rec.Fingerprint, rec.Seq, recordJSON(tb, rec))
 }

@@ -26,7 +26,7 @@ var (
 )
 
 // schemaVersion is bumped on any change of the on-disk layout.
-const schemaVersion = "2"
+const schemaVersion = "3"
 
 var (
 	bucketMeta      = []byte("meta")
@@ -34,7 +34,7 @@ var (
 	bucketCalendars = []byte("calendars")
 	bucketCal       = []byte("cal") // cal/<id>/{b,s,r}
 
-	subBookings = []byte("b") // booking id -> Booking JSON
+	subBookings = []byte("b") // booking id -> Booking (binary, see AppendBooking)
 	subSlots    = []byte("s") // start(8) ++ booking id -> end(8), confirmed bookings only
 	subRequests = []byte("r") // request id -> RequestRecord (binary, see encodeRecord)
 
@@ -355,8 +355,7 @@ func (t *Tx) Booking(calID, id string) (Booking, error) {
 	if v == nil {
 		return bk, ErrNotFound
 	}
-	err := json.Unmarshal(v, &bk)
-	return bk, err
+	return decodeBooking(v)
 }
 
 func slotKey(start time.Time, id string) []byte {
@@ -374,14 +373,11 @@ func (t *Tx) PutBooking(bk Booking) error {
 	if err != nil {
 		return err
 	}
-	v, err := json.Marshal(bk)
-	if err != nil {
-		return err
-	}
+	v := AppendBooking(make([]byte, 0, 128+len(bk.Customer)+len(bk.Metadata)), &bk)
 	bookings, slots := cb.Bucket(subBookings), cb.Bucket(subSlots)
 	if old := bookings.Get([]byte(bk.ID)); old != nil {
-		var prev Booking
-		if err := json.Unmarshal(old, &prev); err != nil {
+		prev, err := decodeBooking(old)
+		if err != nil {
 			return fmt.Errorf("data: booking %s: %w", bk.ID, err)
 		}
 		if !prev.Start.Equal(bk.Start) {
@@ -557,8 +553,8 @@ func (t *Tx) ForEachBooking(calID string, fn func(Booking) error) error {
 		return nil
 	}
 	return b.ForEach(func(k, v []byte) error {
-		var bk Booking
-		if err := json.Unmarshal(v, &bk); err != nil {
+		bk, err := decodeBooking(v)
+		if err != nil {
 			return fmt.Errorf("data: booking %s: %w", k, err)
 		}
 		return fn(bk)

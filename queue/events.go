@@ -112,22 +112,30 @@ func (e *eventPublisher) drainOnce(ctx context.Context) (int, error) {
 	}); err != nil || len(evs) == 0 {
 		return 0, err
 	}
-	futures := make([]jetstream.PubAckFuture, len(evs))
-	for i, ev := range evs {
+	futures := make([]jetstream.PubAckFuture, 0, len(evs))
+	var corrupt, published []uint64
+	for _, ev := range evs {
+		payload, err := actor.BinaryToJSON(ev.Payload)
+		if err != nil {
+			// Cannot happen short of disk corruption; do not let one
+			// entry stall every event behind it.
+			e.log.Error("dropping undecodable outcome event", "seq", ev.Seq, "err", err)
+			corrupt = append(corrupt, ev.Seq)
+			continue
+		}
 		m := nats.NewMsg(EventSubject(ev.Calendar))
-		m.Data = ev.Payload
+		m.Data = payload
 		m.Header.Set(HeaderSchema, strconv.Itoa(actor.SchemaVersion))
 		m.Header.Set(HeaderContentType, "application/json")
 		m.Header.Set(HeaderCommandSeq, strconv.FormatUint(ev.Seq, 10))
 		f, err := e.js.PublishMsgAsync(m, jetstream.WithMsgID("evt-"+strconv.FormatUint(ev.Seq, 10)), jetstream.WithExpectStream(EventStreamName))
 		if err != nil {
-			evs = evs[:i]
-			futures = futures[:i]
 			break
 		}
-		futures[i] = f
+		futures = append(futures, f)
+		published = append(published, ev.Seq)
 	}
-	var done []uint64
+	done := corrupt
 	var firstErr error
 	wait, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -135,7 +143,7 @@ acks:
 	for i, f := range futures {
 		select {
 		case <-f.Ok():
-			done = append(done, evs[i].Seq)
+			done = append(done, published[i])
 		case err := <-f.Err():
 			if firstErr == nil {
 				firstErr = err

@@ -179,7 +179,11 @@ func (n *Node) recorded(cmd *actor.Command, fingerprint string) (reply []byte, o
 func (n *Node) Lookup(calID, reqID string) (reply []byte, ok bool, err error) {
 	err = n.Store.View(func(tx *data.Tx) error {
 		rec, found, err := tx.Request(calID, reqID)
-		reply, ok = rec.Reply, found
+		if !found || err != nil {
+			return err
+		}
+		reply, err = actor.RecordJSON(rec)
+		ok = err == nil
 		return err
 	})
 	return reply, ok, err

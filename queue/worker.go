@@ -175,10 +175,15 @@ func (p *Partition) apply(batch []jetstream.Msg) error {
 	var out []actor.Output
 	err := p.store.Commit(func(tx *data.Tx) error {
 		var err error
-		out, err = actor.Apply(tx, p.ID, in)
+		out, err = actor.ApplyDeferred(tx, p.ID, in)
 		return err
 	})
 	if err != nil {
+		return err
+	}
+	// JSON for the replies is encoded here, after the commit, in this
+	// partition's goroutine: not inside the transaction all partitions share.
+	if err := actor.Render(out); err != nil {
 		return err
 	}
 	if p.committed != nil {

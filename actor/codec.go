@@ -1,0 +1,105 @@
+package actor
+
+import (
+	"encoding/json"
+
+	"github.com/bookline/bookline/data"
+)
+
+// The binary form of a Reply, used for request records and outbox entries
+// (see data/codec.go for why records are binary). Decoding and rendering it
+// as JSON gives the same bytes as rendering the original Reply.
+
+const replyCodecVersion = 1
+
+// Presence flags of the optional parts.
+const (
+	hasCreated = 1 << iota
+	hasCalendar
+	hasBooking
+	hasConflict
+)
+
+// AppendReply appends the binary form of r.
+func AppendReply(b []byte, r *Reply) []byte {
+	b = append(b, replyCodecVersion)
+	b = data.AppendUvarint(b, uint64(r.V))
+	b = data.AppendString(b, r.RequestID)
+	b = data.AppendString(b, r.CalendarID)
+	b = data.AppendString(b, r.Type)
+	b = data.AppendString(b, r.Outcome)
+	b = data.AppendString(b, r.Code)
+	b = data.AppendString(b, r.Message)
+	b = data.AppendUvarint(b, uint64(len(r.Details)))
+	for _, d := range r.Details {
+		b = data.AppendString(b, d.Field)
+		b = data.AppendString(b, d.Message)
+	}
+	var flags byte
+	if r.Created {
+		flags |= hasCreated
+	}
+	if r.Calendar != nil {
+		flags |= hasCalendar
+	}
+	if r.Booking != nil {
+		flags |= hasBooking
+	}
+	if r.Conflict != nil {
+		flags |= hasConflict
+	}
+	b = append(b, flags)
+	if r.Calendar != nil {
+		// Calendars are written rarely and will grow (rules): JSON here.
+		cj, _ := json.Marshal(r.Calendar)
+		b = data.AppendBytes(b, cj)
+	}
+	if r.Booking != nil {
+		b = data.AppendBooking(b, r.Booking)
+	}
+	if r.Conflict != nil {
+		b = data.AppendTime(b, r.Conflict.Start)
+		b = data.AppendTime(b, r.Conflict.End)
+	}
+	return data.AppendUvarint(b, r.Seq)
+}
+
+// DecodeReply reads what AppendReply wrote.
+func DecodeReply(b []byte) (Reply, error) {
+	var r Reply
+	rd := data.NewReader(b)
+	if rd.Byte() != replyCodecVersion {
+		return r, data.ErrCorrupt
+	}
+	r.V = int(rd.Uvarint())
+	r.RequestID = rd.String()
+	r.CalendarID = rd.String()
+	r.Type = rd.String()
+	r.Outcome = rd.String()
+	r.Code = rd.String()
+	r.Message = rd.String()
+	if n := rd.Uvarint(); n > 0 && n <= uint64(len(b)) {
+		r.Details = make([]FieldError, n)
+		for i := range r.Details {
+			r.Details[i] = FieldError{Field: rd.String(), Message: rd.String()}
+		}
+	}
+	flags := rd.Byte()
+	r.Created = flags&hasCreated != 0
+	if flags&hasCalendar != 0 {
+		var c data.Calendar
+		if err := json.Unmarshal(rd.Bytes(), &c); err != nil {
+			return r, data.ErrCorrupt
+		}
+		r.Calendar = &c
+	}
+	if flags&hasBooking != 0 {
+		bk := data.ReadBooking(rd)
+		r.Booking = &bk
+	}
+	if flags&hasConflict != 0 {
+		r.Conflict = &data.Interval{Start: rd.Time(), End: rd.Time()}
+	}
+	r.Seq = rd.Uvarint()
+	return r, rd.Err()
+}
