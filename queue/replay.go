@@ -82,42 +82,64 @@ func Replay(ctx context.Context, js jetstream.JetStream, store *data.Store, opt 
 	}
 	defer it.Stop()
 
-	chunk := map[int][]actor.Decoded{}
-	pending := 0
-	flush := func(final bool) error {
-		err := store.Commit(func(tx *data.Tx) error {
-			for p, batch := range chunk {
-				if _, err := actor.ApplyReplay(tx, p, batch); err != nil {
-					return err
+	// Reading and decoding (here) overlap with applying and committing the
+	// previous chunk (the committer goroutine below): a two-stage pipeline.
+	type job struct {
+		chunk   map[int][]actor.Decoded
+		n       int
+		lastSeq uint64
+		last    uint64 // the replay's end, for progress
+		final   bool
+	}
+	jobs := make(chan job, 1)
+	committed := make(chan error, 1)
+	go func() {
+		var err error
+		for j := range jobs {
+			if err == nil {
+				err = store.Commit(func(tx *data.Tx) error {
+					for p, batch := range j.chunk {
+						if _, err := actor.ApplyReplay(tx, p, batch); err != nil {
+							return err
+						}
+					}
+					if j.final {
+						return tx.SetStreamIdentity(identity)
+					}
+					return nil
+				})
+				if err == nil {
+					st.Applied += uint64(j.n)
+					if opt.Progress != nil {
+						opt.Progress(st.Applied, j.lastSeq, j.last)
+					}
 				}
 			}
-			if final {
-				return tx.SetStreamIdentity(identity)
-			}
-			return nil
-		})
-		if err != nil {
-			return err
 		}
-		st.Applied += uint64(pending)
-		clear(chunk)
-		pending = 0
-		if opt.Progress != nil {
-			opt.Progress(st.Applied, st.LastSeq, last)
+		committed <- err
+	}()
+	finish := func(readErr error) (ReplayStats, error) {
+		close(jobs)
+		err := <-committed
+		if readErr != nil {
+			return st, readErr
 		}
-		return nil
+		st.Elapsed = time.Since(began)
+		return st, err
 	}
+
+	chunk, pending := map[int][]actor.Decoded{}, 0
 	for st.LastSeq < last {
 		if err := ctx.Err(); err != nil {
-			return st, err
+			return finish(err)
 		}
 		m, err := it.Next()
 		if err != nil {
-			return st, fmt.Errorf("queue: replay read: %w", err)
+			return finish(fmt.Errorf("queue: replay read: %w", err))
 		}
 		meta, err := m.Metadata()
 		if err != nil {
-			return st, err
+			return finish(err)
 		}
 		seq := meta.Sequence.Stream
 		if seq > last || (!opt.ToTime.IsZero() && meta.Timestamp.After(opt.ToTime)) {
@@ -133,14 +155,10 @@ func Replay(ctx context.Context, js jetstream.JetStream, store *data.Store, opt 
 		}
 		chunk[p] = append(chunk[p], actor.Decode(actor.Input{Seq: seq, At: meta.Timestamp, SubjectCalendar: cal, Data: m.Data()}))
 		if pending++; pending >= replayChunk {
-			if err := flush(false); err != nil {
-				return st, err
-			}
+			jobs <- job{chunk: chunk, n: pending, lastSeq: seq, last: last}
+			chunk, pending = map[int][]actor.Decoded{}, 0
 		}
 	}
-	if err := flush(true); err != nil {
-		return st, err
-	}
-	st.Elapsed = time.Since(began)
-	return st, nil
+	jobs <- job{chunk: chunk, n: pending, lastSeq: st.LastSeq, last: last, final: true}
+	return finish(nil)
 }
