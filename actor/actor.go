@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/bookline/bookline/data"
@@ -25,6 +26,10 @@ const (
 	CodeBookingNotFound      = "booking_not_found"
 	CodeSlotTaken            = "slot_taken"
 	CodeIdempotencyKeyReused = "idempotency_key_reused"
+	CodeHoldNotFound         = "hold_not_found"
+	CodeHoldExpired          = "hold_expired"
+	CodeHoldConfirmed        = "hold_confirmed"
+	CodeBookingNotConfirmed  = "booking_not_confirmed"
 )
 
 // Reply is the decided outcome of one command: what is published to the
@@ -242,6 +247,16 @@ func decide(tx *data.Tx, d *Decoded) (*Reply, error) {
 		r, err = createBooking(tx, d)
 	case TypeBookingCancel:
 		r, err = cancelBooking(tx, d)
+	case TypeBookingReschedule:
+		r, err = rescheduleBooking(tx, d)
+	case TypeHoldCreate:
+		r, err = createHold(tx, d)
+	case TypeHoldConfirm:
+		r, err = confirmHold(tx, d)
+	case TypeHoldRelease:
+		r, err = releaseHold(tx, d)
+	case TypeHoldExpire:
+		r, err = expireHolds(tx, d)
 	default:
 		err = fmt.Errorf("validated command of unknown type %q", cmd.Type)
 	}
@@ -293,7 +308,8 @@ func upsertCalendar(tx *data.Tx, d *Decoded) (Reply, error) {
 	if created {
 		c = data.Calendar{ID: d.Cmd.CalendarID, CreatedAt: d.At}
 	}
-	c.Name, c.Timezone, c.UpdatedAt = spec.Name, spec.Timezone, d.At
+	// Rules apply to decisions from now on; existing bookings stay.
+	c.Name, c.Timezone, c.Rules, c.UpdatedAt = spec.Name, spec.Timezone, spec.Rules, d.At
 	if err := tx.PutCalendar(c); err != nil {
 		return Reply{}, err
 	}
@@ -302,27 +318,222 @@ func upsertCalendar(tx *data.Tx, d *Decoded) (Reply, error) {
 	return r, nil
 }
 
-func createBooking(tx *data.Tx, d *Decoded) (Reply, error) {
-	spec, cmd := d.Cmd.Booking, &d.Cmd
-	if !tx.CalendarExists(cmd.CalendarID) {
-		return d.reject(CodeCalendarNotFound, "calendar not found"), nil
+// calendarFor loads the command's calendar and its time zone; rej is set
+// when the calendar does not exist.
+func calendarFor(tx *data.Tx, d *Decoded) (cal data.Calendar, loc *time.Location, rej *Reply, err error) {
+	cal, err = tx.Calendar(d.Cmd.CalendarID)
+	if errors.Is(err, data.ErrNotFound) {
+		r := d.reject(CodeCalendarNotFound, "calendar not found")
+		return cal, nil, &r, nil
+	} else if err != nil {
+		return cal, nil, nil, err
 	}
-	iv := data.Interval{Start: spec.Start, End: spec.End}
-	if _, other, taken := tx.FirstOverlap(cmd.CalendarID, iv); taken {
-		r := d.reject(CodeSlotTaken, "the requested interval overlaps a confirmed booking")
-		r.Conflict = &other
+	loc, err = location(cal.Timezone)
+	return cal, loc, nil, err
+}
+
+// refuse turns a failed check into a rejection reply.
+func (d *Decoded) refuse(v verdict) Reply {
+	r := d.reject(v.code, v.msg)
+	r.Conflict = v.conflict
+	return r
+}
+
+// newBooking builds the record a booking.create or hold.create makes.
+func newBooking(d *Decoded, cal *data.Calendar, status string) data.Booking {
+	spec := d.Cmd.Booking
+	return data.Booking{
+		ID:           BookingID(d.Cmd.CalendarID, d.Cmd.RequestID),
+		CalendarID:   d.Cmd.CalendarID,
+		Start:        spec.Start,
+		End:          spec.End,
+		Customer:     spec.Customer,
+		Status:       status,
+		CreatedAt:    d.At,
+		Metadata:     spec.Metadata,
+		BufferBefore: time.Duration(cal.BufferBeforeMinutes) * time.Minute,
+		BufferAfter:  time.Duration(cal.BufferAfterMinutes) * time.Minute,
+	}
+}
+
+func createBooking(tx *data.Tx, d *Decoded) (Reply, error) {
+	cal, loc, rej, err := calendarFor(tx, d)
+	if rej != nil || err != nil {
+		return deref(rej), err
+	}
+	spec := d.Cmd.Booking
+	if v := check(tx, &cal, loc, data.Interval{Start: spec.Start, End: spec.End}, d.At, ""); v.code != "" {
+		return d.refuse(v), nil
+	}
+	bk := newBooking(d, &cal, data.StatusConfirmed)
+	if err := tx.PutBooking(bk); err != nil {
+		return Reply{}, err
+	}
+	r := d.accept()
+	r.Booking = &bk
+	return r, nil
+}
+
+func createHold(tx *data.Tx, d *Decoded) (Reply, error) {
+	cal, loc, rej, err := calendarFor(tx, d)
+	if rej != nil || err != nil {
+		return deref(rej), err
+	}
+	spec := d.Cmd.Booking
+	ttl := DefaultHoldTTL
+	if spec.TTLSeconds > 0 {
+		ttl = time.Duration(spec.TTLSeconds) * time.Second
+	}
+	maxTTL := DefaultMaxHoldTTL
+	if cal.MaxHoldTTLSeconds > 0 {
+		maxTTL = time.Duration(cal.MaxHoldTTLSeconds) * time.Second
+	}
+	if ttl > maxTTL {
+		r := d.reject(CodeInvalidRequest, "invalid command")
+		r.Details = []FieldError{{Field: "ttl", Message: fmt.Sprintf("must be at most %s for this calendar", maxTTL)}}
 		return r, nil
 	}
-	bk := data.Booking{
-		ID:         BookingID(cmd.CalendarID, cmd.RequestID),
-		CalendarID: cmd.CalendarID,
-		Start:      spec.Start,
-		End:        spec.End,
-		Customer:   spec.Customer,
-		Status:     data.StatusConfirmed,
-		CreatedAt:  d.At,
-		Metadata:   spec.Metadata,
+	if v := check(tx, &cal, loc, data.Interval{Start: spec.Start, End: spec.End}, d.At, ""); v.code != "" {
+		return d.refuse(v), nil
 	}
+	bk := newBooking(d, &cal, data.StatusHeld)
+	exp := d.At.Add(ttl)
+	bk.ExpiresAt = &exp
+	if err := tx.PutBooking(bk); err != nil {
+		return Reply{}, err
+	}
+	r := d.accept()
+	r.Booking = &bk
+	return r, nil
+}
+
+func deref(r *Reply) Reply {
+	if r == nil {
+		return Reply{}
+	}
+	return *r
+}
+
+// expireIfDue records the expiry of a hold whose time has passed.
+func expireIfDue(tx *data.Tx, bk *data.Booking, now time.Time) error {
+	if bk.Status != data.StatusHeld || bk.ExpiresAt == nil || now.Before(*bk.ExpiresAt) {
+		return nil
+	}
+	bk.Status = data.StatusExpired
+	return tx.PutBooking(*bk)
+}
+
+// holdFor loads the hold the command names, expiring it first if its time
+// has passed.
+func holdFor(tx *data.Tx, d *Decoded) (bk data.Booking, rej *Reply, err error) {
+	if !tx.CalendarExists(d.Cmd.CalendarID) {
+		r := d.reject(CodeCalendarNotFound, "calendar not found")
+		return bk, &r, nil
+	}
+	bk, err = tx.Booking(d.Cmd.CalendarID, d.Cmd.BookingID)
+	if errors.Is(err, data.ErrNotFound) || (err == nil && bk.ExpiresAt == nil) {
+		r := d.reject(CodeHoldNotFound, "hold not found")
+		return bk, &r, nil
+	} else if err != nil {
+		return bk, nil, err
+	}
+	return bk, nil, expireIfDue(tx, &bk, d.At)
+}
+
+func confirmHold(tx *data.Tx, d *Decoded) (Reply, error) {
+	bk, rej, err := holdFor(tx, d)
+	if rej != nil || err != nil {
+		return deref(rej), err
+	}
+	switch bk.Status {
+	case data.StatusHeld:
+		bk.Status = data.StatusConfirmed
+		if err := tx.PutBooking(bk); err != nil {
+			return Reply{}, err
+		}
+	case data.StatusConfirmed, data.StatusCancelled:
+		// Confirmed before (by another request id): the booking as it is.
+	case data.StatusExpired:
+		return d.reject(CodeHoldExpired, "the hold expired; its interval was released"), nil
+	default: // released
+		return d.reject(CodeHoldNotFound, "the hold was released"), nil
+	}
+	r := d.accept()
+	r.Booking = &bk
+	return r, nil
+}
+
+func releaseHold(tx *data.Tx, d *Decoded) (Reply, error) {
+	bk, rej, err := holdFor(tx, d)
+	if rej != nil || err != nil {
+		return deref(rej), err
+	}
+	switch bk.Status {
+	case data.StatusHeld:
+		bk.Status = data.StatusReleased
+		if err := tx.PutBooking(bk); err != nil {
+			return Reply{}, err
+		}
+	case data.StatusConfirmed, data.StatusCancelled:
+		return d.reject(CodeHoldConfirmed, "the hold was confirmed: cancel the booking instead"), nil
+	}
+	// released or expired: releasing again changes nothing.
+	r := d.accept()
+	r.Booking = &bk
+	return r, nil
+}
+
+// expireHolds records the expiry of every hold of the calendar whose time
+// has passed at the command's log time. The command is published by the
+// node's hold expirer, so intervals free up even when nothing else
+// arrives; decisions never depended on it (an expired hold stops counting
+// at its expiry time anyway).
+func expireHolds(tx *data.Tx, d *Decoded) (Reply, error) {
+	if !tx.CalendarExists(d.Cmd.CalendarID) {
+		return d.reject(CodeCalendarNotFound, "calendar not found"), nil
+	}
+	n := 0
+	for _, h := range tx.DueHolds(d.At, 1<<30) {
+		if h.Calendar != d.Cmd.CalendarID {
+			continue
+		}
+		bk, err := tx.Booking(h.Calendar, h.ID)
+		if err != nil {
+			return Reply{}, err
+		}
+		if err := expireIfDue(tx, &bk, d.At); err != nil {
+			return Reply{}, err
+		}
+		n++
+	}
+	r := d.accept()
+	r.Message = fmt.Sprintf("%d holds expired", n)
+	return r, nil
+}
+
+func rescheduleBooking(tx *data.Tx, d *Decoded) (Reply, error) {
+	cal, loc, rej, err := calendarFor(tx, d)
+	if rej != nil || err != nil {
+		return deref(rej), err
+	}
+	bk, err := tx.Booking(d.Cmd.CalendarID, d.Cmd.BookingID)
+	if errors.Is(err, data.ErrNotFound) || (err == nil && bk.Status != data.StatusConfirmed && bk.Status != data.StatusCancelled) {
+		return d.reject(CodeBookingNotFound, "booking not found"), nil
+	} else if err != nil {
+		return Reply{}, err
+	}
+	if bk.Status != data.StatusConfirmed {
+		return d.reject(CodeBookingNotConfirmed, "only a confirmed booking can be rescheduled"), nil
+	}
+	iv := data.Interval{Start: d.Cmd.Reschedule.Start, End: d.Cmd.Reschedule.End}
+	// Checked without the booking itself: moving into its own old interval
+	// is fine. If refused, nothing is written: the old interval stays.
+	if v := check(tx, &cal, loc, iv, d.At, bk.ID); v.code != "" {
+		return d.refuse(v), nil
+	}
+	bk.Start, bk.End = iv.Start, iv.End
+	bk.BufferBefore = time.Duration(cal.BufferBeforeMinutes) * time.Minute
+	bk.BufferAfter = time.Duration(cal.BufferAfterMinutes) * time.Minute
 	if err := tx.PutBooking(bk); err != nil {
 		return Reply{}, err
 	}
@@ -336,7 +547,7 @@ func cancelBooking(tx *data.Tx, d *Decoded) (Reply, error) {
 		return d.reject(CodeCalendarNotFound, "calendar not found"), nil
 	}
 	bk, err := tx.Booking(d.Cmd.CalendarID, d.Cmd.BookingID)
-	if errors.Is(err, data.ErrNotFound) {
+	if errors.Is(err, data.ErrNotFound) || (err == nil && bk.Status != data.StatusConfirmed && bk.Status != data.StatusCancelled) {
 		return d.reject(CodeBookingNotFound, "booking not found"), nil
 	} else if err != nil {
 		return Reply{}, err
@@ -351,4 +562,19 @@ func cancelBooking(tx *data.Tx, d *Decoded) (Reply, error) {
 	r := d.accept()
 	r.Booking = &bk
 	return r, nil
+}
+
+var locations sync.Map // time zone name -> *time.Location
+
+// location loads a time zone once per process.
+func location(name string) (*time.Location, error) {
+	if l, ok := locations.Load(name); ok {
+		return l.(*time.Location), nil
+	}
+	l, err := time.LoadLocation(name)
+	if err != nil {
+		return nil, err
+	}
+	locations.Store(name, l)
+	return l, nil
 }

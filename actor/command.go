@@ -10,6 +10,8 @@ import (
 	"regexp"
 	"time"
 	"unicode/utf8"
+
+	"github.com/bookline/bookline/data"
 )
 
 // SchemaVersion is the command and reply schema version this build writes.
@@ -22,6 +24,17 @@ const (
 	TypeCalendarUpsert = "calendar.upsert"
 	TypeBookingCreate  = "booking.create"
 	TypeBookingCancel  = "booking.cancel"
+	// TypeBookingReschedule moves a confirmed booking (booking_id,
+	// reschedule) atomically: refused, the old interval stays.
+	TypeBookingReschedule = "booking.reschedule"
+	// TypeHoldCreate reserves an interval for ttl_seconds (booking body).
+	TypeHoldCreate = "hold.create"
+	// TypeHoldConfirm turns a live hold (booking_id) into a booking.
+	TypeHoldConfirm = "hold.confirm"
+	// TypeHoldRelease releases a hold (booking_id).
+	TypeHoldRelease = "hold.release"
+	// TypeHoldExpire records the expiry of the calendar's due holds.
+	TypeHoldExpire = "hold.expire"
 )
 
 // Limits checked for every command, whether it came through HTTP or was
@@ -62,12 +75,21 @@ type Command struct {
 	Calendar   *CalendarSpec `json:"calendar,omitempty"`
 	Booking    *BookingSpec  `json:"booking,omitempty"`
 	BookingID  string        `json:"booking_id,omitempty"`
+	Reschedule *IntervalSpec `json:"reschedule,omitempty"`
 }
 
-// CalendarSpec is the body of calendar.upsert.
+// CalendarSpec is the body of calendar.upsert: name, time zone and the
+// booking rules (flat, as in the HTTP body).
 type CalendarSpec struct {
 	Name     string `json:"name"`
 	Timezone string `json:"timezone"`
+	data.Rules
+}
+
+// IntervalSpec is the new interval of booking.reschedule.
+type IntervalSpec struct {
+	Start time.Time `json:"start"`
+	End   time.Time `json:"end"`
 }
 
 // BookingSpec is the body of booking.create.
@@ -76,6 +98,8 @@ type BookingSpec struct {
 	End      time.Time       `json:"end"`
 	Customer string          `json:"customer"`
 	Metadata json.RawMessage `json:"metadata,omitempty"`
+	// TTLSeconds is the lifetime of a hold (hold.create only; default 300).
+	TTLSeconds int `json:"ttl_seconds,omitempty"`
 }
 
 // FieldError names one invalid field of a request.
@@ -125,29 +149,8 @@ func CanonicalMetadata(raw json.RawMessage) (json.RawMessage, error) {
 // field; nil means valid. It also puts the times in UTC and the metadata in
 // canonical form.
 func ValidateBooking(b *BookingSpec) []FieldError {
-	var errs []FieldError
+	errs := validateInterval(&b.Start, &b.End)
 	add := func(f, m string) { errs = append(errs, FieldError{Field: f, Message: m}) }
-	okTime := func(field string, t time.Time) bool {
-		switch {
-		case t.IsZero():
-			add(field, "is required (RFC 3339, e.g. 2026-12-01T10:00:00Z)")
-		case t.Year() < MinYear || t.Year() > MaxYear:
-			add(field, fmt.Sprintf("must be between years %d and %d", MinYear, MaxYear))
-		default:
-			return true
-		}
-		return false
-	}
-	okStart, okEnd := okTime("start", b.Start), okTime("end", b.End)
-	if okStart && okEnd {
-		switch d := b.End.Sub(b.Start); {
-		case d <= 0:
-			add("end", "must be after start")
-		case d > MaxBookingDuration:
-			add("end", fmt.Sprintf("booking may last at most %s", MaxBookingDuration))
-		}
-	}
-	b.Start, b.End = b.Start.UTC(), b.End.UTC()
 	switch n := utf8.RuneCountInString(b.Customer); {
 	case n == 0:
 		add("customer", "is required")
@@ -164,6 +167,35 @@ func ValidateBooking(b *BookingSpec) []FieldError {
 	return errs
 }
 
+// validateInterval checks start and end of a booking interval and puts them
+// in UTC.
+func validateInterval(start, end *time.Time) []FieldError {
+	var errs []FieldError
+	add := func(f, m string) { errs = append(errs, FieldError{Field: f, Message: m}) }
+	okTime := func(field string, t time.Time) bool {
+		switch {
+		case t.IsZero():
+			add(field, "is required (RFC 3339, e.g. 2026-12-01T10:00:00Z)")
+		case t.Year() < MinYear || t.Year() > MaxYear:
+			add(field, fmt.Sprintf("must be between years %d and %d", MinYear, MaxYear))
+		default:
+			return true
+		}
+		return false
+	}
+	okStart, okEnd := okTime("start", *start), okTime("end", *end)
+	if okStart && okEnd {
+		switch d := end.Sub(*start); {
+		case d <= 0:
+			add("end", "must be after start")
+		case d > MaxBookingDuration:
+			add("end", fmt.Sprintf("booking may last at most %s", MaxBookingDuration))
+		}
+	}
+	*start, *end = start.UTC(), end.UTC()
+	return errs
+}
+
 // ValidateCalendar checks a calendar body; an empty timezone means UTC.
 func ValidateCalendar(c *CalendarSpec) []FieldError {
 	var errs []FieldError
@@ -176,7 +208,7 @@ func ValidateCalendar(c *CalendarSpec) []FieldError {
 	if n := utf8.RuneCountInString(c.Name); n > MaxNameLen || !utf8.ValidString(c.Name) {
 		errs = append(errs, FieldError{Field: "name", Message: fmt.Sprintf("must be valid UTF-8, at most %d characters", MaxNameLen)})
 	}
-	return errs
+	return append(errs, ValidateRules(&c.Rules)...)
 }
 
 // Validate checks the envelope and body of a command. It normalises the body
@@ -197,16 +229,31 @@ func (c *Command) Validate() []FieldError {
 		} else {
 			errs = append(errs, ValidateCalendar(c.Calendar)...)
 		}
-	case TypeBookingCreate:
+	case TypeBookingCreate, TypeHoldCreate:
 		if c.Booking == nil {
 			add("booking", "is required")
 		} else {
 			errs = append(errs, ValidateBooking(c.Booking)...)
+			if c.Booking.TTLSeconds < 0 || c.Booking.TTLSeconds > int(MaxHoldTTL/time.Second) {
+				add("ttl", fmt.Sprintf("must be from 1 to %d seconds", int(MaxHoldTTL/time.Second)))
+			} else if c.Type == TypeBookingCreate && c.Booking.TTLSeconds != 0 {
+				add("ttl", "only holds have a ttl")
+			}
 		}
-	case TypeBookingCancel:
+	case TypeBookingCancel, TypeHoldConfirm, TypeHoldRelease:
 		if !ValidBookingID(c.BookingID) {
 			add("booking_id", "is not a booking id")
 		}
+	case TypeBookingReschedule:
+		if !ValidBookingID(c.BookingID) {
+			add("booking_id", "is not a booking id")
+		}
+		if c.Reschedule == nil {
+			add("reschedule", "is required")
+		} else {
+			errs = append(errs, validateInterval(&c.Reschedule.Start, &c.Reschedule.End)...)
+		}
+	case TypeHoldExpire:
 	default:
 		add("type", fmt.Sprintf("unknown command type %q", c.Type))
 	}
@@ -224,7 +271,8 @@ func (c *Command) Fingerprint() string {
 		Calendar   *CalendarSpec `json:"calendar,omitempty"`
 		Booking    *BookingSpec  `json:"booking,omitempty"`
 		BookingID  string        `json:"booking_id,omitempty"`
-	}{c.Type, c.CalendarID, c.Calendar, c.Booking, c.BookingID}
+		Reschedule *IntervalSpec `json:"reschedule,omitempty"`
+	}{c.Type, c.CalendarID, c.Calendar, c.Booking, c.BookingID, c.Reschedule}
 	b, _ := json.Marshal(body)
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:16])

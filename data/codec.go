@@ -107,7 +107,7 @@ func (r *Reader) Int64() int64 {
 // Time reads unix nanoseconds as a UTC time.
 func (r *Reader) Time() time.Time { return time.Unix(0, r.Int64()).UTC() }
 
-const bookingCodecVersion = 1
+const bookingCodecVersion = 2
 
 // AppendBooking appends the binary form of bk.
 func AppendBooking(b []byte, bk *Booking) []byte {
@@ -125,6 +125,14 @@ func AppendBooking(b []byte, bk *Booking) []byte {
 	} else {
 		b = append(b, 0)
 	}
+	if bk.ExpiresAt != nil {
+		b = append(b, 1)
+		b = AppendTime(b, *bk.ExpiresAt)
+	} else {
+		b = append(b, 0)
+	}
+	b = AppendInt64(b, int64(bk.BufferBefore))
+	b = AppendInt64(b, int64(bk.BufferAfter))
 	return AppendBytes(b, bk.Metadata)
 }
 
@@ -146,6 +154,12 @@ func ReadBooking(r *Reader) Booking {
 		t := r.Time()
 		bk.CancelledAt = &t
 	}
+	if r.Byte() == 1 {
+		t := r.Time()
+		bk.ExpiresAt = &t
+	}
+	bk.BufferBefore = time.Duration(r.Int64())
+	bk.BufferAfter = time.Duration(r.Int64())
 	bk.Metadata = r.Bytes()
 	return bk
 }

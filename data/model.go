@@ -5,33 +5,101 @@ import (
 	"time"
 )
 
-// Booking statuses.
+// Booking statuses. A hold is a booking record in status held until it is
+// confirmed (same id), released or expired.
 const (
 	StatusConfirmed = "confirmed"
 	StatusCancelled = "cancelled"
+	StatusHeld      = "held"
+	StatusReleased  = "released"
+	StatusExpired   = "expired"
 )
+
+// Occupies reports whether a booking in this status holds its interval.
+func Occupies(status string) bool { return status == StatusConfirmed || status == StatusHeld }
 
 // Calendar is a bookable calendar. Its id is also a NATS subject token, so it
 // is restricted to [A-Za-z0-9_-]{1,64} (checked by the actor).
 type Calendar struct {
-	ID        string    `json:"id"`
-	Name      string    `json:"name"`
-	Timezone  string    `json:"timezone"`
+	ID       string `json:"id"`
+	Name     string `json:"name"`
+	Timezone string `json:"timezone"`
+	Rules
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
 }
 
+// Rules are a calendar's booking rules; the zero value accepts any
+// interval. Times of day are in the calendar's time zone. They are checked
+// by the partition's writer when it decides (actor/rules.go).
+type Rules struct {
+	// WeeklyHours lists the open intervals per weekday ("mon".."sun");
+	// nil means open at all times, a weekday without entries is closed.
+	WeeklyHours map[string][]TimeRange `json:"weekly_hours,omitempty"`
+	// DateOverrides replace the weekly hours on single dates.
+	DateOverrides []DateOverride `json:"date_overrides,omitempty"`
+	// SlotStepMinutes: starts must fall on this grid in local time
+	// (minutes since local midnight divisible by it).
+	SlotStepMinutes         int   `json:"slot_step_minutes,omitempty"`
+	MinDurationMinutes      int   `json:"min_duration_minutes,omitempty"`
+	MaxDurationMinutes      int   `json:"max_duration_minutes,omitempty"`
+	AllowedDurationsMinutes []int `json:"allowed_durations_minutes,omitempty"`
+	// Buffers around each booking: buffered spans may not overlap (beyond
+	// the capacity).
+	BufferBeforeMinutes int `json:"buffer_before_minutes,omitempty"`
+	BufferAfterMinutes  int `json:"buffer_after_minutes,omitempty"`
+	// MinNoticeMinutes: no booking starting sooner than this after "now"
+	// (the command's log time).
+	MinNoticeMinutes int `json:"min_notice_minutes,omitempty"`
+	// HorizonDays: no booking starting later than this many days after now.
+	HorizonDays int `json:"horizon_days,omitempty"`
+	// Capacity is the number of bookings that may overlap at any instant
+	// (seats); 0 means 1.
+	Capacity int `json:"capacity,omitempty"`
+	// MaxHoldTTLSeconds bounds a hold's ttl; 0 means the default (1 h).
+	MaxHoldTTLSeconds int `json:"max_hold_ttl_seconds,omitempty"`
+}
+
+// Seats is the effective capacity.
+func (r *Rules) Seats() int { return max(r.Capacity, 1) }
+
+// TimeRange is an interval of local wall-clock time "HH:MM"-"HH:MM"; end may
+// be "24:00".
+type TimeRange struct {
+	Start string `json:"start"`
+	End   string `json:"end"`
+}
+
+// DateOverride replaces the weekly hours on one local date (YYYY-MM-DD):
+// closed all day, or open during Hours.
+type DateOverride struct {
+	Date   string      `json:"date"`
+	Closed bool        `json:"closed,omitempty"`
+	Hours  []TimeRange `json:"hours,omitempty"`
+}
+
 // Booking is a half-open interval [Start, End) on one calendar.
 type Booking struct {
-	ID          string          `json:"id"`
-	CalendarID  string          `json:"calendar_id"`
-	Start       time.Time       `json:"start"`
-	End         time.Time       `json:"end"`
-	Customer    string          `json:"customer"`
-	Status      string          `json:"status"`
-	CreatedAt   time.Time       `json:"created_at"`
-	CancelledAt *time.Time      `json:"cancelled_at,omitempty"`
-	Metadata    json.RawMessage `json:"metadata"`
+	ID          string     `json:"id"`
+	CalendarID  string     `json:"calendar_id"`
+	Start       time.Time  `json:"start"`
+	End         time.Time  `json:"end"`
+	Customer    string     `json:"customer"`
+	Status      string     `json:"status"`
+	CreatedAt   time.Time  `json:"created_at"`
+	CancelledAt *time.Time `json:"cancelled_at,omitempty"`
+	// ExpiresAt is set while the record is a hold (and kept when it
+	// expires or is released).
+	ExpiresAt *time.Time      `json:"expires_at,omitempty"`
+	Metadata  json.RawMessage `json:"metadata"`
+	// Buffers in force when the booking was made; they travel with it.
+	BufferBefore time.Duration `json:"-"`
+	BufferAfter  time.Duration `json:"-"`
+}
+
+// Buffered is the booking's interval widened by its buffers.
+func (b *Booking) Buffered() Interval {
+	return Interval{Start: b.Start.Add(-b.BufferBefore), End: b.End.Add(b.BufferAfter)}
 }
 
 // Interval is a half-open time interval [Start, End).

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"sync"
@@ -26,7 +27,7 @@ var (
 )
 
 // schemaVersion is bumped on any change of the on-disk layout.
-const schemaVersion = "3"
+const schemaVersion = "4"
 
 var (
 	bucketMeta      = []byte("meta")
@@ -261,6 +262,23 @@ func EncodeTime(t time.Time) []byte {
 	return b[:]
 }
 
+var (
+	minEncodable = time.Unix(0, math.MinInt64)
+	maxEncodable = time.Unix(0, math.MaxInt64)
+)
+
+// seekKey is EncodeTime saturated at the ends of the encodable range, for
+// cursor positions computed by adding spans to query bounds.
+func seekKey(t time.Time) []byte {
+	switch {
+	case t.Before(minEncodable):
+		return make([]byte, 8)
+	case t.After(maxEncodable):
+		return []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
+	}
+	return EncodeTime(t)
+}
+
 // DecodeTime is the inverse of EncodeTime; the result is in UTC.
 func DecodeTime(b []byte) time.Time {
 	return time.Unix(0, int64(binary.BigEndian.Uint64(b)^(1<<63))).UTC()
@@ -364,16 +382,16 @@ func slotKey(start time.Time, id string) []byte {
 	return append(k, id...)
 }
 
-// PutBooking stores bk and keeps the slot index in step with its status:
-// a confirmed booking occupies its interval, a cancelled one does not. If bk
-// replaces a record with another start, the old slot is removed too. The
-// caller (the partition's actor) has already checked for overlaps.
+// PutBooking stores bk and keeps the slot index in step with its status: a
+// confirmed booking or a hold occupies its interval, anything else does not.
+// If bk replaces a record with another start, the old slot is removed too.
+// The caller (the partition's actor) has already checked the rules.
 func (t *Tx) PutBooking(bk Booking) error {
 	cb, err := t.calBucket(bk.CalendarID, true)
 	if err != nil {
 		return err
 	}
-	v := AppendBooking(make([]byte, 0, 128+len(bk.Customer)+len(bk.Metadata)), &bk)
+	v := AppendBooking(make([]byte, 0, 160+len(bk.Customer)+len(bk.Metadata)), &bk)
 	bookings, slots := cb.Bucket(subBookings), cb.Bucket(subSlots)
 	if old := bookings.Get([]byte(bk.ID)); old != nil {
 		prev, err := decodeBooking(old)
@@ -385,15 +403,164 @@ func (t *Tx) PutBooking(bk Booking) error {
 				return err
 			}
 		}
+		if prev.Status == StatusHeld && prev.ExpiresAt != nil {
+			if err := t.holdIndex(false, *prev.ExpiresAt, prev.CalendarID, prev.ID); err != nil {
+				return err
+			}
+		}
 	}
 	if err := bookings.Put([]byte(bk.ID), v); err != nil {
 		return err
 	}
 	key := slotKey(bk.Start, bk.ID)
-	if bk.Status == StatusConfirmed {
-		return slots.Put(key, EncodeTime(bk.End))
+	if !Occupies(bk.Status) {
+		return slots.Delete(key)
 	}
-	return slots.Delete(key)
+	if bk.Status == StatusHeld && bk.ExpiresAt != nil {
+		if err := t.holdIndex(true, *bk.ExpiresAt, bk.CalendarID, bk.ID); err != nil {
+			return err
+		}
+	}
+	if err := t.growMaxSpan(cb, bk.End.Sub(bk.Start)+bk.BufferBefore+bk.BufferAfter); err != nil {
+		return err
+	}
+	return slots.Put(key, encodeSlotValue(&bk))
+}
+
+// Slot values: end (8), flags (1: hold), hold expiry (8), buffer before
+// (8), buffer after (8). The first 8 bytes alone decode as the end.
+const slotHold = 1
+
+func encodeSlotValue(bk *Booking) []byte {
+	v := make([]byte, 0, 33)
+	v = append(v, EncodeTime(bk.End)...)
+	var flags byte
+	var exp int64
+	if bk.Status == StatusHeld {
+		flags |= slotHold
+		if bk.ExpiresAt != nil {
+			exp = bk.ExpiresAt.UnixNano()
+		}
+	}
+	v = append(v, flags)
+	v = AppendInt64(v, exp)
+	v = AppendInt64(v, int64(bk.BufferBefore))
+	return AppendInt64(v, int64(bk.BufferAfter))
+}
+
+// Slot is one entry of the slot index: an interval occupied by a confirmed
+// booking or a hold.
+type Slot struct {
+	ID           string
+	Start, End   time.Time
+	Hold         bool
+	Expires      time.Time // holds only
+	BufferBefore time.Duration
+	BufferAfter  time.Duration
+}
+
+// Interval is the slot's own interval.
+func (s *Slot) Interval() Interval { return Interval{Start: s.Start, End: s.End} }
+
+// Buffered is the slot's interval widened by its buffers.
+func (s *Slot) Buffered() Interval {
+	return Interval{Start: s.Start.Add(-s.BufferBefore), End: s.End.Add(s.BufferAfter)}
+}
+
+// LiveAt reports whether the slot occupies its interval at now: a hold stops
+// occupying when it expires, even before its expiry is recorded.
+func (s *Slot) LiveAt(now time.Time) bool { return !s.Hold || now.Before(s.Expires) }
+
+func decodeSlot(k, v []byte) Slot {
+	s := Slot{ID: string(k[8:]), Start: DecodeTime(k[:8]), End: DecodeTime(v)}
+	if len(v) >= 33 {
+		s.Hold = v[8]&slotHold != 0
+		if s.Hold {
+			s.Expires = time.Unix(0, int64(binary.BigEndian.Uint64(v[9:17]))).UTC()
+		}
+		s.BufferBefore = time.Duration(binary.BigEndian.Uint64(v[17:25]))
+		s.BufferAfter = time.Duration(binary.BigEndian.Uint64(v[25:33]))
+	}
+	return s
+}
+
+var keyMaxSpan = []byte("maxspan") // per calendar: longest buffered span ever indexed
+
+// growMaxSpan records span if it is the calendar's longest so far. Scans for
+// slots near an interval look back this far; it never shrinks, which only
+// costs a longer scan.
+func (t *Tx) growMaxSpan(cb *bolt.Bucket, span time.Duration) error {
+	if v := cb.Get(keyMaxSpan); v != nil && time.Duration(binary.BigEndian.Uint64(v)) >= span {
+		return nil
+	}
+	return cb.Put(keyMaxSpan, binary.BigEndian.AppendUint64(nil, uint64(span)))
+}
+
+// maxSpan is the longest buffered span ever indexed in the calendar.
+func maxSpan(cb *bolt.Bucket) time.Duration {
+	if v := cb.Get(keyMaxSpan); v != nil {
+		return time.Duration(binary.BigEndian.Uint64(v))
+	}
+	return 0
+}
+
+// SlotsNear calls fn, in start order, for every slot of calID whose buffered
+// span overlaps [from, to) (a superset: fn filters further). fn returns false
+// to stop.
+func (t *Tx) SlotsNear(calID string, from, to time.Time, fn func(Slot) bool) {
+	cb, _ := t.calBucket(calID, false)
+	if cb == nil {
+		return
+	}
+	span := maxSpan(cb)
+	c := cb.Bucket(subSlots).Cursor()
+	end := seekKey(to.Add(span))
+	for k, v := c.Seek(seekKey(from.Add(-span))); k != nil && bytes.Compare(k[:8], end) < 0; k, v = c.Next() {
+		s := decodeSlot(k, v)
+		if !s.Buffered().Overlaps(Interval{Start: from, End: to}) {
+			continue
+		}
+		if !fn(s) {
+			return
+		}
+	}
+}
+
+var bucketHolds = []byte("holdexp") // expiry(8) ++ calendar ++ 0 ++ hold id -> nil
+
+func (t *Tx) holdIndex(put bool, exp time.Time, calID, id string) error {
+	b, err := t.tx.CreateBucketIfNotExists(bucketHolds)
+	if err != nil {
+		return err
+	}
+	k := append(append(append(EncodeTime(exp), calID...), 0), id...)
+	if put {
+		return b.Put(k, nil)
+	}
+	return b.Delete(k)
+}
+
+// DueHold is a hold whose expiry has passed.
+type DueHold struct {
+	Calendar, ID string
+	Expires      time.Time
+}
+
+// DueHolds lists up to max holds that expire at or before now, earliest
+// first.
+func (t *Tx) DueHolds(now time.Time, max int) []DueHold {
+	b := t.tx.Bucket(bucketHolds)
+	if b == nil {
+		return nil
+	}
+	var out []DueHold
+	nowKey := EncodeTime(now)
+	c := b.Cursor()
+	for k, _ := c.First(); k != nil && len(out) < max && bytes.Compare(k[:8], nowKey) <= 0; k, _ = c.Next() {
+		cal, id, _ := bytes.Cut(k[8:], []byte{0})
+		out = append(out, DueHold{Calendar: string(cal), ID: string(id), Expires: DecodeTime(k[:8])})
+	}
+	return out
 }
 
 // FirstOverlap returns the confirmed booking interval of calID that overlaps
@@ -496,27 +663,17 @@ func (t *Tx) ListBookings(calID string, from, to time.Time, limit int, after Cur
 			k, v = c.Next()
 		}
 	} else {
-		// Confirmed bookings do not overlap each other, so at most one that
-		// starts before from can reach into the range: the one just before.
-		fromKey := EncodeTime(from)
-		var pk, pv []byte
-		if k, _ = c.Seek(fromKey); k == nil {
-			pk, pv = c.Last()
-		} else {
-			pk, pv = c.Prev()
-		}
-		if pk != nil && DecodeTime(pv).After(from) {
-			k, v = pk, pv
-		} else {
-			k, v = c.Seek(fromKey)
-		}
+		// A booking that starts before from reaches into the range only if
+		// it is no longer than the calendar's longest.
+		cb, _ := t.calBucket(calID, false)
+		k, v = c.Seek(seekKey(from.Add(-maxSpan(cb))))
 	}
-	toKey := EncodeTime(to)
+	toKey := seekKey(to)
 	for ; k != nil; k, v = c.Next() {
 		if bytes.Compare(k[:8], toKey) >= 0 {
 			break
 		}
-		if !DecodeTime(v).After(from) {
+		if s := decodeSlot(k, v); s.Hold || !s.End.After(from) {
 			continue
 		}
 		if limit > 0 && len(out) == limit {
@@ -541,7 +698,13 @@ func (t *Tx) ForEachConfirmed(calID string, fn func(id string, iv Interval) erro
 		return nil
 	}
 	return slots.ForEach(func(k, v []byte) error {
-		return fn(string(k[8:]), Interval{Start: DecodeTime(k[:8]), End: DecodeTime(v)})
+		if k == nil || v == nil || len(k) < 8 {
+			return nil
+		}
+		if s := decodeSlot(k, v); !s.Hold {
+			return fn(s.ID, s.Interval())
+		}
+		return nil
 	})
 }
 

@@ -76,14 +76,15 @@ func checkCalendar(tx *data.Tx, calID string) []string {
 		return nil
 	}
 
-	// Slots: ordered by start; since confirmed bookings never overlap, each
-	// must start at or after the greatest end seen so far.
+	// Slots: no instant may be covered by more confirmed bookings than the
+	// calendar's capacity (1 unless its rules say otherwise).
+	seats := 1
+	if c, err := tx.Calendar(calID); err == nil {
+		seats = c.Seats()
+	}
 	slotted := make(map[string]bool)
-	var (
-		prevID   string
-		reach    data.Interval
-		havePrev bool
-	)
+	var live []data.Interval // intervals covering the current start, for the sweep
+	liveIDs := []string{}
 	err := tx.ForEachConfirmed(calID, func(id string, iv data.Interval) error {
 		if slotted[id] {
 			if err := report("booking %s has more than one slot", id); err != nil {
@@ -96,16 +97,19 @@ func checkCalendar(tx *data.Tx, calID string) []string {
 				return err
 			}
 		}
-		if havePrev && reach.Overlaps(iv) {
-			if err := report("confirmed bookings %s [%s, %s) and %s [%s, %s) overlap",
-				prevID, reach.Start, reach.End, id, iv.Start, iv.End); err != nil {
-				return err
+		// Slots come in start order: drop the intervals that ended, then
+		// the ones left all cover iv.Start.
+		keep, keepIDs := live[:0], liveIDs[:0]
+		for i, l := range live {
+			if l.End.After(iv.Start) {
+				keep, keepIDs = append(keep, l), append(keepIDs, liveIDs[i])
 			}
 		}
-		// Keep the interval reaching furthest, so that an overlap with any
-		// earlier booking is seen, not only with the one just before.
-		if !havePrev || iv.End.After(reach.End) {
-			prevID, reach, havePrev = id, iv, true
+		live, liveIDs = append(keep, iv), append(keepIDs, id)
+		if len(live) > seats {
+			if err := report("confirmed bookings %v overlap at %s: %d of them, capacity %d", liveIDs, iv.Start, len(live), seats); err != nil {
+				return err
+			}
 		}
 		bk, err := tx.Booking(calID, id)
 		switch {

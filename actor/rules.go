@@ -1,0 +1,353 @@
+package actor
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/bookline/bookline/data"
+)
+
+// Rule rejection codes (HTTP 422 except slot_taken 409).
+const (
+	CodeOutsideHours       = "outside_hours"
+	CodeMisaligned         = "misaligned"
+	CodeDurationNotAllowed = "duration_not_allowed"
+	CodeTooSoon            = "too_soon"
+	CodeTooFar             = "too_far"
+	CodeBufferConflict     = "buffer_conflict"
+)
+
+// Limits of rule values.
+const (
+	MaxRuleIntervals  = 1000
+	MaxBufferMinutes  = 24 * 60
+	MaxNoticeMinutes  = 365 * 24 * 60
+	MaxHorizonDays    = 3650
+	MaxCapacity       = 1000
+	DefaultHoldTTL    = 5 * time.Minute
+	DefaultMaxHoldTTL = time.Hour
+	MaxHoldTTL        = 24 * time.Hour
+)
+
+var weekdays = map[string]time.Weekday{"sun": time.Sunday, "mon": time.Monday, "tue": time.Tuesday,
+	"wed": time.Wednesday, "thu": time.Thursday, "fri": time.Friday, "sat": time.Saturday}
+
+var weekdayKey = [7]string{"sun", "mon", "tue", "wed", "thu", "fri", "sat"}
+
+// parseClock parses "HH:MM" (00:00..24:00) into minutes since midnight.
+func parseClock(s string) (int, bool) {
+	h, m, ok := strings.Cut(s, ":")
+	if !ok || len(h) != 2 || len(m) != 2 {
+		return 0, false
+	}
+	hh, err1 := strconv.Atoi(h)
+	mm, err2 := strconv.Atoi(m)
+	if err1 != nil || err2 != nil || hh < 0 || mm < 0 || mm > 59 || hh > 24 || (hh == 24 && mm != 0) {
+		return 0, false
+	}
+	return hh*60 + mm, true
+}
+
+func validateRanges(field string, rs []data.TimeRange) []FieldError {
+	var errs []FieldError
+	for i, r := range rs {
+		a, ok1 := parseClock(r.Start)
+		b, ok2 := parseClock(r.End)
+		switch {
+		case !ok1 || !ok2:
+			errs = append(errs, FieldError{Field: fmt.Sprintf("%s[%d]", field, i), Message: `times must be "HH:MM" from 00:00 to 24:00`})
+		case a >= b:
+			errs = append(errs, FieldError{Field: fmt.Sprintf("%s[%d]", field, i), Message: "end must be after start"})
+		}
+	}
+	return errs
+}
+
+// ValidateRules checks a calendar's rules.
+func ValidateRules(r *data.Rules) []FieldError {
+	var errs []FieldError
+	add := func(f, m string) { errs = append(errs, FieldError{Field: f, Message: m}) }
+	n := 0
+	for day, rs := range r.WeeklyHours {
+		if _, ok := weekdays[day]; !ok {
+			add("weekly_hours."+day, "weekday must be one of mon, tue, wed, thu, fri, sat, sun")
+		}
+		n += len(rs)
+		errs = append(errs, validateRanges("weekly_hours."+day, rs)...)
+	}
+	seen := map[string]bool{}
+	for i, o := range r.DateOverrides {
+		f := fmt.Sprintf("date_overrides[%d]", i)
+		if _, err := time.Parse(time.DateOnly, o.Date); err != nil {
+			add(f+".date", "must be a date YYYY-MM-DD")
+		} else if seen[o.Date] {
+			add(f+".date", "date listed twice")
+		}
+		seen[o.Date] = true
+		if o.Closed && len(o.Hours) > 0 {
+			add(f, "closed and hours are exclusive")
+		}
+		n += len(o.Hours) + 1
+		errs = append(errs, validateRanges(f+".hours", o.Hours)...)
+	}
+	if n > MaxRuleIntervals {
+		add("weekly_hours", fmt.Sprintf("at most %d intervals and overrides in all", MaxRuleIntervals))
+	}
+	maxDur := int(MaxBookingDuration / time.Minute)
+	inRange := func(f string, v, lo, hi int) {
+		if v < lo || v > hi {
+			add(f, fmt.Sprintf("must be from %d to %d", lo, hi))
+		}
+	}
+	inRange("slot_step_minutes", r.SlotStepMinutes, 0, 24*60)
+	inRange("min_duration_minutes", r.MinDurationMinutes, 0, maxDur)
+	inRange("max_duration_minutes", r.MaxDurationMinutes, 0, maxDur)
+	if r.MaxDurationMinutes > 0 && r.MinDurationMinutes > r.MaxDurationMinutes {
+		add("min_duration_minutes", "must not exceed max_duration_minutes")
+	}
+	if len(r.AllowedDurationsMinutes) > 100 {
+		add("allowed_durations_minutes", "at most 100 entries")
+	}
+	for i, d := range r.AllowedDurationsMinutes {
+		inRange(fmt.Sprintf("allowed_durations_minutes[%d]", i), d, 1, maxDur)
+	}
+	inRange("buffer_before_minutes", r.BufferBeforeMinutes, 0, MaxBufferMinutes)
+	inRange("buffer_after_minutes", r.BufferAfterMinutes, 0, MaxBufferMinutes)
+	inRange("min_notice_minutes", r.MinNoticeMinutes, 0, MaxNoticeMinutes)
+	inRange("horizon_days", r.HorizonDays, 0, MaxHorizonDays)
+	inRange("capacity", r.Capacity, 0, MaxCapacity)
+	inRange("max_hold_ttl_seconds", r.MaxHoldTTLSeconds, 0, int(MaxHoldTTL/time.Second))
+	return errs
+}
+
+// hasHours reports whether the calendar restricts opening hours at all.
+func hasHours(r *data.Rules) bool { return r.WeeklyHours != nil || len(r.DateOverrides) > 0 }
+
+// openOn returns the open wall-clock ranges (minutes since midnight) of a
+// local date.
+func openOn(r *data.Rules, y int, m time.Month, d int) [][2]int {
+	date := fmt.Sprintf("%04d-%02d-%02d", y, m, d)
+	ranges := r.WeeklyHours[weekdayKey[time.Date(y, m, d, 12, 0, 0, 0, time.UTC).Weekday()]]
+	if r.WeeklyHours == nil {
+		ranges = []data.TimeRange{{Start: "00:00", End: "24:00"}}
+	}
+	for _, o := range r.DateOverrides {
+		if o.Date == date {
+			ranges = o.Hours
+			if o.Closed {
+				ranges = nil
+			}
+		}
+	}
+	out := make([][2]int, 0, len(ranges))
+	for _, tr := range ranges {
+		a, _ := parseClock(tr.Start)
+		b, _ := parseClock(tr.End)
+		out = append(out, [2]int{a, b})
+	}
+	return out
+}
+
+// localTime is the instant of local wall-clock minute min on a date. Wall
+// times that do not exist (a DST gap) resolve as Go's time.Date does.
+func localTime(loc *time.Location, y int, m time.Month, d, min int) time.Time {
+	return time.Date(y, m, d, 0, min, 0, 0, loc)
+}
+
+// withinHours reports whether iv lies inside one stretch of open time
+// (adjacent open ranges, also across midnight, join into one stretch).
+func withinHours(r *data.Rules, loc *time.Location, iv data.Interval) bool {
+	if !hasHours(r) {
+		return true
+	}
+	var open []data.Interval
+	first := iv.Start.In(loc).AddDate(0, 0, -1)
+	last := iv.End.In(loc).AddDate(0, 0, 1)
+	for day := time.Date(first.Year(), first.Month(), first.Day(), 12, 0, 0, 0, loc); !day.After(last); day = day.AddDate(0, 0, 1) {
+		y, m, d := day.Date()
+		for _, rg := range openOn(r, y, m, d) {
+			open = append(open, data.Interval{Start: localTime(loc, y, m, d, rg[0]), End: localTime(loc, y, m, d, rg[1])})
+		}
+	}
+	slices.SortFunc(open, func(a, b data.Interval) int { return a.Start.Compare(b.Start) })
+	var cur data.Interval
+	for i, o := range open {
+		if !o.Start.Before(o.End) {
+			continue
+		}
+		if i == 0 || cur.End.Before(o.Start) {
+			cur = o
+		} else if o.End.After(cur.End) {
+			cur.End = o.End
+		}
+		if !cur.Start.After(iv.Start) && !cur.End.Before(iv.End) {
+			return true
+		}
+	}
+	return false
+}
+
+// aligned reports whether t falls on the calendar's slot grid in local time.
+func aligned(r *data.Rules, loc *time.Location, t time.Time) bool {
+	if r.SlotStepMinutes <= 0 {
+		return true
+	}
+	lt := t.In(loc)
+	if lt.Second() != 0 || lt.Nanosecond() != 0 {
+		return false
+	}
+	return (lt.Hour()*60+lt.Minute())%r.SlotStepMinutes == 0
+}
+
+// checkStatic checks the rules that depend on the calendar and "now" only.
+func checkStatic(r *data.Rules, loc *time.Location, iv data.Interval, now time.Time) (code, msg string) {
+	d := iv.End.Sub(iv.Start)
+	mins := d / time.Minute
+	switch {
+	case len(r.AllowedDurationsMinutes) > 0 && (d%time.Minute != 0 || !slices.Contains(r.AllowedDurationsMinutes, int(mins))):
+		return CodeDurationNotAllowed, fmt.Sprintf("duration must be one of %v minutes", r.AllowedDurationsMinutes)
+	case r.MinDurationMinutes > 0 && d < time.Duration(r.MinDurationMinutes)*time.Minute:
+		return CodeDurationNotAllowed, fmt.Sprintf("duration must be at least %d minutes", r.MinDurationMinutes)
+	case r.MaxDurationMinutes > 0 && d > time.Duration(r.MaxDurationMinutes)*time.Minute:
+		return CodeDurationNotAllowed, fmt.Sprintf("duration must be at most %d minutes", r.MaxDurationMinutes)
+	case !aligned(r, loc, iv.Start):
+		return CodeMisaligned, fmt.Sprintf("start must fall on the %d-minute grid in %s", r.SlotStepMinutes, loc)
+	case r.MinNoticeMinutes > 0 && iv.Start.Before(now.Add(time.Duration(r.MinNoticeMinutes)*time.Minute)):
+		return CodeTooSoon, fmt.Sprintf("bookings need %d minutes notice", r.MinNoticeMinutes)
+	case r.HorizonDays > 0 && iv.Start.After(now.Add(time.Duration(r.HorizonDays)*24*time.Hour)):
+		return CodeTooFar, fmt.Sprintf("bookings may start at most %d days ahead", r.HorizonDays)
+	case !withinHours(r, loc, iv):
+		return CodeOutsideHours, "outside the calendar's opening hours"
+	}
+	return "", ""
+}
+
+// maxCoverage is the greatest number of ivs covering one instant of w.
+func maxCoverage(ivs []data.Interval, w data.Interval) int {
+	type edge struct {
+		t time.Time
+		d int
+	}
+	edges := make([]edge, 0, 2*len(ivs))
+	for _, iv := range ivs {
+		s, e := iv.Start, iv.End
+		if s.Before(w.Start) {
+			s = w.Start
+		}
+		if e.After(w.End) {
+			e = w.End
+		}
+		if s.Before(e) {
+			edges = append(edges, edge{s, 1}, edge{e, -1})
+		}
+	}
+	// Ends sort before starts at the same instant: touching is no overlap.
+	slices.SortFunc(edges, func(a, b edge) int {
+		if c := a.t.Compare(b.t); c != 0 {
+			return c
+		}
+		return a.d - b.d
+	})
+	n, best := 0, 0
+	for _, e := range edges {
+		n += e.d
+		best = max(best, n)
+	}
+	return best
+}
+
+// verdict is the outcome of checking an interval against a calendar.
+type verdict struct {
+	code, msg string
+	conflict  *data.Interval
+}
+
+// check decides whether iv may be booked (or held) on cal at now, with the
+// calendar's current buffers around it; ignore is a booking id to leave out
+// (the booking being rescheduled). It is the one decision function: the
+// writer and the availability query both use it, so they cannot disagree.
+func check(tx *data.Tx, cal *data.Calendar, loc *time.Location, iv data.Interval, now time.Time, ignore string) verdict {
+	r := &cal.Rules
+	if code, msg := checkStatic(r, loc, iv, now); code != "" {
+		return verdict{code: code, msg: msg}
+	}
+	before := time.Duration(r.BufferBeforeMinutes) * time.Minute
+	after := time.Duration(r.BufferAfterMinutes) * time.Minute
+	buffered := data.Interval{Start: iv.Start.Add(-before), End: iv.End.Add(after)}
+	var raw, buf []data.Interval
+	var first *data.Interval
+	tx.SlotsNear(cal.ID, buffered.Start, buffered.End, func(s data.Slot) bool {
+		if s.ID == ignore || !s.LiveAt(now) {
+			return true
+		}
+		if si := s.Interval(); si.Overlaps(iv) {
+			raw = append(raw, si)
+			if first == nil {
+				first = &si
+			}
+		}
+		if sb := s.Buffered(); sb.Overlaps(buffered) {
+			buf = append(buf, sb)
+		}
+		return true
+	})
+	seats := r.Seats()
+	if maxCoverage(raw, iv) >= seats {
+		return verdict{code: CodeSlotTaken, msg: "the requested interval is fully booked", conflict: first}
+	}
+	if maxCoverage(buf, buffered) >= seats {
+		return verdict{code: CodeBufferConflict, msg: "the interval with its buffers overlaps another booking's buffers"}
+	}
+	return verdict{}
+}
+
+// Slot is one bookable start of an availability answer.
+type Slot struct {
+	Start time.Time `json:"start"`
+	Local string    `json:"local"`
+}
+
+// MaxAvailabilityRange bounds an availability query.
+const MaxAvailabilityRange = 62 * 24 * time.Hour
+
+// Availability lists the starts in [from, to) on the calendar's slot grid
+// (its slot step, or step when it has none) at which a booking of duration
+// d would be accepted at now. It runs the writer's own check for every grid
+// point, so every listed start is bookable and every omitted grid start is
+// refused, given the same index and the same now.
+func Availability(tx *data.Tx, cal *data.Calendar, from, to time.Time, d, step time.Duration, now time.Time) ([]Slot, error) {
+	loc, err := time.LoadLocation(cal.Timezone)
+	if err != nil {
+		return nil, err
+	}
+	stepMin := cal.SlotStepMinutes
+	if stepMin <= 0 {
+		stepMin = int(step / time.Minute)
+	}
+	if stepMin <= 0 {
+		stepMin = 15
+	}
+	grid := cal.Rules
+	grid.SlotStepMinutes = stepMin
+	out := []Slot{}
+	// Walk every whole UTC minute: in local time a grid point can occur
+	// twice (DST fall-back) or not at all (spring-forward), so the grid is
+	// found by testing each minute, not by adding steps to local midnight.
+	t := from.UTC().Truncate(time.Minute)
+	if t.Before(from) {
+		t = t.Add(time.Minute)
+	}
+	for ; t.Before(to); t = t.Add(time.Minute) {
+		if !aligned(&grid, loc, t) {
+			continue
+		}
+		iv := data.Interval{Start: t, End: t.Add(d)}
+		if v := check(tx, cal, loc, iv, now, ""); v.code == "" {
+			out = append(out, Slot{Start: t, Local: t.In(loc).Format(time.RFC3339)})
+		}
+	}
+	return out, nil
+}
