@@ -498,7 +498,13 @@ func expireHolds(tx *data.Tx, d *Decoded) (Reply, error) {
 			continue
 		}
 		bk, err := tx.Booking(h.Calendar, h.ID)
-		if err != nil {
+		if errors.Is(err, data.ErrNotFound) || (err == nil && bk.Status != data.StatusHeld) {
+			// A stale index entry (its calendar was rebuilt): drop it.
+			if err := tx.DropDueHold(h); err != nil {
+				return Reply{}, err
+			}
+			continue
+		} else if err != nil {
 			return Reply{}, err
 		}
 		if err := expireIfDue(tx, &bk, d.At); err != nil {

@@ -1,6 +1,7 @@
 package data
 
 import (
+	"bytes"
 	"encoding/binary"
 )
 
@@ -42,6 +43,20 @@ func (t *Tx) ResetPartition(p int, belongs func(calID string) bool) error {
 		}
 		if err := cals.Delete(k); err != nil {
 			return err
+		}
+	}
+	if hb := t.tx.Bucket(bucketHolds); hb != nil {
+		var stale [][]byte
+		_ = hb.ForEach(func(k, _ []byte) error {
+			if cal, _, ok := bytes.Cut(k[8:], []byte{0}); ok && belongs(string(cal)) {
+				stale = append(stale, append([]byte(nil), k...))
+			}
+			return nil
+		})
+		for _, k := range stale {
+			if err := hb.Delete(k); err != nil {
+				return err
+			}
 		}
 	}
 	return t.tx.Bucket(bucketApplied).Delete(partitionKey(p))

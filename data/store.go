@@ -540,6 +540,9 @@ func (t *Tx) holdIndex(put bool, exp time.Time, calID, id string) error {
 	return b.Delete(k)
 }
 
+// DropDueHold removes a hold expiry index entry.
+func (t *Tx) DropDueHold(h DueHold) error { return t.holdIndex(false, h.Expires, h.Calendar, h.ID) }
+
 // DueHold is a hold whose expiry has passed.
 type DueHold struct {
 	Calendar, ID string
