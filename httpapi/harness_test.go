@@ -31,6 +31,9 @@ type options struct {
 	replyTimeout    time.Duration
 	duplicateWindow time.Duration
 	syncAlways      bool
+	// api adjusts the API's configuration (keys, limits); its Logger, when
+	// set, also receives the node's logs.
+	api func(*httpapi.Config)
 }
 
 // start boots bookline on dir (t.TempDir() when empty). The process is
@@ -46,13 +49,17 @@ func start(t testing.TB, dir string, o options) *harness {
 	if o.replyTimeout == 0 {
 		o.replyTimeout = 10 * time.Second
 	}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	node, err := queue.StartNode(queue.NodeConfig{DataDir: dir, Partitions: o.partitions, DuplicateWindow: o.duplicateWindow, SyncAlways: o.syncAlways, Logger: log})
+	cfg := httpapi.Config{ReplyTimeout: o.replyTimeout, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Metrics: httpapi.NewMetrics()}
+	if o.api != nil {
+		o.api(&cfg)
+	}
+	node, err := queue.StartNode(queue.NodeConfig{DataDir: dir, Partitions: o.partitions, DuplicateWindow: o.duplicateWindow, SyncAlways: o.syncAlways, Logger: cfg.Logger, Observer: cfg.Metrics})
 	if err != nil {
 		t.Fatalf("start node: %v", err)
 	}
+	cfg.Metrics.AttachNode(node)
 	h := &harness{t: t, dir: dir, node: node, done: make(chan struct{})}
-	h.api = httpapi.New(node, httpapi.Config{ReplyTimeout: o.replyTimeout, Logger: log})
+	h.api = httpapi.New(node, cfg)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -110,6 +110,9 @@ func (c *Client) Submit(ctx context.Context, cmd *actor.Command, fingerprint str
 	msg.Header.Set(HeaderReplyTo, c.prefix+"."+token)
 	msg.Header.Set(HeaderSchema, strconv.Itoa(actor.SchemaVersion))
 	msg.Header.Set(HeaderRequestID, cmd.RequestID)
+	if trace := TraceIDFrom(ctx); trace != "" {
+		msg.Header.Set(HeaderTraceID, trace)
+	}
 	msg.Header.Set(HeaderContentType, "application/json")
 	ack, err := c.js.PublishMsg(ctx, msg, jetstream.WithMsgID(MsgID(cmd, fingerprint)), jetstream.WithExpectStream(StreamName))
 	if err != nil {

@@ -33,6 +33,10 @@ const (
 	// HeaderRequestID carries the request id for tracing; the command body's
 	// request_id is authoritative.
 	HeaderRequestID = "Bookline-Request-Id"
+	// HeaderTraceID carries the id of the HTTP request that submitted the
+	// command (X-Request-Id), for correlating logs; absent for commands
+	// not submitted over HTTP. Informational only.
+	HeaderTraceID = "Bookline-Trace-Id"
 	// HeaderCommandSeq, on outcome events, is the stream sequence of the
 	// command the event reports.
 	HeaderCommandSeq = "Bookline-Command-Seq"

@@ -57,6 +57,8 @@ type eventPublisher struct {
 	store *data.Store
 	log   *slog.Logger
 	kick  chan struct{}
+	// failed, when set, is told the reason of every failed drain (metrics).
+	failed func(reason string)
 }
 
 func newEventPublisher(js jetstream.JetStream, store *data.Store, log *slog.Logger) *eventPublisher {
@@ -82,6 +84,9 @@ func (e *eventPublisher) run(ctx context.Context) {
 		switch {
 		case err != nil && ctx.Err() == nil && !errors.Is(err, data.ErrClosed):
 			e.log.Warn("publishing outcome events", "err", err)
+			if e.failed != nil {
+				e.failed(EventFailureReason(err))
+			}
 			select {
 			case <-ctx.Done():
 				return

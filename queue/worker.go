@@ -34,6 +34,9 @@ type Partition struct {
 	applied  atomic.Uint64
 	// committed, when set, is called after every committed batch.
 	committed func()
+	// observe, when set, is told about every committed batch (metrics; see
+	// Observer in observe.go).
+	observe func(BatchStats)
 }
 
 // NewPartition prepares the writer of partition id.
@@ -194,7 +197,8 @@ func (p *Partition) apply(batch []jetstream.Msg) error {
 			p.applied.Store(o.Seq)
 		}
 		if in[i].Reject != nil {
-			p.log.Info("command rejected", "seq", o.Seq, "code", in[i].Reject.Code, "message", in[i].Reject.Message)
+			p.log.Info("command rejected", "seq", o.Seq, "code", in[i].Reject.Code, "message", in[i].Reject.Message,
+				"request_id", batch[i].Headers().Get(HeaderRequestID), "trace_id", batch[i].Headers().Get(HeaderTraceID))
 		}
 		to := batch[i].Headers().Get(HeaderReplyTo)
 		if o.Reply == nil || !ValidReplySubject(to) {
@@ -208,5 +212,10 @@ func (p *Partition) apply(batch []jetstream.Msg) error {
 	if err := batch[len(batch)-1].Ack(); err != nil {
 		p.log.Warn("ack", "err", err)
 	}
+	// --- observer hook (metrics): keep this the last block of apply ---
+	if p.observe != nil {
+		p.observe(BatchStats{Partition: p.ID, Msgs: batch, In: in, Out: out, AppliedSeq: p.applied.Load(), Done: time.Now()})
+	}
+	// --- end observer hook ---
 	return nil
 }

@@ -164,10 +164,12 @@ func runVerify(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		src     streamSource
 		url     string
 		dataDir string
+		apiKey  string
 	)
 	fs := newFlagSet("verify", stderr, verifySummary)
 	fs.StringVar(&url, "url", "", "base URL of a running bookline (e.g. http://127.0.0.1:8080)")
 	fs.StringVar(&dataDir, "data-dir", "", "data directory of a stopped bookline")
+	fs.StringVar(&apiKey, "api-key", "", "admin API key for --url when the server has keys (prefer the environment variable to the flag)")
 	src.flags(fs.StringVar)
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -177,7 +179,14 @@ func runVerify(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	var live data.Digest
 	if url != "" {
-		resp, err := http.Get(strings.TrimRight(url, "/") + "/v1/admin/digest")
+		req, err := http.NewRequestWithContext(ctx, "GET", strings.TrimRight(url, "/")+"/v1/admin/digest", nil)
+		if err != nil {
+			return err
+		}
+		if apiKey != "" {
+			req.Header.Set("Authorization", "Bearer "+apiKey)
+		}
+		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			return err
 		}

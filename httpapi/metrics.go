@@ -1,0 +1,271 @@
+package httpapi
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+	"github.com/gofiber/fiber/v2/middleware/adaptor"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/bookline/bookline/actor"
+	"github.com/bookline/bookline/data"
+	"github.com/bookline/bookline/queue"
+)
+
+// Metrics is bookline's Prometheus registry: HTTP requests, decided
+// commands, partition batches and, once a node is attached, samples of the
+// partition writers, the outbox and the index's group commits taken at
+// scrape time. It implements queue.Observer.
+type Metrics struct {
+	reg *prometheus.Registry
+
+	httpRequests *prometheus.CounterVec
+	httpDuration *prometheus.HistogramVec
+	commands     *prometheus.CounterVec
+	batchSize    *prometheus.HistogramVec
+	applyLatency *prometheus.HistogramVec
+	eventFails   *prometheus.CounterVec
+	syncFails    *prometheus.CounterVec // Google Calendar sync (issue 5)
+
+	attach sync.Once
+}
+
+// OutboxDepthCap bounds how many outbox entries a scrape counts.
+const OutboxDepthCap = 10000
+
+// NewMetrics creates the registry with the Go runtime and process
+// collectors and bookline's own metrics.
+func NewMetrics() *Metrics {
+	m := &Metrics{reg: prometheus.NewRegistry()}
+	m.httpRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "bookline_http_requests_total",
+		Help: "HTTP requests answered, by method, route pattern and status.",
+	}, []string{"method", "route", "status"})
+	m.httpDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "bookline_http_request_duration_seconds",
+		Help:    "Time to answer HTTP requests, by method, route pattern and status.",
+		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+	}, []string{"method", "route", "status"})
+	m.commands = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "bookline_commands_total",
+		Help: "Commands decided by the partition writers (redeliveries excluded), by type, outcome (accepted, rejected) and reason (the rejection code, none when accepted).",
+	}, []string{"type", "outcome", "reason"})
+	m.batchSize = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "bookline_partition_batch_size",
+		Help:    "Messages applied per committed batch, by partition.",
+		Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512},
+	}, []string{"partition"})
+	m.applyLatency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "bookline_partition_apply_latency_seconds",
+		Help:    "Per batch, time from the newest command of the batch being stored in the stream to the batch being committed, answered and acked, by partition (grows with the backlog).",
+		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+	}, []string{"partition"})
+	m.eventFails = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "bookline_event_publish_failures_total",
+		Help: "Failed attempts to publish outbox entries to the event stream, by reason (timeout, no_stream, connection, backpressure, other).",
+	}, []string{"reason"})
+	m.syncFails = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "bookline_calendar_sync_failures_total",
+		Help: "Failed Google Calendar calls of the sync, by reason (rate_limited, server_error, timeout, network, unauthorized, invalid_grant, forbidden, calendar_not_found, credentials, bad_request, other).",
+	}, []string{"reason"})
+	m.reg.MustRegister(m.syncFails)
+	m.reg.MustRegister(m.httpRequests, m.httpDuration, m.commands, m.batchSize, m.applyLatency, m.eventFails,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// Registry is the underlying registry (to add collectors).
+func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+
+// AttachNode registers the collectors sampled from a running node at each
+// scrape: per-partition applied sequence, catch-up state and consumer
+// pending counts, the outbox depth, the index's group-commit counters and
+// readiness. Only the first call has an effect.
+func (m *Metrics) AttachNode(n *queue.Node) {
+	m.attach.Do(func() { m.reg.MustRegister(&nodeCollector{n: n}) })
+}
+
+// labelSafe accepts the writer's own type names and rejection codes
+// (lower case, '_' and '.'), which keeps label values bounded to what the
+// actor defines: anything else becomes "other"/"invalid".
+func labelSafe(s string) bool {
+	if len(s) == 0 || len(s) > 40 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if ch := s[i]; !('a' <= ch && ch <= 'z' || ch == '_' || ch == '.') {
+			return false
+		}
+	}
+	return true
+}
+
+// ObserveBatch implements queue.Observer.
+func (m *Metrics) ObserveBatch(b queue.BatchStats) {
+	part := strconv.Itoa(b.Partition)
+	m.batchSize.WithLabelValues(part).Observe(float64(len(b.Out)))
+	var newest time.Time
+	for i := range b.In {
+		if b.In[i].At.After(newest) {
+			newest = b.In[i].At
+		}
+	}
+	if !newest.IsZero() {
+		m.applyLatency.WithLabelValues(part).Observe(max(0, b.Done.Sub(newest).Seconds()))
+	}
+	for i, o := range b.Out {
+		if o.Skipped || o.Reply == nil || i >= len(b.In) {
+			continue
+		}
+		// A valid command's type was checked by the actor. A rejected
+		// message's type is the sender's text: trusted only when the
+		// rejection is not invalid_command (unknown type, undecodable).
+		typ := b.In[i].Cmd.Type
+		if r := b.In[i].Reject; r != nil {
+			typ = r.Type
+			if r.Code == actor.CodeInvalidCommand {
+				typ = "invalid"
+			}
+		}
+		if !labelSafe(typ) {
+			typ = "invalid"
+		}
+		outcome, reason := replyOutcome(o.Reply)
+		m.commands.WithLabelValues(typ, outcome, reason).Inc()
+	}
+}
+
+var (
+	outcomeKey = []byte(`"outcome":"`)
+	codeKey    = []byte(`,"code":"`)
+)
+
+// replyOutcome reads outcome and code of an encoded actor.Reply. It looks
+// for the keys first (the writer's JSON puts "code" right after
+// "outcome"; inside JSON strings a quote is always escaped, so the first
+// match is the top-level key) and decodes fully only if that fails.
+func replyOutcome(reply []byte) (outcome, reason string) {
+	outcome, reason = "", ""
+	if i := bytes.Index(reply, outcomeKey); i >= 0 {
+		rest := reply[i+len(outcomeKey):]
+		if j := bytes.IndexByte(rest, '"'); j >= 0 {
+			outcome = string(rest[:j])
+			rest = rest[j+1:]
+			if bytes.HasPrefix(rest, codeKey) {
+				rest = rest[len(codeKey):]
+				if k := bytes.IndexByte(rest, '"'); k >= 0 {
+					reason = string(rest[:k])
+				}
+			}
+		}
+	}
+	if outcome != actor.OutcomeAccepted && (outcome != actor.OutcomeRejected || reason == "") {
+		var r struct {
+			Outcome string `json:"outcome"`
+			Code    string `json:"code"`
+		}
+		if json.Unmarshal(reply, &r) == nil {
+			outcome, reason = r.Outcome, r.Code
+		}
+	}
+	switch outcome {
+	case actor.OutcomeAccepted:
+		return outcome, "none"
+	case actor.OutcomeRejected:
+		if !labelSafe(reason) {
+			reason = "other"
+		}
+		return outcome, reason
+	}
+	return "unknown", "other"
+}
+
+// EventPublishFailed implements queue.Observer.
+func (m *Metrics) EventPublishFailed(reason string) {
+	m.eventFails.WithLabelValues(reason).Inc()
+}
+
+// observeHTTP records one answered request.
+func (m *Metrics) observeHTTP(method, route string, status int, d time.Duration) {
+	st := strconv.Itoa(status)
+	m.httpRequests.WithLabelValues(method, route, st).Inc()
+	m.httpDuration.WithLabelValues(method, route, st).Observe(d.Seconds())
+}
+
+// handler serves the registry in the Prometheus exposition format.
+func (m *Metrics) handler() fiber.Handler {
+	return adaptor.HTTPHandler(promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg}))
+}
+
+// nodeCollector samples a node at scrape time.
+type nodeCollector struct{ n *queue.Node }
+
+var (
+	descApplied = prometheus.NewDesc("bookline_partition_applied_sequence",
+		"Last command stream sequence the partition applied.", []string{"partition"}, nil)
+	descCaughtUp = prometheus.NewDesc("bookline_partition_caught_up",
+		"1 once the partition has applied what the stream held when its writer started.", []string{"partition"}, nil)
+	descPending = prometheus.NewDesc("bookline_partition_consumer_pending",
+		"The partition consumer's NumPending: commands in the stream not yet delivered to the writer (lag).", []string{"partition"}, nil)
+	descAckPending = prometheus.NewDesc("bookline_partition_consumer_ack_pending",
+		"The partition consumer's NumAckPending: commands delivered to the writer and not yet acknowledged.", []string{"partition"}, nil)
+	descOutbox = prometheus.NewDesc("bookline_outbox_pending_events",
+		"Outcome events committed to the outbox and not yet published to the event stream (counted up to 10000).", nil, nil)
+	descCommits = prometheus.NewDesc("bookline_index_commits_total",
+		"bbolt read-write transactions committed by the group commit (one fsync each).", nil, nil)
+	descCommitCalls = prometheus.NewDesc("bookline_index_commit_calls_total",
+		"Store.Commit calls carried by those transactions.", nil, nil)
+	descCommitSeconds = prometheus.NewDesc("bookline_index_commit_seconds_total",
+		"Time spent in bbolt's Commit (page writes and fsync).", nil, nil)
+	descReady = prometheus.NewDesc("bookline_ready",
+		"1 when NATS is connected, every partition has caught up and the index is open.", nil, nil)
+)
+
+func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descApplied, descCaughtUp, descPending, descAckPending, descOutbox, descCommits, descCommitCalls, descCommitSeconds, descReady} {
+		ch <- d
+	}
+}
+
+func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	for _, st := range c.n.PartitionStatuses(ctx) {
+		p := strconv.Itoa(st.Partition)
+		ch <- prometheus.MustNewConstMetric(descApplied, prometheus.GaugeValue, float64(st.AppliedSeq), p)
+		ch <- prometheus.MustNewConstMetric(descCaughtUp, prometheus.GaugeValue, b2f(st.CaughtUp), p)
+		if st.NumPending >= 0 {
+			ch <- prometheus.MustNewConstMetric(descPending, prometheus.GaugeValue, float64(st.NumPending), p)
+			ch <- prometheus.MustNewConstMetric(descAckPending, prometheus.GaugeValue, float64(st.NumAckPending), p)
+		}
+	}
+	if depth, err := c.n.OutboxDepth(OutboxDepthCap); err == nil {
+		ch <- prometheus.MustNewConstMetric(descOutbox, prometheus.GaugeValue, float64(depth))
+	}
+	cs := c.n.Store.Stats()
+	ch <- prometheus.MustNewConstMetric(descCommits, prometheus.CounterValue, float64(cs.Commits))
+	ch <- prometheus.MustNewConstMetric(descCommitCalls, prometheus.CounterValue, float64(cs.Calls))
+	ch <- prometheus.MustNewConstMetric(descCommitSeconds, prometheus.CounterValue, cs.InCommit.Seconds())
+	ready := c.n.Ready() == nil && c.n.View(func(*data.Tx) error { return nil }) == nil
+	ch <- prometheus.MustNewConstMetric(descReady, prometheus.GaugeValue, b2f(ready))
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// CalendarSyncFailed counts a failed Google Calendar call (issue 5; the
+// queue passes it to calendarsync as its failure hook).
+func (m *Metrics) CalendarSyncFailed(reason string) {
+	m.syncFails.WithLabelValues(reason).Inc()
+}

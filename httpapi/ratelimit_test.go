@@ -1,0 +1,100 @@
+package httpapi
+
+import (
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// TestRateLimiterConcurrent: with the clock stopped, N goroutines hammering
+// one bucket get exactly burst tokens between them; after the clock moves
+// by d exactly rate*d more; other buckets are independent.
+func TestRateLimiterConcurrent(t *testing.T) {
+	var clock atomic.Int64
+	t0 := time.Unix(1_700_000_000, 0)
+	l := newRateLimiter(10, 50)
+	l.now = func() time.Time { return t0.Add(time.Duration(clock.Load())) }
+	run := func(who string, goroutines, each int) (ok int64, waits []time.Duration) {
+		var n atomic.Int64
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		for g := 0; g < goroutines; g++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; i < each; i++ {
+					if allowed, wait := l.allow(who); allowed {
+						n.Add(1)
+					} else {
+						mu.Lock()
+						waits = append(waits, wait)
+						mu.Unlock()
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		return n.Load(), waits
+	}
+	if ok, waits := run("a", 64, 40); ok != 50 || len(waits) != 64*40-50 {
+		t.Fatalf("frozen clock: %d allowed, %d refused; want 50", ok, len(waits))
+	} else {
+		for _, w := range waits {
+			if w <= 0 || w > 100*time.Millisecond {
+				t.Fatalf("wait %s, want (0, 100ms]", w)
+			}
+		}
+	}
+	if ok, _ := run("b", 8, 10); ok != 50 {
+		t.Fatalf("second key: %d allowed", ok)
+	}
+	clock.Add(int64(2 * time.Second)) // 20 tokens
+	if ok, _ := run("a", 64, 10); ok != 20 {
+		t.Fatalf("after 2s: %d allowed, want 20", ok)
+	}
+	clock.Add(int64(time.Hour)) // refills to the burst, not beyond
+	if ok, _ := run("a", 16, 10); ok != 50 {
+		t.Fatalf("after an hour: %d allowed, want the burst 50", ok)
+	}
+	if got := retryAfterSeconds(1500 * time.Millisecond); got != 2 {
+		t.Fatalf("retry after 1.5s = %d", got)
+	}
+	if got := retryAfterSeconds(time.Millisecond); got != 1 {
+		t.Fatalf("retry after 1ms = %d", got)
+	}
+}
+
+func TestRateLimiterSweepsIdleBuckets(t *testing.T) {
+	var clock atomic.Int64
+	l := newRateLimiter(1, 1)
+	l.now = func() time.Time { return time.Unix(0, clock.Load()) }
+	for i := 0; i < 3000; i++ {
+		l.allow(string(rune('a'+i%26)) + time.Duration(i).String())
+		if i%100 == 0 {
+			clock.Add(int64(2 * time.Second))
+		}
+	}
+	if n := len(l.buckets); n > 2100 {
+		t.Fatalf("%d buckets kept", n)
+	}
+	if newRateLimiter(0, 5) != nil {
+		t.Fatal("rate 0 must mean no limiter")
+	}
+}
+
+func TestReplyOutcome(t *testing.T) {
+	for reply, want := range map[string][2]string{
+		`{"v":1,"request_id":"r.1","calendar_id":"a","type":"booking.create","outcome":"accepted","booking":{"metadata":{"outcome":"rejected"}},"seq":3}`: {"accepted", "none"},
+		`{"v":1,"type":"booking.create","outcome":"rejected","code":"slot_taken","message":"x","seq":3}`:                                                  {"rejected", "slot_taken"},
+		`{"code":"calendar_not_found","outcome":"rejected"}`:                                                                                              {"rejected", "calendar_not_found"},
+		`{"outcome":"rejected","code":"Not A Code"}`:                                                                                                      {"rejected", "other"},
+		`{"outcome":"rejected","code":"hold_expired"}`:                                                                                                    {"rejected", "hold_expired"},
+		`not json`: {"unknown", "other"},
+	} {
+		o, r := replyOutcome([]byte(reply))
+		if o != want[0] || r != want[1] {
+			t.Errorf("%s: %s/%s, want %v", reply, o, r, want)
+		}
+	}
+}

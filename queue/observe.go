@@ -1,0 +1,123 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/bookline/bookline/actor"
+	"github.com/bookline/bookline/data"
+)
+
+// Observation hooks for metrics. The queue package knows nothing of
+// Prometheus: a process that wants metrics sets NodeConfig.Observer, and the
+// partition writers and the event publisher report through it.
+
+// BatchStats describes one committed partition batch. It is handed to the
+// observer at the end of Partition.apply, after the replies and the ack; the
+// slices belong to the writer and must not be kept or modified.
+type BatchStats struct {
+	Partition int
+	Msgs      []jetstream.Msg
+	In        []actor.Decoded
+	Out       []actor.Output
+	// AppliedSeq is the partition's applied sequence after the batch.
+	AppliedSeq uint64
+	// Done is when the batch was committed, answered and acked.
+	Done time.Time
+}
+
+// Observer receives the queue's observations. Its methods are called on the
+// writers' goroutines and must be quick and safe for concurrent use.
+type Observer interface {
+	// ObserveBatch is called once per committed batch of a partition.
+	ObserveBatch(BatchStats)
+	// EventPublishFailed is called each time draining the outbox to the
+	// event stream fails, with a short reason (see EventFailureReason).
+	EventPublishFailed(reason string)
+}
+
+// EventFailureReason classifies an outbox publishing error into a small,
+// stable set of reasons usable as a metric label.
+func EventFailureReason(err error) string {
+	switch {
+	case err == nil:
+		return "none"
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout),
+		strings.Contains(err.Error(), "timed out"):
+		return "timeout"
+	case errors.Is(err, nats.ErrNoResponders), errors.Is(err, jetstream.ErrNoStreamResponse),
+		errors.Is(err, jetstream.ErrStreamNotFound):
+		return "no_stream"
+	case errors.Is(err, nats.ErrConnectionClosed), errors.Is(err, nats.ErrDisconnected),
+		errors.Is(err, nats.ErrConnectionReconnecting):
+		return "connection"
+	case errors.Is(err, jetstream.ErrTooManyStalledMsgs):
+		return "backpressure"
+	}
+	return "other"
+}
+
+// traceKey is the context key of the trace id (see HeaderTraceID).
+type traceKey struct{}
+
+// WithTraceID returns ctx carrying an HTTP request id; Client.Submit puts it
+// in the command's HeaderTraceID so the writer's logs can name it.
+func WithTraceID(ctx context.Context, id string) context.Context {
+	return context.WithValue(ctx, traceKey{}, id)
+}
+
+// TraceIDFrom returns the trace id WithTraceID stored in ctx, or "".
+func TraceIDFrom(ctx context.Context) string {
+	id, _ := ctx.Value(traceKey{}).(string)
+	return id
+}
+
+// PartitionStatus is a sample of one partition writer's state.
+type PartitionStatus struct {
+	Partition  int
+	AppliedSeq uint64
+	CaughtUp   bool
+	// NumPending is the consumer's count of stream messages not yet
+	// delivered to the writer (its lag); NumAckPending those delivered but
+	// not yet acknowledged. Both are -1 when the consumer info could not be
+	// read (e.g. while the writer recreates its consumer).
+	NumPending    int64
+	NumAckPending int64
+}
+
+// PartitionStatuses samples every partition: applied sequence and catch-up
+// state from the writer, pending counts from the consumer info (one
+// JetStream API request per partition).
+func (n *Node) PartitionStatuses(ctx context.Context) []PartitionStatus {
+	out := make([]PartitionStatus, 0, len(n.Parts))
+	for _, p := range n.Parts {
+		st := PartitionStatus{Partition: p.ID, AppliedSeq: p.AppliedSeq(), CaughtUp: p.CaughtUp(), NumPending: -1, NumAckPending: -1}
+		if ctx.Err() == nil {
+			if c, err := n.JS.Consumer(ctx, StreamName, ConsumerPrefix+strconv.Itoa(p.ID)); err == nil {
+				if info, err := c.Info(ctx); err == nil {
+					st.NumPending, st.NumAckPending = int64(info.NumPending), int64(info.NumAckPending)
+				}
+			}
+		}
+		out = append(out, st)
+	}
+	return out
+}
+
+// OutboxDepth counts the outcome events waiting in the outbox, up to max
+// (a result of max means "at least max").
+func (n *Node) OutboxDepth(max int) (int, error) {
+	var depth int
+	err := n.Store.View(func(tx *data.Tx) error {
+		evs, err := tx.PendingEvents(max)
+		depth = len(evs)
+		return err
+	})
+	return depth, err
+}
