@@ -5,7 +5,7 @@ BIN      ?= bin/bookline
 PKGS     ?= ./...
 TESTFLAGS ?= -race -count=1 -timeout 15m
 
-.PHONY: all build run test test-short lint fmt vet fuzz bench clean
+.PHONY: all build run test test-short lint fmt vet fuzz bench bench-compare clean
 
 all: lint test build
 
@@ -43,6 +43,12 @@ fuzz:
 BENCH ?= .
 bench:
 	$(GO) test -run='^$$' -bench='$(BENCH)' -benchmem -count=6 ./data ./actor ./httpapi | tee bench.txt
+
+# bookline against the PostgreSQL comparison baseline (cmd/pgbaseline), A B A B
+# on loopback; installs PostgreSQL from the distribution's packages if missing.
+# Writes the table into docs/benchmarks.md. Knobs: see .ci/bench-compare.sh.
+bench-compare:
+	GO=$(GO) ./.ci/bench-compare.sh
 
 clean:
 	rm -rf bin bench.txt
