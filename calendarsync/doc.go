@@ -1,5 +1,27 @@
-// Package calendarsync will mirror bookings to Google Calendar (through an
-// outbox filled in the writers' transactions) and import busy time from
-// Google as commands through the log. It is not built yet: see the open
-// issue "Google Calendar: mirror every booking idempotently".
+// Package calendarsync connects bookline calendars to Google Calendar, in
+// both directions, without ever putting Google on a booking's path.
+//
+// Mirror (bookline -> Google): the partition writer queues one sync
+// operation per change of a confirmed booking of a linked calendar in the
+// transaction that decides it (data.SyncEntry, bucket "gsync"). A Syncer
+// drains that outbox per calendar, in sequence order, with idempotent
+// calls: the Google event id is the booking id (26 characters of base32hex,
+// a valid client-chosen event id), so a retried insert answers 409
+// duplicate instead of creating a second event. Transient failures (429,
+// 403 rate limits, 5xx, timeouts) are retried with capped exponential
+// backoff and jitter; authorization failures (401, invalid_grant, 403,
+// unknown calendar) mark the link degraded and pause it with a longer
+// backoff, re-reading the credentials before each new attempt.
+//
+// Busy time (Google -> bookline): for links with sync_busy, the Syncer reads
+// the Google calendar periodically and on demand (events.list with sync
+// tokens; 410 means a full resync) and turns opaque, non-cancelled events
+// that are not bookline's own mirrors into busy.set / busy.clear commands,
+// which go through the log like every other change. It writes the index
+// only through those commands.
+//
+// Caveats: sync tokens and link state live in memory (a restart does a full
+// resync and reports no last_sync until the first success); the mirror is
+// at least once and eventually consistent; events edited by hand in Google
+// are overwritten only when their booking changes again.
 package calendarsync

@@ -1,0 +1,99 @@
+package calendarsync
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"time"
+
+	"golang.org/x/oauth2"
+	"golang.org/x/oauth2/google"
+	"google.golang.org/api/calendar/v3"
+	"google.golang.org/api/option"
+)
+
+// Scopes bookline asks for: calendar.events lets it write the mirrored
+// events and read the events it turns into busy time. (freebusy.query would
+// need calendar.freebusy or calendar.readonly instead.)
+var Scopes = []string{calendar.CalendarEventsScope}
+
+// ServiceFunc returns a Google Calendar client. The Syncer calls it again
+// after an authorization failure, so an implementation that reads its
+// credentials from a file picks up fixed credentials.
+type ServiceFunc func(ctx context.Context) (*calendar.Service, error)
+
+// ErrCredentials wraps failures to load or parse credentials.
+var ErrCredentials = errors.New("calendarsync: credentials")
+
+// CredentialsFile returns a ServiceFunc that reads path on every call. The
+// file is either a service-account key (JSON with "type":
+// "service_account"; subject, when set, is the user to impersonate through
+// domain-wide delegation) or OAuth2 client credentials with a refresh
+// token: {"type": "authorized_user", "client_id", "client_secret",
+// "refresh_token"} (as written by gcloud), or a downloaded client secret
+// file ({"installed": {...}} or {"web": {...}}) with a top-level
+// "refresh_token" added.
+func CredentialsFile(path, subject string) ServiceFunc {
+	return func(ctx context.Context) (*calendar.Service, error) {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrCredentials, err)
+		}
+		ts, err := TokenSource(b, subject)
+		if err != nil {
+			return nil, err
+		}
+		hc := oauth2.NewClient(context.WithValue(context.Background(), oauth2.HTTPClient, &http.Client{Timeout: time.Minute}), ts)
+		return calendar.NewService(ctx, option.WithHTTPClient(hc))
+	}
+}
+
+// TokenSource builds the OAuth2 token source of a credentials file (see
+// CredentialsFile).
+func TokenSource(b []byte, subject string) (oauth2.TokenSource, error) {
+	var head struct {
+		Type         string          `json:"type"`
+		ClientID     string          `json:"client_id"`
+		ClientSecret string          `json:"client_secret"`
+		RefreshToken string          `json:"refresh_token"`
+		TokenURI     string          `json:"token_uri"`
+		Installed    json.RawMessage `json:"installed"`
+		Web          json.RawMessage `json:"web"`
+	}
+	if err := json.Unmarshal(b, &head); err != nil {
+		return nil, fmt.Errorf("%w: not JSON: %v", ErrCredentials, err)
+	}
+	bg := context.Background()
+	switch {
+	case head.Type == "service_account":
+		cfg, err := google.JWTConfigFromJSON(b, Scopes...)
+		if err != nil {
+			return nil, fmt.Errorf("%w: service account: %v", ErrCredentials, err)
+		}
+		cfg.Subject = subject
+		return cfg.TokenSource(bg), nil
+	case head.Type == "authorized_user":
+		if head.ClientID == "" || head.ClientSecret == "" || head.RefreshToken == "" {
+			return nil, fmt.Errorf("%w: authorized_user needs client_id, client_secret and refresh_token", ErrCredentials)
+		}
+		ep := google.Endpoint
+		if head.TokenURI != "" {
+			ep.TokenURL = head.TokenURI
+		}
+		cfg := &oauth2.Config{ClientID: head.ClientID, ClientSecret: head.ClientSecret, Endpoint: ep, Scopes: Scopes}
+		return cfg.TokenSource(bg, &oauth2.Token{RefreshToken: head.RefreshToken}), nil
+	case head.Installed != nil || head.Web != nil:
+		if head.RefreshToken == "" {
+			return nil, fmt.Errorf("%w: an OAuth client file needs a top-level refresh_token", ErrCredentials)
+		}
+		cfg, err := google.ConfigFromJSON(b, Scopes...)
+		if err != nil {
+			return nil, fmt.Errorf("%w: oauth client: %v", ErrCredentials, err)
+		}
+		return cfg.TokenSource(bg, &oauth2.Token{RefreshToken: head.RefreshToken}), nil
+	}
+	return nil, fmt.Errorf("%w: unknown credentials type %q (want service_account, authorized_user or an OAuth client file)", ErrCredentials, head.Type)
+}

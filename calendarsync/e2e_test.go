@@ -1,0 +1,544 @@
+package calendarsync_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http/httptest"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/api/calendar/v3"
+
+	"github.com/bookline/bookline/actor"
+	"github.com/bookline/bookline/calendarsync"
+	"github.com/bookline/bookline/calendarsync/googletest"
+	"github.com/bookline/bookline/data"
+	"github.com/bookline/bookline/data/datatest"
+	"github.com/bookline/bookline/httpapi"
+	"github.com/bookline/bookline/queue"
+)
+
+// day0 is two days ahead (busy time is read over the coming 90 days).
+var day0 = time.Now().UTC().Truncate(24 * time.Hour).Add(48 * time.Hour)
+
+func slot(i int) (time.Time, time.Time) {
+	s := day0.Add(time.Duration(i) * time.Hour)
+	return s, s.Add(time.Hour)
+}
+
+// fastRetries keeps the sync's backoffs short for tests.
+func fastRetries(svc calendarsync.ServiceFunc) calendarsync.Config {
+	return calendarsync.Config{Service: svc, BusyInterval: -1, CallTimeout: 300 * time.Millisecond,
+		RetryBase: time.Millisecond, RetryMax: 20 * time.Millisecond, PauseBase: 20 * time.Millisecond, PauseMax: 100 * time.Millisecond}
+}
+
+func startNode(t testing.TB, dir string, gc calendarsync.Config) *queue.Node {
+	t.Helper()
+	n, err := queue.StartNode(queue.NodeConfig{DataDir: dir, Partitions: 2, Google: gc,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkFor(t, 20*time.Second, n.Ready)
+	return n
+}
+
+func stopNode(t testing.TB, n *queue.Node) {
+	t.Helper()
+	datatest.CheckInvariants(t, n.Store)
+	if err := n.Close(); err != nil {
+		t.Errorf("close: %v", err)
+	}
+}
+
+func checkFor(t testing.TB, timeout time.Duration, fn func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	wait := time.Millisecond
+	for {
+		err := fn()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("gave up after %s: %v", timeout, err)
+		}
+		time.Sleep(wait)
+		wait = min(2*wait, 100*time.Millisecond)
+	}
+}
+
+var reqN int
+
+func submit(t testing.TB, n *queue.Node, cmd *actor.Command) actor.Reply {
+	t.Helper()
+	if cmd.RequestID == "" {
+		reqN++
+		cmd.RequestID = fmt.Sprintf("t.%d.%d", time.Now().UnixNano(), reqN)
+	}
+	cmd.V = actor.SchemaVersion
+	if errs := cmd.Validate(); len(errs) > 0 {
+		t.Fatalf("invalid command: %v", errs)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	b, err := n.Submit(ctx, cmd, cmd.Fingerprint())
+	if err != nil {
+		t.Fatalf("submit %s: %v", cmd.Type, err)
+	}
+	var r actor.Reply
+	if err := json.Unmarshal(b, &r); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func link(t testing.TB, n *queue.Node, cal, googleCal string, busy bool) {
+	t.Helper()
+	r := submit(t, n, &actor.Command{Type: actor.TypeCalendarUpsert, CalendarID: cal,
+		Calendar: &actor.CalendarSpec{Name: cal, Google: &data.GoogleLink{CalendarID: googleCal, SyncBusy: busy}}})
+	if r.Outcome != actor.OutcomeAccepted {
+		t.Fatalf("upsert: %+v", r)
+	}
+}
+
+func book(t testing.TB, n *queue.Node, cal string, start, end time.Time) actor.Reply {
+	t.Helper()
+	return submit(t, n, &actor.Command{Type: actor.TypeBookingCreate, CalendarID: cal,
+		Booking: &actor.BookingSpec{Start: start, End: end, Customer: "customer"}})
+}
+
+func pending(t testing.TB, n *queue.Node, cal string) int {
+	t.Helper()
+	var d int
+	if err := n.Store.View(func(tx *data.Tx) error { d = tx.SyncDepth(cal, 1<<30); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// compareMirror checks that the fake's events of googleCal are exactly the
+// mirror of cal's bookings: one event per booking ever confirmed (no
+// duplicate, none missing, no stranger), confirmed bookings as confirmed
+// events with the same times (none stale), cancelled ones as cancelled
+// events.
+func compareMirror(t testing.TB, n *queue.Node, fake *googletest.Server, cal, googleCal string) (confirmed int) {
+	t.Helper()
+	events := fake.Events(googleCal)
+	seen := map[string]bool{}
+	err := n.Store.View(func(tx *data.Tx) error {
+		return tx.ForEachBooking(cal, func(bk data.Booking) error {
+			ev, ok := events[bk.ID]
+			switch bk.Status {
+			case data.StatusConfirmed:
+				confirmed++
+				if !ok || ev.Status != "confirmed" {
+					t.Errorf("confirmed booking %s: event %v status %q", bk.ID, ok, ev.Status)
+					return nil
+				}
+				s, e, _ := googletest.Interval(&ev)
+				if !s.Equal(bk.Start) || !e.Equal(bk.End) {
+					t.Errorf("booking %s is [%s, %s), its event [%s, %s)", bk.ID, bk.Start, bk.End, s, e)
+				}
+				if ev.ExtendedProperties == nil || ev.ExtendedProperties.Private[calendarsync.PropBookingID] != bk.ID {
+					t.Errorf("event %s lacks the private booking id", bk.ID)
+				}
+			case data.StatusCancelled:
+				if ok && ev.Status != "cancelled" {
+					t.Errorf("cancelled booking %s still has a live event", bk.ID)
+				}
+			default:
+				if ok {
+					t.Errorf("booking %s in status %s has an event", bk.ID, bk.Status)
+				}
+			}
+			if ok {
+				seen[bk.ID] = true
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for id := range events {
+		if !seen[id] {
+			t.Errorf("event %s matches no booking", id)
+		}
+	}
+	return confirmed
+}
+
+// TestMirrorExactUnderFaultsAcrossRestart: hundreds of bookings, cancels,
+// reschedules and hold confirmations through a real node while the fake
+// fails a third of the calls at random (429, 403 rate limits, 500, 503,
+// 409, a change whose answer is lost, slower than the client timeout); the
+// node is restarted in the middle with work still queued. Once the outbox
+// drains, Google holds exactly the confirmed bookings.
+func TestMirrorExactUnderFaultsAcrossRestart(t *testing.T) {
+	fake := googletest.New(t)
+	const g = "team@example.com"
+	fake.AddCalendar(g)
+	fake.SetRandomFaults(0.35, 42, googletest.RateLimited, googletest.UserRateLimited, googletest.Forbidden403,
+		googletest.ServerError, googletest.Unavailable, googletest.Conflict, googletest.LostResponse,
+		googletest.Fault{Delay: time.Second}, googletest.Fault{Delay: time.Second, Status: 500})
+	dir := t.TempDir()
+	gc := fastRetries(fake.Service)
+	n := startNode(t, dir, gc)
+	link(t, n, "alice", g, false)
+
+	rng := rand.New(rand.NewPCG(7, 7))
+	var live []string         // confirmed booking ids
+	used := map[int]string{}  // slot -> booking id
+	where := map[string]int{} // booking id -> slot
+	free := func() int {
+		for {
+			if i := rng.IntN(2000); used[i] == "" {
+				return i
+			}
+		}
+	}
+	const ops = 400
+	for op := 0; op < ops; op++ {
+		if op == ops/2 {
+			if pending(t, n, "alice") == 0 {
+				t.Log("note: outbox empty at the restart")
+			}
+			stopNode(t, n)
+			n = startNode(t, dir, gc)
+		}
+		switch k := rng.IntN(10); {
+		case k < 5 || len(live) < 5:
+			i := free()
+			s, e := slot(i)
+			r := book(t, n, "alice", s, e)
+			if r.Outcome != actor.OutcomeAccepted {
+				t.Fatalf("book: %+v", r)
+			}
+			live = append(live, r.Booking.ID)
+			used[i], where[r.Booking.ID] = r.Booking.ID, i
+		case k < 7:
+			j := rng.IntN(len(live))
+			id := live[j]
+			r := submit(t, n, &actor.Command{Type: actor.TypeBookingCancel, CalendarID: "alice", BookingID: id})
+			if r.Outcome != actor.OutcomeAccepted {
+				t.Fatalf("cancel: %+v", r)
+			}
+			live = append(live[:j], live[j+1:]...)
+			delete(used, where[id])
+		case k < 9:
+			id := live[rng.IntN(len(live))]
+			i := free()
+			s, e := slot(i)
+			r := submit(t, n, &actor.Command{Type: actor.TypeBookingReschedule, CalendarID: "alice", BookingID: id,
+				Reschedule: &actor.IntervalSpec{Start: s, End: e}})
+			if r.Outcome != actor.OutcomeAccepted {
+				t.Fatalf("reschedule: %+v", r)
+			}
+			delete(used, where[id])
+			used[i], where[id] = id, i
+		default:
+			i := free()
+			s, e := slot(i)
+			h := submit(t, n, &actor.Command{Type: actor.TypeHoldCreate, CalendarID: "alice",
+				Booking: &actor.BookingSpec{Start: s, End: e, Customer: "hold", TTLSeconds: 3600}})
+			if h.Outcome != actor.OutcomeAccepted {
+				t.Fatalf("hold: %+v", h)
+			}
+			r := submit(t, n, &actor.Command{Type: actor.TypeHoldConfirm, CalendarID: "alice", BookingID: h.Booking.ID})
+			if r.Outcome != actor.OutcomeAccepted {
+				t.Fatalf("confirm: %+v", r)
+			}
+			live = append(live, h.Booking.ID)
+			used[i], where[h.Booking.ID] = h.Booking.ID, i
+		}
+	}
+	checkFor(t, 120*time.Second, func() error {
+		if p := pending(t, n, "alice"); p > 0 {
+			return fmt.Errorf("%d sync operations pending", p)
+		}
+		return nil
+	})
+	confirmed := compareMirror(t, n, fake, "alice", g)
+	if confirmed != len(live) {
+		t.Fatalf("%d confirmed bookings in the index, the test made %d", confirmed, len(live))
+	}
+	req, writes, injected := fake.Stats()
+	st := n.GoogleStatus("alice", &data.GoogleLink{CalendarID: g})
+	t.Logf("%d confirmed, %d events; fake: %d requests, %d writes, %d injected faults; status %+v", confirmed, len(fake.Events(g)), req, writes, injected, st)
+	if injected == 0 || len(st.Failures) == 0 {
+		t.Fatalf("no faults were injected or seen")
+	}
+	if st.Status != calendarsync.StatusOK {
+		t.Fatalf("status %+v", st)
+	}
+	stopNode(t, n)
+}
+
+// TestExternalEventBlocksBooking: an event created directly in Google blocks
+// a booking (409 external_busy) once read, and its deletion frees the time;
+// transparent events and bookline's own mirrors never block. Through the
+// HTTP API, including the admin sync route and the status in GET.
+func TestExternalEventBlocksBooking(t *testing.T) {
+	fake := googletest.New(t)
+	const g = "room@example.com"
+	fake.AddCalendar(g)
+	n := startNode(t, t.TempDir(), fastRetries(fake.Service))
+	defer stopNode(t, n)
+	api := httpapi.New(n, httpapi.Config{})
+	do := func(method, path, body string) (int, map[string]any) {
+		t.Helper()
+		req := httptest.NewRequest(method, path, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := api.App().Test(req, 15000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var out map[string]any
+		_ = json.NewDecoder(resp.Body).Decode(&out)
+		return resp.StatusCode, out
+	}
+	code, out := do("PUT", "/v1/calendars/room", `{"name":"Room","timezone":"UTC","google":{"calendar_id":"room@example.com","sync_busy":true}}`)
+	if code != 201 {
+		t.Fatalf("put calendar: %d %v", code, out)
+	}
+	at := func(h int) string { return day0.Add(time.Duration(h) * time.Hour).Format(time.RFC3339) }
+	ev := func(h int) (*calendar.EventDateTime, *calendar.EventDateTime) {
+		return &calendar.EventDateTime{DateTime: at(h)}, &calendar.EventDateTime{DateTime: at(h + 1)}
+	}
+	s, e := ev(10)
+	extID := fake.PutEvent(g, calendar.Event{Summary: "dentist", Start: s, End: e})
+	s, e = ev(12)
+	fake.PutEvent(g, calendar.Event{Summary: "free", Start: s, End: e, Transparency: "transparent"})
+	s, e = ev(14)
+	fake.PutEvent(g, calendar.Event{Id: "0123456789abcdefghijklmnop", Summary: "mirror", Start: s, End: e,
+		ExtendedProperties: &calendar.EventExtendedProperties{Private: map[string]string{calendarsync.PropBookingID: "0123456789abcdefghijklmnop"}}})
+
+	code, out = do("POST", "/v1/admin/calendars/room/google/sync", "")
+	if code != 200 {
+		t.Fatalf("sync: %d %v", code, out)
+	}
+	if busy := out["busy"].(map[string]any); busy["set"].(float64) != 1 || busy["full"] != true {
+		t.Fatalf("sync result %v", out)
+	}
+	bookBody := func(h int) string {
+		return fmt.Sprintf(`{"start":%q,"end":%q,"customer":"c"}`, day0.Add(time.Duration(h)*time.Hour+30*time.Minute).Format(time.RFC3339),
+			day0.Add(time.Duration(h)*time.Hour+90*time.Minute).Format(time.RFC3339))
+	}
+	code, out = do("POST", "/v1/calendars/room/bookings", bookBody(9)) // 09:30-10:30 overlaps 10:00-11:00
+	if code != 409 || out["error"].(map[string]any)["code"] != actor.CodeExternalBusy {
+		t.Fatalf("booking over a Google event: %d %v", code, out)
+	}
+	code, _ = do("POST", "/v1/calendars/room/bookings", bookBody(11)) // 11:30-12:30 overlaps the transparent event only
+	if code != 201 {
+		t.Fatalf("booking over a transparent event: %d", code)
+	}
+	code, _ = do("POST", "/v1/calendars/room/bookings", bookBody(13)) // 13:30-14:30 overlaps a mirror only
+	if code != 201 {
+		t.Fatalf("booking over a bookline mirror: %d", code)
+	}
+	code, out = do("GET", "/v1/calendars/room/availability?from="+at(9)+"&to="+at(12)+"&duration=30m&step=30m", "")
+	if code != 200 {
+		t.Fatalf("availability: %d %v", code, out)
+	}
+	for _, sl := range out["slots"].([]any) {
+		st := sl.(map[string]any)["start"].(string)
+		if st >= at(10) && st < at(11) {
+			t.Fatalf("availability offers %s inside the Google event", st)
+		}
+	}
+
+	// Deleted in Google: the incremental read clears the block.
+	fake.DeleteEvent(g, extID)
+	code, out = do("POST", "/v1/admin/calendars/room/google/sync", "")
+	if busy := out["busy"].(map[string]any); code != 200 || busy["cleared"].(float64) != 1 || busy["full"] != false {
+		t.Fatalf("sync after delete: %d %v", code, out)
+	}
+	code, out = do("POST", "/v1/calendars/room/bookings", bookBody(9))
+	if code != 201 {
+		t.Fatalf("booking after the event was deleted: %d %v", code, out)
+	}
+
+	// 410 on an expired sync token: a full resync from scratch.
+	fake.ExpireSyncTokens()
+	s, e = ev(20)
+	fake.PutEvent(g, calendar.Event{Summary: "late", Start: s, End: e})
+	code, out = do("POST", "/v1/admin/calendars/room/google/sync", "")
+	if busy := out["busy"].(map[string]any); code != 200 || busy["full"] != true || busy["set"].(float64) != 1 {
+		t.Fatalf("sync after 410: %d %v", code, out)
+	}
+	code, out = do("POST", "/v1/calendars/room/bookings", bookBody(20))
+	if code != 409 {
+		t.Fatalf("booking over the late event: %d %v", code, out)
+	}
+
+	// The status: the mirror drains (the accepted bookings are in Google).
+	checkFor(t, 20*time.Second, func() error {
+		code, out = do("GET", "/v1/calendars/room", "")
+		gs, _ := out["google"].(map[string]any)
+		if code != 200 || gs == nil || gs["status"] != "ok" || gs["pending"].(float64) != 0 || gs["last_sync"] == nil || gs["calendar_id"] != g {
+			return fmt.Errorf("status %d %v", code, out)
+		}
+		return nil
+	})
+}
+
+// TestDegradedLinkPausesAndResumes: 401 for everything marks the link
+// degraded (visible in the status), operations stay queued, and the link
+// resumes once Google accepts the credentials again.
+func TestDegradedLinkPausesAndResumes(t *testing.T) {
+	fake := googletest.New(t)
+	const g = "ops@example.com"
+	fake.AddCalendar(g)
+	var fails []string
+	gc := fastRetries(fake.Service)
+	failCh := make(chan string, 1000)
+	gc.OnFailure = func(r string) {
+		select {
+		case failCh <- r:
+		default:
+		}
+	}
+	n := startNode(t, t.TempDir(), gc)
+	defer stopNode(t, n)
+	link(t, n, "ops", g, false)
+	fake.SetDenyAll(&googletest.Unauthorized)
+	s, e := slot(1)
+	if r := book(t, n, "ops", s, e); r.Outcome != actor.OutcomeAccepted {
+		t.Fatalf("booking must not depend on Google: %+v", r)
+	}
+	lk := &data.GoogleLink{CalendarID: g}
+	checkFor(t, 20*time.Second, func() error {
+		st := n.GoogleStatus("ops", lk)
+		if st.Status != calendarsync.StatusDegraded || !strings.HasPrefix(st.Reason, calendarsync.ReasonUnauthorized) || st.Pending != 1 {
+			return fmt.Errorf("status %+v", st)
+		}
+		return nil
+	})
+	fails = append(fails, <-failCh)
+	fake.SetDenyAll(nil)
+	n.Google.Wake("ops")
+	checkFor(t, 20*time.Second, func() error {
+		st := n.GoogleStatus("ops", lk)
+		if st.Status != calendarsync.StatusOK || st.Pending != 0 {
+			return fmt.Errorf("status %+v", st)
+		}
+		return nil
+	})
+	compareMirror(t, n, fake, "ops", g)
+	if fails[0] != calendarsync.ReasonUnauthorized {
+		t.Fatalf("failure reason %q", fails[0])
+	}
+
+	// A Google calendar that does not exist degrades too.
+	link(t, n, "ghost", "nobody@example.com", false)
+	if r := book(t, n, "ghost", s, e); r.Outcome != actor.OutcomeAccepted {
+		t.Fatal(r)
+	}
+	checkFor(t, 20*time.Second, func() error {
+		st := n.GoogleStatus("ghost", &data.GoogleLink{CalendarID: "nobody@example.com"})
+		if st.Status != calendarsync.StatusDegraded || !strings.HasPrefix(st.Reason, calendarsync.ReasonCalendarNotFound) {
+			return fmt.Errorf("status %+v", st)
+		}
+		return nil
+	})
+}
+
+// TestNoCredentials: linked calendars report degraded "no credentials",
+// bookings are taken, and nothing is called.
+func TestNoCredentials(t *testing.T) {
+	n := startNode(t, t.TempDir(), calendarsync.Config{})
+	defer stopNode(t, n)
+	link(t, n, "x", "x@example.com", true)
+	s, e := slot(3)
+	if r := book(t, n, "x", s, e); r.Outcome != actor.OutcomeAccepted {
+		t.Fatal(r)
+	}
+	st := n.GoogleStatus("x", &data.GoogleLink{CalendarID: "x@example.com"})
+	if st.Status != calendarsync.StatusDegraded || st.Reason != "no credentials" || st.Pending != 1 {
+		t.Fatalf("status %+v", st)
+	}
+	if _, err := n.SyncGoogle(context.Background(), "x"); err != calendarsync.ErrNoCredentials {
+		t.Fatalf("sync: %v", err)
+	}
+}
+
+// TestBookingsDoNotWaitForGoogle: with Google answering in 2 s, bookings
+// are decided while the mirror is still working through its first calls
+// (no timing is asserted; BenchmarkBookingLatency measures it).
+func TestBookingsDoNotWaitForGoogle(t *testing.T) {
+	fake := googletest.New(t)
+	fake.AddCalendar("slow@example.com")
+	fake.SetDelay(2 * time.Second)
+	gc := fastRetries(fake.Service)
+	gc.CallTimeout = 10 * time.Second
+	n := startNode(t, t.TempDir(), gc)
+	defer stopNode(t, n)
+	link(t, n, "slow", "slow@example.com", false)
+	for i := 0; i < 30; i++ {
+		s, e := slot(i)
+		if r := book(t, n, "slow", s, e); r.Outcome != actor.OutcomeAccepted {
+			t.Fatal(r)
+		}
+	}
+	if p := pending(t, n, "slow"); p == 0 {
+		t.Fatalf("the mirror kept up with a 2 s Google: bookings must have waited for it")
+	}
+	fake.SetDelay(0)
+}
+
+func percentile(d []time.Duration, p float64) time.Duration {
+	s := append([]time.Duration(nil), d...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return s[min(len(s)-1, int(p*float64(len(s))))]
+}
+
+// BenchmarkBookingLatency compares booking latency (submit to decided
+// reply, one at a time) on an unlinked calendar and on one linked to a
+// Google that answers every call in 2 s. Reports p50 and p99.
+func BenchmarkBookingLatency(b *testing.B) {
+	for _, linked := range []bool{false, true} {
+		name := "unlinked"
+		if linked {
+			name = "linked-google-2s"
+		}
+		b.Run(name, func(b *testing.B) {
+			fake := googletest.New(b)
+			fake.AddCalendar("bench@example.com")
+			fake.SetDelay(2 * time.Second)
+			gc := fastRetries(fake.Service)
+			gc.CallTimeout = 10 * time.Second
+			n := startNode(b, b.TempDir(), gc)
+			defer func() { fake.SetDelay(0); stopNode(b, n) }()
+			if linked {
+				link(b, n, "bench", "bench@example.com", true)
+			} else {
+				submit(b, n, &actor.Command{Type: actor.TypeCalendarUpsert, CalendarID: "bench", Calendar: &actor.CalendarSpec{Name: "b"}})
+			}
+			lat := make([]time.Duration, 0, b.N)
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				s, e := slot(i)
+				t0 := time.Now()
+				r := book(b, n, "bench", s, e)
+				lat = append(lat, time.Since(t0))
+				if r.Outcome != actor.OutcomeAccepted {
+					b.Fatal(r)
+				}
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(percentile(lat, 0.50).Microseconds()), "p50-µs")
+			b.ReportMetric(float64(percentile(lat, 0.99).Microseconds()), "p99-µs")
+			if linked {
+				b.ReportMetric(float64(pending(b, n, "bench")), "mirror-pending")
+			}
+		})
+	}
+}

@@ -1,0 +1,574 @@
+// Package googletest is a fake Google Calendar API v3 server for tests: the
+// real REST paths under /calendar/v3/, so the real client
+// (google.golang.org/api/calendar/v3) talks to it through
+// option.WithEndpoint. It keeps events per calendar (deleted events keep
+// their id, with status cancelled), supports insert, get, patch, update,
+// delete, list with sync and page tokens, and freeBusy, and can inject
+// faults: any status with a Google error reason, errors after the change
+// was made (a lost response), slow responses and 401 for everything.
+package googletest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/api/calendar/v3"
+	"google.golang.org/api/option"
+)
+
+// Fault is an injected failure.
+type Fault struct {
+	Status int    // HTTP status to answer
+	Reason string // Google error reason (errors[0].reason), e.g. rateLimitExceeded
+	// After makes the change first and then answers with the error (a
+	// response lost on the way back).
+	After bool
+	// Delay before answering (a slow response; the client may time out).
+	Delay time.Duration
+}
+
+// Common faults.
+var (
+	RateLimited     = Fault{Status: 429, Reason: "rateLimitExceeded"}
+	UserRateLimited = Fault{Status: 403, Reason: "userRateLimitExceeded"}
+	Forbidden403    = Fault{Status: 403, Reason: "rateLimitExceeded"}
+	ServerError     = Fault{Status: 500, Reason: "backendError"}
+	Unavailable     = Fault{Status: 503, Reason: "backendError"}
+	LostResponse    = Fault{Status: 500, Reason: "backendError", After: true}
+	Conflict        = Fault{Status: 409, Reason: "duplicate"}
+	Unauthorized    = Fault{Status: 401, Reason: "authError"}
+)
+
+type stored struct {
+	ev      calendar.Event
+	version int64 // change counter at the last change
+}
+
+// Server is the fake. Create it with New.
+type Server struct {
+	srv *httptest.Server
+
+	mu        sync.Mutex
+	cals      map[string]map[string]*stored
+	version   int64 // global change counter; sync tokens name one
+	minToken  int64 // sync tokens older than this answer 410
+	queued    []queuedFault
+	rng       *rand.Rand
+	faultRate float64
+	faults    []Fault
+	denyAll   *Fault // answered to every request while set
+	delay     time.Duration
+
+	requests atomic.Int64
+	writes   atomic.Int64
+	injected atomic.Int64
+}
+
+type queuedFault struct {
+	method string // "" = any
+	f      Fault
+}
+
+// New starts a fake with no calendars; AddCalendar creates them (others
+// answer 404 notFound). It is closed at the end of the test.
+func New(tb testing.TB) *Server {
+	s := &Server{cals: map[string]map[string]*stored{}, rng: rand.New(rand.NewPCG(1, 2))}
+	s.srv = httptest.NewServer(http.HandlerFunc(s.serve))
+	tb.Cleanup(s.Close)
+	return s
+}
+
+// Close stops the server.
+func (s *Server) Close() { s.srv.Close() }
+
+// Endpoint is the base URL for option.WithEndpoint (trailing slash included).
+func (s *Server) Endpoint() string { return s.srv.URL + "/calendar/v3/" }
+
+// Service returns a client of the fake.
+func (s *Server) Service(ctx context.Context) (*calendar.Service, error) {
+	return calendar.NewService(ctx, option.WithEndpoint(s.Endpoint()), option.WithoutAuthentication())
+}
+
+// AddCalendar creates an empty calendar.
+func (s *Server) AddCalendar(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cals[id] == nil {
+		s.cals[id] = map[string]*stored{}
+	}
+}
+
+// SetDelay delays every answer by d (0 = none).
+func (s *Server) SetDelay(d time.Duration) {
+	s.mu.Lock()
+	s.delay = d
+	s.mu.Unlock()
+}
+
+// SetDenyAll answers every request with f (e.g. Unauthorized) until
+// called with nil.
+func (s *Server) SetDenyAll(f *Fault) {
+	s.mu.Lock()
+	s.denyAll = f
+	s.mu.Unlock()
+}
+
+// Inject queues a fault for the next request with method ("" = any).
+func (s *Server) Inject(method string, f Fault) {
+	s.mu.Lock()
+	s.queued = append(s.queued, queuedFault{method, f})
+	s.mu.Unlock()
+}
+
+// SetRandomFaults makes each request fail with probability rate, with a
+// fault drawn from faults (seeded: runs are repeatable given the same
+// request order).
+func (s *Server) SetRandomFaults(rate float64, seed uint64, faults ...Fault) {
+	s.mu.Lock()
+	s.faultRate, s.faults = rate, faults
+	s.rng = rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	s.mu.Unlock()
+}
+
+// ExpireSyncTokens makes every sync token issued so far answer 410.
+func (s *Server) ExpireSyncTokens() {
+	s.mu.Lock()
+	s.minToken = s.version + 1
+	s.mu.Unlock()
+}
+
+// Stats are request counters.
+func (s *Server) Stats() (requests, writes, injected int64) {
+	return s.requests.Load(), s.writes.Load(), s.injected.Load()
+}
+
+// Events returns a copy of every event of calendar id, cancelled ones too,
+// by event id.
+func (s *Server) Events(id string) map[string]calendar.Event {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[string]calendar.Event{}
+	for k, v := range s.cals[id] {
+		out[k] = v.ev
+	}
+	return out
+}
+
+// PutEvent creates or replaces an event directly (as a user would in
+// Google). An empty id gets a generated one, returned.
+func (s *Server) PutEvent(calID string, ev calendar.Event) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cals[calID] == nil {
+		s.cals[calID] = map[string]*stored{}
+	}
+	if ev.Id == "" {
+		ev.Id = fmt.Sprintf("ext%08d", s.version+1)
+	}
+	if ev.Status == "" {
+		ev.Status = "confirmed"
+	}
+	s.store(calID, ev)
+	return ev.Id
+}
+
+// DeleteEvent marks an event cancelled, as Google does.
+func (s *Server) DeleteEvent(calID, id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if st := s.cals[calID][id]; st != nil {
+		ev := st.ev
+		ev.Status = "cancelled"
+		s.store(calID, ev)
+	}
+}
+
+// store saves ev as the newest change; s.mu held.
+func (s *Server) store(calID string, ev calendar.Event) {
+	s.version++
+	ev.Updated = time.Now().UTC().Format(time.RFC3339Nano)
+	ev.Etag = strconv.Quote(strconv.FormatInt(s.version, 10))
+	s.cals[calID][ev.Id] = &stored{ev: ev, version: s.version}
+}
+
+var eventIDRe = regexp.MustCompile(`^[0-9a-v]+$`)
+
+// validEventID: base32hex, 5-1024 characters (length checked apart: Go's
+// regexp has a repeat limit of 1000).
+func validEventID(id string) bool {
+	return len(id) >= 5 && len(id) <= 1024 && eventIDRe.MatchString(id)
+}
+
+func writeError(w http.ResponseWriter, status int, reason, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]any{
+		"code": status, "message": msg,
+		"errors": []map[string]any{{"domain": "global", "reason": reason, "message": msg}},
+	}})
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// pickFault decides the fault for a request, if any; s.mu held.
+func (s *Server) pickFault(method string) *Fault {
+	if s.denyAll != nil {
+		f := *s.denyAll
+		return &f
+	}
+	for i, q := range s.queued {
+		if q.method == "" || q.method == method {
+			s.queued = append(s.queued[:i], s.queued[i+1:]...)
+			return &q.f
+		}
+	}
+	if s.faultRate > 0 && len(s.faults) > 0 && s.rng.Float64() < s.faultRate {
+		f := s.faults[s.rng.IntN(len(s.faults))]
+		return &f
+	}
+	return nil
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return true
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
+	s.requests.Add(1)
+	s.mu.Lock()
+	f := s.pickFault(r.Method)
+	delay := s.delay
+	s.mu.Unlock()
+	if f != nil {
+		s.injected.Add(1)
+		delay += f.Delay
+	}
+	if !sleepCtx(r.Context(), delay) {
+		return
+	}
+	if f != nil && f.Status != 0 && !f.After {
+		writeError(w, f.Status, f.Reason, "injected fault")
+		return
+	}
+	if f != nil && f.After {
+		// Make the change, then lose the answer.
+		rec := httptest.NewRecorder()
+		s.route(rec, r)
+		writeError(w, f.Status, f.Reason, "injected fault after the change")
+		return
+	}
+	s.route(w, r)
+}
+
+func (s *Server) route(w http.ResponseWriter, r *http.Request) {
+	path, ok := strings.CutPrefix(r.URL.Path, "/calendar/v3/")
+	if !ok {
+		writeError(w, 404, "notFound", "not found")
+		return
+	}
+	if path == "freeBusy" && r.Method == http.MethodPost {
+		s.freeBusy(w, r)
+		return
+	}
+	parts := strings.Split(path, "/")
+	if len(parts) < 3 || parts[0] != "calendars" || parts[2] != "events" || len(parts) > 4 {
+		writeError(w, 404, "notFound", "not found")
+		return
+	}
+	calID := parts[1]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	evs := s.cals[calID]
+	if evs == nil {
+		writeError(w, 404, "notFound", "calendar not found")
+		return
+	}
+	if len(parts) == 3 {
+		switch r.Method {
+		case http.MethodPost:
+			s.insert(w, r, calID, evs)
+		case http.MethodGet:
+			s.list(w, r, calID, evs)
+		default:
+			writeError(w, 405, "methodNotAllowed", "method not allowed")
+		}
+		return
+	}
+	id := parts[3]
+	st := evs[id]
+	switch r.Method {
+	case http.MethodGet:
+		if st == nil {
+			writeError(w, 404, "notFound", "event not found")
+			return
+		}
+		writeJSON(w, st.ev)
+	case http.MethodPatch, http.MethodPut:
+		if st == nil {
+			writeError(w, 404, "notFound", "event not found")
+			return
+		}
+		body, _ := io.ReadAll(r.Body)
+		var merged map[string]json.RawMessage
+		if r.Method == http.MethodPatch {
+			old, _ := json.Marshal(st.ev)
+			_ = json.Unmarshal(old, &merged)
+		}
+		var patch map[string]json.RawMessage
+		if err := json.Unmarshal(body, &patch); err != nil {
+			writeError(w, 400, "badRequest", "invalid JSON")
+			return
+		}
+		if merged == nil {
+			merged = map[string]json.RawMessage{}
+		}
+		for k, v := range patch {
+			merged[k] = v
+		}
+		b, _ := json.Marshal(merged)
+		var ev calendar.Event
+		if err := json.Unmarshal(b, &ev); err != nil {
+			writeError(w, 400, "badRequest", "invalid event")
+			return
+		}
+		ev.Id = id
+		if ev.Status == "" {
+			ev.Status = "confirmed"
+		}
+		s.writes.Add(1)
+		s.store(calID, ev)
+		writeJSON(w, evs[id].ev)
+	case http.MethodDelete:
+		switch {
+		case st == nil:
+			writeError(w, 404, "notFound", "event not found")
+		case st.ev.Status == "cancelled":
+			writeError(w, 410, "deleted", "Resource has been deleted")
+		default:
+			ev := st.ev
+			ev.Status = "cancelled"
+			s.writes.Add(1)
+			s.store(calID, ev)
+			w.WriteHeader(http.StatusNoContent)
+		}
+	default:
+		writeError(w, 405, "methodNotAllowed", "method not allowed")
+	}
+}
+
+func (s *Server) insert(w http.ResponseWriter, r *http.Request, calID string, evs map[string]*stored) {
+	var ev calendar.Event
+	if err := json.NewDecoder(r.Body).Decode(&ev); err != nil {
+		writeError(w, 400, "badRequest", "invalid JSON")
+		return
+	}
+	if ev.Id == "" {
+		ev.Id = fmt.Sprintf("gen%08d", s.version+1)
+	} else if !validEventID(ev.Id) {
+		writeError(w, 400, "invalid", "Invalid resource id value.")
+		return
+	}
+	if evs[ev.Id] != nil {
+		// Deleted events keep their id: inserting it again is a
+		// duplicate too.
+		writeError(w, 409, "duplicate", "The requested identifier already exists.")
+		return
+	}
+	if ev.Start == nil || ev.End == nil {
+		writeError(w, 400, "required", "Missing start or end.")
+		return
+	}
+	if ev.Status == "" {
+		ev.Status = "confirmed"
+	}
+	s.writes.Add(1)
+	s.store(calID, ev)
+	writeJSON(w, evs[ev.Id].ev)
+}
+
+// Interval is the time span of an event (all-day events in UTC).
+func Interval(ev *calendar.Event) (start, end time.Time, ok bool) {
+	parse := func(d *calendar.EventDateTime) (time.Time, bool) {
+		if d == nil {
+			return time.Time{}, false
+		}
+		if d.DateTime != "" {
+			t, err := time.Parse(time.RFC3339, d.DateTime)
+			return t, err == nil
+		}
+		t, err := time.Parse(time.DateOnly, d.Date)
+		return t, err == nil
+	}
+	start, ok1 := parse(ev.Start)
+	end, ok2 := parse(ev.End)
+	return start, end, ok1 && ok2
+}
+
+func (s *Server) list(w http.ResponseWriter, r *http.Request, calID string, evs map[string]*stored) {
+	q := r.URL.Query()
+	syncToken := q.Get("syncToken")
+	if syncToken != "" && (q.Get("timeMin") != "" || q.Get("timeMax") != "" || q.Get("q") != "" || len(q["privateExtendedProperty"]) > 0 || q.Get("updatedMin") != "" || q.Get("orderBy") != "") {
+		writeError(w, 400, "invalid", "syncToken cannot be combined with timeMin, timeMax, q, privateExtendedProperty, updatedMin or orderBy")
+		return
+	}
+	snapshot := s.version
+	offset := 0
+	if pt := q.Get("pageToken"); pt != "" {
+		var err1, err2 error
+		a, b, _ := strings.Cut(pt, "-")
+		offset, err1 = strconv.Atoi(a)
+		snapshot, err2 = strconv.ParseInt(b, 10, 64)
+		if err1 != nil || err2 != nil {
+			writeError(w, 400, "invalid", "bad page token")
+			return
+		}
+	}
+	var since int64 = -1
+	if syncToken != "" {
+		v, err := strconv.ParseInt(strings.TrimPrefix(syncToken, "st"), 10, 64)
+		if err != nil || v < s.minToken {
+			writeError(w, 410, "fullSyncRequired", "Sync token is no longer valid, a full sync is required.")
+			return
+		}
+		since = v
+	}
+	var tmin, tmax time.Time
+	if v := q.Get("timeMin"); v != "" {
+		tmin, _ = time.Parse(time.RFC3339, v)
+	}
+	if v := q.Get("timeMax"); v != "" {
+		tmax, _ = time.Parse(time.RFC3339, v)
+	}
+	showDeleted := q.Get("showDeleted") == "true" || since >= 0
+	var items []calendar.Event
+	for _, st := range evs {
+		if since >= 0 && st.version <= since {
+			continue
+		}
+		if st.ev.Status == "cancelled" && !showDeleted {
+			continue
+		}
+		if start, end, ok := Interval(&st.ev); ok && since < 0 {
+			if (!tmin.IsZero() && !end.After(tmin)) || (!tmax.IsZero() && !start.Before(tmax)) {
+				continue
+			}
+		}
+		items = append(items, st.ev)
+	}
+	sort.Slice(items, func(i, j int) bool { return items[i].Id < items[j].Id })
+	max := 250
+	if v, err := strconv.Atoi(q.Get("maxResults")); err == nil && v > 0 && v < max {
+		max = v
+	}
+	out := calendar.Events{Kind: "calendar#events"}
+	if offset > len(items) {
+		offset = len(items)
+	}
+	page := items[offset:]
+	if len(page) > max {
+		page = page[:max]
+		out.NextPageToken = strconv.Itoa(offset+max) + "-" + strconv.FormatInt(snapshot, 10)
+	} else {
+		out.NextSyncToken = "st" + strconv.FormatInt(snapshot, 10)
+	}
+	for i := range page {
+		out.Items = append(out.Items, &page[i])
+	}
+	writeJSON(w, out)
+}
+
+func (s *Server) freeBusy(w http.ResponseWriter, r *http.Request) {
+	var req calendar.FreeBusyRequest
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		writeError(w, 400, "badRequest", "invalid JSON")
+		return
+	}
+	tmin, err1 := time.Parse(time.RFC3339, req.TimeMin)
+	tmax, err2 := time.Parse(time.RFC3339, req.TimeMax)
+	if err1 != nil || err2 != nil {
+		writeError(w, 400, "invalid", "timeMin and timeMax are required")
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	resp := calendar.FreeBusyResponse{Kind: "calendar#freeBusy", TimeMin: req.TimeMin, TimeMax: req.TimeMax, Calendars: map[string]calendar.FreeBusyCalendar{}}
+	for _, it := range req.Items {
+		evs := s.cals[it.Id]
+		if evs == nil {
+			resp.Calendars[it.Id] = calendar.FreeBusyCalendar{Errors: []*calendar.Error{{Domain: "global", Reason: "notFound"}}}
+			continue
+		}
+		type span struct{ a, b time.Time }
+		var spans []span
+		for _, st := range evs {
+			if st.ev.Status == "cancelled" || st.ev.Transparency == "transparent" {
+				continue
+			}
+			a, b, ok := Interval(&st.ev)
+			if !ok || !a.Before(tmax) || !b.After(tmin) {
+				continue
+			}
+			spans = append(spans, span{maxT(a, tmin), minT(b, tmax)})
+		}
+		sort.Slice(spans, func(i, j int) bool { return spans[i].a.Before(spans[j].a) })
+		var busy []*calendar.TimePeriod
+		var cur *span
+		flush := func() {
+			if cur != nil {
+				busy = append(busy, &calendar.TimePeriod{Start: cur.a.UTC().Format(time.RFC3339), End: cur.b.UTC().Format(time.RFC3339)})
+			}
+		}
+		for i := range spans {
+			if cur != nil && !spans[i].a.After(cur.b) {
+				cur.b = maxT(cur.b, spans[i].b)
+				continue
+			}
+			flush()
+			sp := spans[i]
+			cur = &sp
+		}
+		flush()
+		resp.Calendars[it.Id] = calendar.FreeBusyCalendar{Busy: busy}
+	}
+	writeJSON(w, resp)
+}
+
+func maxT(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+func minT(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}

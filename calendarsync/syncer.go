@@ -1,0 +1,518 @@
+package calendarsync
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/api/calendar/v3"
+
+	"github.com/bookline/bookline/actor"
+	"github.com/bookline/bookline/data"
+)
+
+// Publisher sends a command through the log and returns once it is decided
+// (queue.Node wires Client.Submit here). An error means it may not have
+// been applied; a rejected command is an error too.
+type Publisher func(ctx context.Context, cmd *actor.Command) error
+
+// Config configures a Syncer. Zero values take the defaults.
+type Config struct {
+	// Service creates the Google client; nil means no credentials are
+	// configured: linked calendars are reported degraded and Google is
+	// never called.
+	Service ServiceFunc
+	// BusyInterval is how often busy time is read from Google (default
+	// 5m; negative: only on demand).
+	BusyInterval time.Duration
+	// Horizon is how far ahead busy time is read when the calendar has no
+	// horizon_days rule (default 90 days).
+	Horizon time.Duration
+	// FullResyncEvery forces a full read instead of an incremental one
+	// (default 1h), so events that move into the horizon are seen.
+	FullResyncEvery time.Duration
+	// CallTimeout bounds one Google call (default 30s).
+	CallTimeout time.Duration
+	// RetryBase and RetryMax bound the backoff of transient failures
+	// (defaults 250ms, 30s); PauseBase and PauseMax that of a degraded link
+	// (defaults 1m, 10m).
+	RetryBase, RetryMax time.Duration
+	PauseBase, PauseMax time.Duration
+	// Batch is how many outbox entries are read at a time (default 64).
+	Batch  int
+	Logger *slog.Logger
+	// OnFailure, when set, is told the reason of every failed Google call
+	// (metrics).
+	OnFailure func(reason string)
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+}
+
+func (c *Config) defaults() {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	def(&c.BusyInterval, 5*time.Minute)
+	def(&c.Horizon, 90*24*time.Hour)
+	def(&c.FullResyncEvery, time.Hour)
+	def(&c.CallTimeout, 30*time.Second)
+	def(&c.RetryBase, 250*time.Millisecond)
+	def(&c.RetryMax, 30*time.Second)
+	def(&c.PauseBase, time.Minute)
+	def(&c.PauseMax, 10*time.Minute)
+	if c.Batch <= 0 {
+		c.Batch = 64
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+}
+
+// Link statuses.
+const (
+	StatusOK       = "ok"
+	StatusDegraded = "degraded"
+)
+
+// LinkStatus is what GET /v1/calendars/{id} shows of a link.
+type LinkStatus struct {
+	CalendarID string `json:"calendar_id"`
+	SyncBusy   bool   `json:"sync_busy"`
+	Status     string `json:"status"`
+	Reason     string `json:"reason,omitempty"`
+	// Pending is the number of mirror operations not yet in Google
+	// (counted up to 10000).
+	Pending  int        `json:"pending"`
+	LastSync *time.Time `json:"last_sync"`
+	// Failures counts failed Google calls since start, by reason.
+	Failures map[string]uint64 `json:"failures,omitempty"`
+}
+
+// linkState is the in-memory state of one bookline calendar's link.
+type linkState struct {
+	degraded    bool
+	reason      string
+	lastSync    time.Time
+	failures    map[string]uint64
+	wake        chan struct{} // cuts a pause short (admin sync)
+	busy        sync.Mutex    // serialises busy reads of the calendar
+	syncToken   string        // guarded by busy
+	tokenFor    string        // Google calendar the token belongs to
+	lastFull    time.Time
+	pausedUntil time.Time
+}
+
+// Syncer runs the mirror and the busy-time import. Create it with New and
+// run it with Run; its methods are safe for concurrent use.
+type Syncer struct {
+	cfg     Config
+	store   *data.Store
+	publish Publisher
+	log     *slog.Logger
+	kick    chan struct{}
+
+	mu      sync.Mutex
+	links   map[string]*linkState
+	running map[string]bool // calendars with a drainer
+	svc     *calendar.Service
+	wg      sync.WaitGroup
+}
+
+// New creates a Syncer on the index store; publish sends busy commands.
+func New(cfg Config, store *data.Store, publish Publisher) *Syncer {
+	cfg.defaults()
+	return &Syncer{cfg: cfg, store: store, publish: publish, log: cfg.Logger.With("component", "calendarsync"),
+		kick: make(chan struct{}, 1), links: map[string]*linkState{}, running: map[string]bool{}}
+}
+
+// Configured reports whether credentials are configured.
+func (s *Syncer) Configured() bool { return s.cfg.Service != nil }
+
+// Notify tells the Syncer that sync operations were committed. It never
+// blocks (it is called on the writers' path).
+func (s *Syncer) Notify() {
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Run drains the outbox and reads busy time until ctx ends; it returns once
+// its goroutines have stopped.
+func (s *Syncer) Run(ctx context.Context) {
+	defer s.wg.Wait()
+	if s.cfg.Service == nil {
+		<-ctx.Done()
+		return
+	}
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	var busyC <-chan time.Time
+	if s.cfg.BusyInterval > 0 {
+		bt := time.NewTicker(s.cfg.BusyInterval)
+		defer bt.Stop()
+		busyC = bt.C
+		s.goBusyAll(ctx)
+	}
+	for {
+		s.startDrainers(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.kick:
+		case <-tick.C:
+		case <-busyC:
+			s.goBusyAll(ctx)
+		}
+	}
+}
+
+func (s *Syncer) link(cal string) *linkState {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l := s.links[cal]
+	if l == nil {
+		l = &linkState{failures: map[string]uint64{}, wake: make(chan struct{}, 1)}
+		// A copy: callers may pass strings that alias reused buffers
+		// (Fiber's path parameters).
+		s.links[strings.Clone(cal)] = l
+	}
+	return l
+}
+
+// Status reports the state of calendar cal's link.
+func (s *Syncer) Status(cal string, link *data.GoogleLink) LinkStatus {
+	st := LinkStatus{CalendarID: link.CalendarID, SyncBusy: link.SyncBusy, Status: StatusOK}
+	_ = s.store.View(func(tx *data.Tx) error { st.Pending = tx.SyncDepth(cal, 10000); return nil })
+	if s.cfg.Service == nil {
+		st.Status, st.Reason = StatusDegraded, "no credentials"
+		return st
+	}
+	l := s.link(cal)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if l.degraded {
+		st.Status, st.Reason = StatusDegraded, l.reason
+	}
+	if !l.lastSync.IsZero() {
+		t := l.lastSync
+		st.LastSync = &t
+	}
+	if len(l.failures) > 0 {
+		st.Failures = map[string]uint64{}
+		for k, v := range l.failures {
+			st.Failures[k] = v
+		}
+	}
+	return st
+}
+
+func (s *Syncer) succeeded(cal string) {
+	l := s.link(cal)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if l.degraded {
+		s.log.Info("google link works again", "calendar", cal)
+	}
+	l.degraded, l.reason, l.lastSync = false, "", s.cfg.Now()
+}
+
+func (s *Syncer) failed(cal, reason string) {
+	l := s.link(cal)
+	s.mu.Lock()
+	l.failures[reason]++
+	s.mu.Unlock()
+	if s.cfg.OnFailure != nil {
+		s.cfg.OnFailure(reason)
+	}
+}
+
+func (s *Syncer) degrade(cal, reason string, err error) {
+	l := s.link(cal)
+	s.mu.Lock()
+	was := l.degraded
+	l.degraded, l.reason = true, reason+": "+err.Error()
+	s.svc = nil // re-read the credentials before the next attempt
+	s.mu.Unlock()
+	if !was {
+		s.log.Warn("google link degraded; paused", "calendar", cal, "reason", reason, "err", err)
+	}
+}
+
+// service returns the client, creating it when needed.
+func (s *Syncer) service(ctx context.Context) (*calendar.Service, error) {
+	s.mu.Lock()
+	svc := s.svc
+	s.mu.Unlock()
+	if svc != nil {
+		return svc, nil
+	}
+	svc, err := s.cfg.Service(ctx)
+	if err != nil {
+		if !errors.Is(err, ErrCredentials) {
+			err = fmt.Errorf("%w: %v", ErrCredentials, err)
+		}
+		return nil, err
+	}
+	s.mu.Lock()
+	s.svc = svc
+	s.mu.Unlock()
+	return svc, nil
+}
+
+// backoff is the wait before retry number attempt (0-based): exponential
+// from base, capped, with full jitter in its upper half.
+func backoff(attempt int, base, max time.Duration) time.Duration {
+	d := base
+	for i := 0; i < attempt && d < max; i++ {
+		d *= 2
+	}
+	d = min(d, max)
+	return d/2 + rand.N(d/2+1)
+}
+
+// sleep waits d, or until ctx ends or wake fires; false when ctx ended.
+func sleep(ctx context.Context, d time.Duration, wake <-chan struct{}) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-wake:
+	case <-ctx.Done():
+		return false
+	}
+	return true
+}
+
+// Wake cuts a paused calendar's wait short (after credentials were fixed).
+func (s *Syncer) Wake(cal string) {
+	select {
+	case s.link(cal).wake <- struct{}{}:
+	default:
+	}
+	s.Notify()
+}
+
+func (s *Syncer) startDrainers(ctx context.Context) {
+	var cals []string
+	if err := s.store.View(func(tx *data.Tx) error { cals = tx.SyncCalendars(); return nil }); err != nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, cal := range cals {
+		if s.running[cal] {
+			continue
+		}
+		s.running[cal] = true
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.drain(ctx, cal)
+			s.mu.Lock()
+			delete(s.running, cal)
+			s.mu.Unlock()
+		}()
+	}
+}
+
+// drain mirrors calendar cal's queued operations in order until none is
+// left or ctx ends.
+func (s *Syncer) drain(ctx context.Context, cal string) {
+	for ctx.Err() == nil {
+		var entries []data.SyncEntry
+		err := s.store.View(func(tx *data.Tx) (err error) {
+			entries, err = tx.PendingSync(cal, s.cfg.Batch)
+			return err
+		})
+		if err != nil {
+			s.log.Error("reading the google sync outbox", "calendar", cal, "err", err)
+			return
+		}
+		if len(entries) == 0 {
+			return
+		}
+		var done []uint64
+		for _, e := range entries {
+			if !s.mirrorOne(ctx, e) {
+				break
+			}
+			done = append(done, e.Seq)
+			if len(done) == 16 {
+				if err := s.store.Commit(func(tx *data.Tx) error { return tx.DeleteSync(cal, done) }); err != nil {
+					return
+				}
+				done = nil
+			}
+		}
+		if len(done) > 0 {
+			if err := s.store.Commit(func(tx *data.Tx) error { return tx.DeleteSync(cal, done) }); err != nil {
+				return
+			}
+		}
+	}
+}
+
+// mirrorOne applies one operation, retrying until it is done or ctx ends
+// (false).
+func (s *Syncer) mirrorOne(ctx context.Context, e data.SyncEntry) bool {
+	retry, pause := 0, 0
+	l := s.link(e.Calendar)
+	for ctx.Err() == nil {
+		err := s.applyOnce(ctx, e)
+		if err == nil {
+			s.succeeded(e.Calendar)
+			return true
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		act, reason := classify(err)
+		if act == actNotFound {
+			act = actDegrade
+		}
+		s.failed(e.Calendar, reason)
+		switch act {
+		case actDrop:
+			s.log.Error("google refused a mirror operation; skipped", "calendar", e.Calendar, "booking", e.Booking.ID, "seq", e.Seq, "err", err)
+			return true
+		case actDegrade:
+			s.degrade(e.Calendar, reason, err)
+			d := backoff(pause, s.cfg.PauseBase, s.cfg.PauseMax)
+			pause++
+			s.mu.Lock()
+			l.pausedUntil = s.cfg.Now().Add(d)
+			s.mu.Unlock()
+			if !sleep(ctx, d, l.wake) {
+				return false
+			}
+		default:
+			s.log.Debug("google call failed; retrying", "calendar", e.Calendar, "reason", reason, "err", err)
+			if !sleep(ctx, backoff(retry, s.cfg.RetryBase, s.cfg.RetryMax), nil) {
+				return false
+			}
+			retry++
+		}
+	}
+	return false
+}
+
+// Private extended properties of mirrored events.
+const (
+	PropBookingID  = "bookline_booking_id"
+	PropCalendarID = "bookline_calendar_id"
+)
+
+// EventFor is the Google event mirroring booking bk (its id is the
+// booking id: 26 characters of base32hex, a valid client-chosen event id).
+func EventFor(bk *data.Booking) *calendar.Event {
+	return &calendar.Event{
+		Id:           bk.ID,
+		Summary:      bk.Customer,
+		Description:  "bookline booking " + bk.ID + " on calendar " + bk.CalendarID,
+		Start:        &calendar.EventDateTime{DateTime: bk.Start.UTC().Format(time.RFC3339), TimeZone: "UTC"},
+		End:          &calendar.EventDateTime{DateTime: bk.End.UTC().Format(time.RFC3339), TimeZone: "UTC"},
+		Status:       "confirmed",
+		Transparency: "opaque",
+		ExtendedProperties: &calendar.EventExtendedProperties{Private: map[string]string{
+			PropBookingID: bk.ID, PropCalendarID: bk.CalendarID,
+		}},
+	}
+}
+
+func (s *Syncer) callCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, s.cfg.CallTimeout)
+}
+
+// errInconsistent: Google said duplicate but has no such event (retried).
+var errInconsistent = errors.New("calendarsync: insert answered duplicate but the event is not there")
+
+func (s *Syncer) applyOnce(ctx context.Context, e data.SyncEntry) error {
+	svc, err := s.service(ctx)
+	if err != nil {
+		return err
+	}
+	ev := EventFor(&e.Booking)
+	g := e.GoogleCalendar
+	switch e.Op {
+	case data.SyncDelete:
+		c, cancel := s.callCtx(ctx)
+		defer cancel()
+		err := svc.Events.Delete(g, ev.Id).Context(c).Do()
+		if act, _ := classify(err); err != nil && (act == actNotFound || act == actGone) {
+			return nil // already deleted (or never created)
+		}
+		return err
+	case data.SyncUpdate:
+		// No status in this patch: a patch that arrives late (its call
+		// timed out here but ran in Google after the booking's delete)
+		// must not bring a deleted event back.
+		moved := *ev
+		moved.Status = ""
+		err := s.patch(ctx, svc, g, &moved)
+		if act, _ := classify(err); err != nil && (act == actNotFound || act == actGone) {
+			return s.insert(ctx, svc, g, ev) // never mirrored (linked later)
+		}
+		return err
+	default:
+		return s.insert(ctx, svc, g, ev)
+	}
+}
+
+func (s *Syncer) patch(ctx context.Context, svc *calendar.Service, g string, ev *calendar.Event) error {
+	c, cancel := s.callCtx(ctx)
+	defer cancel()
+	_, err := svc.Events.Patch(g, ev.Id, ev).Context(c).Do()
+	return err
+}
+
+// insert creates the event; a 409 means an earlier attempt created it: if
+// that event was deleted since (status cancelled) or differs, it is
+// restored by a patch.
+func (s *Syncer) insert(ctx context.Context, svc *calendar.Service, g string, ev *calendar.Event) error {
+	c, cancel := s.callCtx(ctx)
+	_, err := svc.Events.Insert(g, ev).Context(c).Do()
+	cancel()
+	if act, _ := classify(err); err == nil || act != actConflict {
+		return err
+	}
+	c, cancel = s.callCtx(ctx)
+	got, err := svc.Events.Get(g, ev.Id).Context(c).Do()
+	cancel()
+	if act, _ := classify(err); err != nil && (act == actNotFound || act == actGone) {
+		return errInconsistent
+	} else if err != nil {
+		return err
+	}
+	if got.Status == "cancelled" || !sameEvent(got, ev) {
+		return s.patch(ctx, svc, g, ev)
+	}
+	return nil
+}
+
+func sameEvent(a, b *calendar.Event) bool {
+	at := func(d *calendar.EventDateTime) time.Time {
+		if d == nil {
+			return time.Time{}
+		}
+		t, _ := time.Parse(time.RFC3339, d.DateTime)
+		return t
+	}
+	prop := func(e *calendar.Event) string {
+		if e.ExtendedProperties == nil {
+			return ""
+		}
+		return e.ExtendedProperties.Private[PropBookingID]
+	}
+	return at(a.Start).Equal(at(b.Start)) && at(a.End).Equal(at(b.End)) && prop(a) == prop(b) && a.Summary == b.Summary
+}

@@ -1,0 +1,115 @@
+package calendarsync
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"net/http"
+	"regexp"
+	"testing"
+	"time"
+
+	"golang.org/x/oauth2"
+	"google.golang.org/api/googleapi"
+
+	"github.com/bookline/bookline/actor"
+)
+
+func gerr(code int, reason string) error {
+	return &googleapi.Error{Code: code, Errors: []googleapi.ErrorItem{{Reason: reason}}}
+}
+
+func TestClassify(t *testing.T) {
+	for _, c := range []struct {
+		err    error
+		act    action
+		reason string
+	}{
+		{gerr(429, "rateLimitExceeded"), actRetry, ReasonRateLimited},
+		{gerr(403, "rateLimitExceeded"), actRetry, ReasonRateLimited},
+		{gerr(403, "userRateLimitExceeded"), actRetry, ReasonRateLimited},
+		{gerr(403, "forbidden"), actDegrade, ReasonForbidden},
+		{gerr(403, "insufficientPermissions"), actDegrade, ReasonForbidden},
+		{gerr(401, "authError"), actDegrade, ReasonUnauthorized},
+		{gerr(404, "notFound"), actNotFound, ReasonCalendarNotFound},
+		{gerr(409, "duplicate"), actConflict, ReasonOther},
+		{gerr(410, "deleted"), actGone, ReasonOther},
+		{gerr(500, "backendError"), actRetry, ReasonServerError},
+		{gerr(503, ""), actRetry, ReasonServerError},
+		{gerr(400, "invalid"), actDrop, ReasonBadRequest},
+		{fmt.Errorf("wrapped: %w", &oauth2.RetrieveError{ErrorCode: "invalid_grant", Response: &http.Response{StatusCode: 400}}), actDegrade, ReasonInvalidGrant},
+		{&oauth2.RetrieveError{Response: &http.Response{StatusCode: 503}}, actRetry, ReasonServerError},
+		{context.DeadlineExceeded, actRetry, ReasonTimeout},
+		{fmt.Errorf("%w: no file", ErrCredentials), actDegrade, ReasonCredentials},
+		{errors.New("connection reset"), actRetry, ReasonNetwork},
+	} {
+		act, reason := classify(c.err)
+		if act != c.act || reason != c.reason {
+			t.Errorf("classify(%v) = %v %q, want %v %q", c.err, act, reason, c.act, c.reason)
+		}
+	}
+}
+
+func TestBackoffIsCappedWithJitter(t *testing.T) {
+	for attempt := range 40 {
+		d := backoff(attempt, 100*time.Millisecond, 5*time.Second)
+		want := min(100*time.Millisecond<<min(attempt, 20), 5*time.Second)
+		if d < want/2 || d > want {
+			t.Fatalf("attempt %d: %s outside [%s, %s]", attempt, d, want/2, want)
+		}
+	}
+}
+
+func TestBlockIDAndEventID(t *testing.T) {
+	id := BlockID("team@example.com", "abc123")
+	if id != BlockID("team@example.com", "abc123") || id == BlockID("other@example.com", "abc123") {
+		t.Fatal("block ids must be deterministic and per calendar")
+	}
+	if !actor.ValidBlockID(id) {
+		t.Fatalf("block id %q invalid", id)
+	}
+	ev := EventFor(&fakeBooking)
+	if !regexp.MustCompile(`^[0-9a-v]{5,}$`).MatchString(ev.Id) || len(ev.Id) > 1024 {
+		t.Fatalf("event id %q is not base32hex 5-1024", ev.Id)
+	}
+}
+
+func TestTokenSourceKinds(t *testing.T) {
+	key, _ := rsa.GenerateKey(rand.Reader, 2048)
+	pk := pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: must(x509.MarshalPKCS8PrivateKey(key))})
+	sa, _ := json.Marshal(map[string]string{"type": "service_account", "client_email": "sa@p.iam.gserviceaccount.com",
+		"private_key": string(pk), "private_key_id": "k1", "token_uri": "https://oauth2.googleapis.com/token"})
+	for name, c := range map[string]struct {
+		json string
+		ok   bool
+	}{
+		"service account":                   {string(sa), true},
+		"authorized user":                   {`{"type":"authorized_user","client_id":"c","client_secret":"s","refresh_token":"r"}`, true},
+		"client file":                       {`{"installed":{"client_id":"c","client_secret":"s","auth_uri":"https://accounts.google.com/o/oauth2/auth","token_uri":"https://oauth2.googleapis.com/token","redirect_uris":["http://localhost"]},"refresh_token":"r"}`, true},
+		"client file without refresh token": {`{"installed":{"client_id":"c","client_secret":"s"}}`, false},
+		"unknown type":                      {`{"type":"external_account"}`, false},
+		"not json":                          {`nope`, false},
+	} {
+		ts, err := TokenSource([]byte(c.json), "user@example.com")
+		if (err == nil) != c.ok || (c.ok && ts == nil) {
+			t.Errorf("%s: err %v", name, err)
+		}
+		if err != nil && !errors.Is(err, ErrCredentials) {
+			t.Errorf("%s: error %v does not wrap ErrCredentials", name, err)
+		}
+	}
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
+var fakeBooking = bookingForTest()
