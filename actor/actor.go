@@ -30,6 +30,9 @@ const (
 	CodeHoldExpired          = "hold_expired"
 	CodeHoldConfirmed        = "hold_confirmed"
 	CodeBookingNotConfirmed  = "booking_not_confirmed"
+	// CodeExternalBusy: the interval overlaps time that is busy outside
+	// bookline (a busy block imported from a linked Google calendar).
+	CodeExternalBusy = "external_busy"
 )
 
 // Reply is the decided outcome of one command: what is published to the
@@ -69,6 +72,10 @@ type Decoded struct {
 	// Reject, when set, is the answer for a message that is not a valid
 	// command; it is decided without looking at the index.
 	Reject *Reply
+
+	// mirror is set by apply when decisions may queue Google sync
+	// operations (live writers yes, replay no).
+	mirror bool
 }
 
 // Decode turns a raw message into a command. It never fails: a message that
@@ -188,6 +195,7 @@ func apply(tx *data.Tx, partition int, batch []Decoded, events bool) ([]Output, 
 			out[i].Decision = reply
 			continue
 		}
+		d.mirror = events
 		reply, err := decide(tx, d)
 		if err != nil {
 			return nil, fmt.Errorf("actor: partition %d seq %d: %w", partition, d.Seq, err)
@@ -257,6 +265,8 @@ func decide(tx *data.Tx, d *Decoded) (*Reply, error) {
 		r, err = releaseHold(tx, d)
 	case TypeHoldExpire:
 		r, err = expireHolds(tx, d)
+	case TypeBusySet, TypeBusyClear:
+		r, err = setBusy(tx, d)
 	default:
 		err = fmt.Errorf("validated command of unknown type %q", cmd.Type)
 	}
@@ -310,6 +320,7 @@ func upsertCalendar(tx *data.Tx, d *Decoded) (Reply, error) {
 	}
 	// Rules apply to decisions from now on; existing bookings stay.
 	c.Name, c.Timezone, c.Rules, c.UpdatedAt = spec.Name, spec.Timezone, spec.Rules, d.At
+	c.Google = spec.Google
 	if err := tx.PutCalendar(c); err != nil {
 		return Reply{}, err
 	}
@@ -367,6 +378,9 @@ func createBooking(tx *data.Tx, d *Decoded) (Reply, error) {
 	}
 	bk := newBooking(d, &cal, data.StatusConfirmed)
 	if err := tx.PutBooking(bk); err != nil {
+		return Reply{}, err
+	}
+	if err := mirror(tx, d, cal.Google, data.SyncCreate, &bk); err != nil {
 		return Reply{}, err
 	}
 	r := d.accept()
@@ -449,6 +463,9 @@ func confirmHold(tx *data.Tx, d *Decoded) (Reply, error) {
 	case data.StatusHeld:
 		bk.Status = data.StatusConfirmed
 		if err := tx.PutBooking(bk); err != nil {
+			return Reply{}, err
+		}
+		if err := mirrorLinked(tx, d, data.SyncCreate, &bk); err != nil {
 			return Reply{}, err
 		}
 	case data.StatusConfirmed, data.StatusCancelled:
@@ -543,6 +560,9 @@ func rescheduleBooking(tx *data.Tx, d *Decoded) (Reply, error) {
 	if err := tx.PutBooking(bk); err != nil {
 		return Reply{}, err
 	}
+	if err := mirror(tx, d, cal.Google, data.SyncUpdate, &bk); err != nil {
+		return Reply{}, err
+	}
 	r := d.accept()
 	r.Booking = &bk
 	return r, nil
@@ -564,6 +584,9 @@ func cancelBooking(tx *data.Tx, d *Decoded) (Reply, error) {
 		if err := tx.PutBooking(bk); err != nil {
 			return Reply{}, err
 		}
+		if err := mirrorLinked(tx, d, data.SyncDelete, &bk); err != nil {
+			return Reply{}, err
+		}
 	}
 	r := d.accept()
 	r.Booking = &bk
@@ -583,4 +606,55 @@ func location(name string) (*time.Location, error) {
 	}
 	locations.Store(name, l)
 	return l, nil
+}
+
+// --- Google Calendar (issue 5) ---
+
+// mirror queues the Google sync operation of a booking change decided by
+// d, in the deciding transaction, when the calendar is linked and the
+// decision is live (not a replay).
+func mirror(tx *data.Tx, d *Decoded, link *data.GoogleLink, op byte, bk *data.Booking) error {
+	if !d.mirror || link == nil {
+		return nil
+	}
+	return tx.PutSync(data.SyncEntry{Calendar: d.Cmd.CalendarID, Seq: d.Seq, Op: op, GoogleCalendar: link.CalendarID, Booking: *bk})
+}
+
+// mirrorLinked is mirror for decisions that did not load the calendar.
+func mirrorLinked(tx *data.Tx, d *Decoded, op byte, bk *data.Booking) error {
+	if !d.mirror {
+		return nil
+	}
+	cal, err := tx.Calendar(d.Cmd.CalendarID)
+	if err != nil {
+		return err
+	}
+	return mirror(tx, d, cal.Google, op, bk)
+}
+
+// setBusy records (busy.set) or removes (busy.clear) an external busy
+// block. Blocks are facts from outside: setting one that overlaps existing
+// bookings is accepted (they stay); it refuses later bookings only.
+func setBusy(tx *data.Tx, d *Decoded) (Reply, error) {
+	if !tx.CalendarExists(d.Cmd.CalendarID) {
+		return d.reject(CodeCalendarNotFound, "calendar not found"), nil
+	}
+	spec := d.Cmd.Busy
+	prev, seen, err := tx.Busy(d.Cmd.CalendarID, spec.BlockID)
+	if err != nil {
+		return Reply{}, err
+	}
+	r := d.accept()
+	if d.Cmd.Type == TypeBusyClear {
+		if !seen || prev.Cleared {
+			r.Message = "busy block " + spec.BlockID + " was not set"
+			return r, nil
+		}
+		prev.Cleared, prev.Seq = true, d.Seq
+		r.Message = "busy block " + spec.BlockID + " cleared"
+		return r, tx.PutBusy(d.Cmd.CalendarID, prev)
+	}
+	b := data.BusyBlock{ID: spec.BlockID, Start: spec.Start, End: spec.End, Seq: d.Seq}
+	r.Message = fmt.Sprintf("busy block %s set: [%s, %s)", spec.BlockID, spec.Start.Format(time.RFC3339), spec.End.Format(time.RFC3339))
+	return r, tx.PutBusy(d.Cmd.CalendarID, b)
 }

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -35,6 +36,11 @@ const (
 	TypeHoldRelease = "hold.release"
 	// TypeHoldExpire records the expiry of the calendar's due holds.
 	TypeHoldExpire = "hold.expire"
+	// TypeBusySet records (or moves) an external busy block (busy): no
+	// booking may overlap it. Published by calendarsync from Google.
+	TypeBusySet = "busy.set"
+	// TypeBusyClear removes an external busy block (busy.block_id).
+	TypeBusyClear = "busy.clear"
 )
 
 // Limits checked for every command, whether it came through HTTP or was
@@ -53,7 +59,17 @@ var (
 	calendarIDRe = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 	requestIDRe  = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,128}$`)
 	bookingIDRe  = regexp.MustCompile(`^[0-9a-v]{26}$`)
+	blockIDRe    = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,128}$`)
 )
+
+// Limits of Google links and busy blocks.
+const (
+	MaxGoogleCalendarIDLen = 1024
+	MaxBusyDuration        = 366 * 24 * time.Hour
+)
+
+// ValidBlockID reports whether id is a valid busy block id.
+func ValidBlockID(id string) bool { return blockIDRe.MatchString(id) }
 
 // ValidCalendarID reports whether id is a valid calendar id (also a safe
 // NATS subject token).
@@ -76,6 +92,14 @@ type Command struct {
 	Booking    *BookingSpec  `json:"booking,omitempty"`
 	BookingID  string        `json:"booking_id,omitempty"`
 	Reschedule *IntervalSpec `json:"reschedule,omitempty"`
+	Busy       *BusySpec     `json:"busy,omitempty"`
+}
+
+// BusySpec is the body of busy.set (all fields) and busy.clear (block_id).
+type BusySpec struct {
+	BlockID string    `json:"block_id"`
+	Start   time.Time `json:"start,omitzero"`
+	End     time.Time `json:"end,omitzero"`
 }
 
 // CalendarSpec is the body of calendar.upsert: name, time zone and the
@@ -84,6 +108,8 @@ type CalendarSpec struct {
 	Name     string `json:"name"`
 	Timezone string `json:"timezone"`
 	data.Rules
+	// Google links the calendar to a Google calendar (optional).
+	Google *data.GoogleLink `json:"google,omitempty"`
 }
 
 // IntervalSpec is the new interval of booking.reschedule.
@@ -208,6 +234,16 @@ func ValidateCalendar(c *CalendarSpec) []FieldError {
 	if n := utf8.RuneCountInString(c.Name); n > MaxNameLen || !utf8.ValidString(c.Name) {
 		errs = append(errs, FieldError{Field: "name", Message: fmt.Sprintf("must be valid UTF-8, at most %d characters", MaxNameLen)})
 	}
+	if g := c.Google; g != nil {
+		switch id := strings.TrimSpace(g.CalendarID); {
+		case id == "":
+			errs = append(errs, FieldError{Field: "google.calendar_id", Message: "is required"})
+		case len(id) > MaxGoogleCalendarIDLen || !utf8.ValidString(id) || strings.ContainsAny(id, "/?#\x00"):
+			errs = append(errs, FieldError{Field: "google.calendar_id", Message: fmt.Sprintf("must be a Google calendar id (at most %d bytes, no '/', '?' or '#')", MaxGoogleCalendarIDLen)})
+		default:
+			g.CalendarID = id
+		}
+	}
 	return append(errs, ValidateRules(&c.Rules)...)
 }
 
@@ -254,6 +290,25 @@ func (c *Command) Validate() []FieldError {
 			errs = append(errs, validateInterval(&c.Reschedule.Start, &c.Reschedule.End)...)
 		}
 	case TypeHoldExpire:
+	case TypeBusySet, TypeBusyClear:
+		switch {
+		case c.Busy == nil:
+			add("busy", "is required")
+		case !ValidBlockID(c.Busy.BlockID):
+			add("busy.block_id", "must match [A-Za-z0-9._:-]{1,128}")
+		case c.Type == TypeBusySet:
+			for _, e := range validateInterval(&c.Busy.Start, &c.Busy.End) {
+				if d := c.Busy.End.Sub(c.Busy.Start); e.Field == "end" && d > MaxBookingDuration {
+					if d <= MaxBusyDuration {
+						continue // busy blocks may be longer than bookings
+					}
+					e.Message = fmt.Sprintf("a busy block may last at most %s", MaxBusyDuration)
+				}
+				add("busy."+e.Field, e.Message)
+			}
+		default:
+			c.Busy.Start, c.Busy.End = time.Time{}, time.Time{}
+		}
 	default:
 		add("type", fmt.Sprintf("unknown command type %q", c.Type))
 	}
@@ -272,7 +327,8 @@ func (c *Command) Fingerprint() string {
 		Booking    *BookingSpec  `json:"booking,omitempty"`
 		BookingID  string        `json:"booking_id,omitempty"`
 		Reschedule *IntervalSpec `json:"reschedule,omitempty"`
-	}{c.Type, c.CalendarID, c.Calendar, c.Booking, c.BookingID, c.Reschedule}
+		Busy       *BusySpec     `json:"busy,omitempty"`
+	}{c.Type, c.CalendarID, c.Calendar, c.Booking, c.BookingID, c.Reschedule, c.Busy}
 	b, _ := json.Marshal(body)
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:16])

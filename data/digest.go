@@ -59,7 +59,7 @@ func (t *Tx) Digest() (Digest, error) {
 		h := sha256.New()
 		hashKV(h, []byte("calendar"), t.tx.Bucket(bucketCalendars).Get([]byte(id)))
 		if cb := t.tx.Bucket(bucketCal).Bucket([]byte(id)); cb != nil {
-			for _, sub := range [][]byte{subBookings, subSlots, subRequests} {
+			for _, sub := range [][]byte{subBookings, subSlots, subRequests, subBusy, subBusySlots} {
 				b := cb.Bucket(sub)
 				if b == nil {
 					continue
@@ -78,7 +78,7 @@ func (t *Tx) Digest() (Digest, error) {
 }
 
 func hashBucket(h hash.Hash, name []byte, b *bolt.Bucket, counts map[string]uint64) error {
-	label := map[string]string{"b": "bookings", "s": "confirmed", "r": "requests"}[string(name)]
+	label := map[string]string{"b": "bookings", "s": "confirmed", "r": "requests", "k": "busy_blocks", "j": "busy_live"}[string(name)]
 	return b.ForEach(func(k, v []byte) error {
 		counts[label]++
 		hashKV(h, append(append([]byte{}, name...), k...), v)

@@ -25,8 +25,21 @@ type Calendar struct {
 	Name     string `json:"name"`
 	Timezone string `json:"timezone"`
 	Rules
-	CreatedAt time.Time `json:"created_at"`
-	UpdatedAt time.Time `json:"updated_at"`
+	// Google links the calendar to a Google calendar (issue 5): bookings
+	// are mirrored there and, with SyncBusy, its busy time blocks bookings.
+	Google    *GoogleLink `json:"google,omitempty"`
+	CreatedAt time.Time   `json:"created_at"`
+	UpdatedAt time.Time   `json:"updated_at"`
+}
+
+// GoogleLink names the Google calendar a bookline calendar is linked to.
+// Credentials are never part of it: they are configured on the server.
+type GoogleLink struct {
+	// CalendarID is the Google calendar id (e.g. an address, or "primary"
+	// for the calendar of the configured credentials' user).
+	CalendarID string `json:"calendar_id"`
+	// SyncBusy imports the calendar's busy time as busy blocks.
+	SyncBusy bool `json:"sync_busy,omitempty"`
 }
 
 // Rules are a calendar's booking rules; the zero value accepts any

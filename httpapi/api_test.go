@@ -107,7 +107,15 @@ func TestConcurrentBookingsNeverOverlap(t *testing.T) {
 func TestSameSlotRace(t *testing.T) {
 	h := start(t, "", options{})
 	h.createCalendar("hot", "UTC")
-	const n = 64
+	if won := raceSameSlot(h, "hot", 64); won != 1 {
+		t.Fatalf("%d winners, want exactly 1", won)
+	}
+}
+
+// raceSameSlot lets n clients wait on a barrier, then all book the same
+// hour of cal; it returns how many got 201 (every other answer must be 409).
+func raceSameSlot(h *harness, cal string, n int) (won int) {
+	h.t.Helper()
 	statuses := make([]int, n)
 	var ready, wg sync.WaitGroup
 	ready.Add(1)
@@ -116,24 +124,21 @@ func TestSameSlotRace(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			ready.Wait()
-			statuses[i] = h.do("POST", "/v1/calendars/hot/bookings", bookingBody(base, time.Hour, fmt.Sprint("c", i))).Status
+			statuses[i] = h.do("POST", "/v1/calendars/"+cal+"/bookings", bookingBody(base, time.Hour, fmt.Sprint("c", i))).Status
 		}()
 	}
 	ready.Done()
 	wg.Wait()
-	won := 0
 	for _, s := range statuses {
 		switch s {
 		case 201:
 			won++
 		case 409:
 		default:
-			t.Errorf("status %d", s)
+			h.t.Errorf("status %d", s)
 		}
 	}
-	if won != 1 {
-		t.Fatalf("%d winners, want exactly 1", won)
-	}
+	return won
 }
 
 func TestCalendarRoutes(t *testing.T) {

@@ -20,6 +20,10 @@ const (
 	CodeHeadersTooLarge  = "headers_too_large"
 	CodeUnavailable      = "unavailable"
 	CodeInternal         = "internal"
+	CodeUnauthorized     = "unauthorized"    // no API key, or not a configured one
+	CodeForbidden        = "forbidden"       // the key's role or calendars do not allow this
+	CodeRateLimited      = "rate_limited"    // too many requests for this key (or IP); see Retry-After
+	CodeRangeTooLarge    = "range_too_large" // list range longer than --max-list-range
 )
 
 // statusOf maps every error code to its HTTP status: the one table.
@@ -33,10 +37,25 @@ var statusOf = map[string]int{
 	CodeRequestTimeout:             http.StatusRequestTimeout,
 	CodeHeadersTooLarge:            http.StatusRequestHeaderFieldsTooLarge,
 	actor.CodeSlotTaken:            http.StatusConflict,
+	actor.CodeExternalBusy:         http.StatusConflict,
+	actor.CodeOutsideHours:         http.StatusUnprocessableEntity,
+	actor.CodeMisaligned:           http.StatusUnprocessableEntity,
+	actor.CodeDurationNotAllowed:   http.StatusUnprocessableEntity,
+	actor.CodeTooSoon:              http.StatusUnprocessableEntity,
+	actor.CodeTooFar:               http.StatusUnprocessableEntity,
+	actor.CodeBufferConflict:       http.StatusUnprocessableEntity,
+	actor.CodeHoldNotFound:         http.StatusNotFound,
+	actor.CodeHoldExpired:          http.StatusConflict,
+	actor.CodeHoldConfirmed:        http.StatusConflict,
+	actor.CodeBookingNotConfirmed:  http.StatusConflict,
 	CodePayloadTooLarge:            http.StatusRequestEntityTooLarge,
 	actor.CodeIdempotencyKeyReused: http.StatusUnprocessableEntity,
 	CodeUnavailable:                http.StatusServiceUnavailable,
 	CodeInternal:                   http.StatusInternalServerError,
+	CodeUnauthorized:               http.StatusUnauthorized,
+	CodeForbidden:                  http.StatusForbidden,
+	CodeRateLimited:                http.StatusTooManyRequests,
+	CodeRangeTooLarge:              http.StatusBadRequest,
 }
 
 // Error is an API error: a stable code, a message safe to show, and for
@@ -95,15 +114,20 @@ func (s *Server) errorHandler(c *fiber.Ctx, err error) error {
 			s.log.Debug("client connection error", "err", fe.Message)
 			apiErr = &Error{Code: CodeInternal, Message: "connection error"}
 		default:
-			s.log.Error("http error", "path", c.Path(), "status", fe.Code, "err", fe.Message)
+			s.log.Error("http error", "request_id", requestIDOf(c), "path", c.Path(), "status", fe.Code, "err", fe.Message)
 			apiErr = &Error{Code: CodeInternal, Message: "internal error"}
 		}
 	default:
-		s.log.Error("internal error", "method", c.Method(), "path", c.Path(), "err", err)
+		s.log.Error("internal error", "request_id", requestIDOf(c), "method", c.Method(), "path", c.Path(), "err", err)
 		apiErr = &Error{Code: CodeInternal, Message: "internal error"}
 	}
-	if apiErr.Code == CodeUnavailable {
-		c.Set(fiber.HeaderRetryAfter, "1")
+	switch apiErr.Code {
+	case CodeUnavailable:
+		if c.GetRespHeader(fiber.HeaderRetryAfter) == "" {
+			c.Set(fiber.HeaderRetryAfter, "1")
+		}
+	case CodeUnauthorized:
+		c.Set(fiber.HeaderWWWAuthenticate, `Bearer realm="bookline"`)
 	}
 	return c.Status(apiErr.Status()).JSON(errorBody{apiErr})
 }

@@ -8,9 +8,12 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
@@ -39,22 +42,53 @@ type Config struct {
 	// BodyLimit is the largest accepted request body (default 64 KiB).
 	BodyLimit int
 	Logger    *slog.Logger
+
+	// Keys are the API keys; nil or empty runs the API open (no
+	// authentication): the caller decides whether that is allowed.
+	Keys *Keyring
+	// Metrics receives HTTP metrics and serves /metrics; nil creates a
+	// registry with HTTP metrics only.
+	Metrics *Metrics
+	// HeaderLimit is the largest request line plus headers (default 4 KiB;
+	// larger answers 431 headers_too_large).
+	HeaderLimit int
+	// ReadTimeout, WriteTimeout and IdleTimeout bound reading a request,
+	// writing its answer and an idle keep-alive connection (defaults 30s,
+	// 30s, 2m).
+	ReadTimeout, WriteTimeout, IdleTimeout time.Duration
+	// MaxListRange bounds to - from of a booking list when both are given
+	// (default 366 days; negative = no bound).
+	MaxListRange time.Duration
+	// MaxListLimit is the largest page size of a list (default 1000).
+	MaxListLimit int
+	// RateLimit is the sustained requests per second allowed per API key
+	// (callers without a key, on an open loopback API, are not limited);
+	// 0 = no limit. RateBurst is the
+	// bucket size (default: RateLimit rounded up).
+	RateLimit float64
+	RateBurst int
 }
 
 // Limits of the API.
 const (
-	DefaultBodyLimit  = 64 << 10
-	DefaultListLimit  = 100
-	MaxListLimit      = 1000
-	MaxIdempotencyKey = 255
+	DefaultBodyLimit    = 64 << 10
+	DefaultHeaderLimit  = 4096
+	DefaultListLimit    = 100
+	MaxListLimit        = 1000
+	MaxIdempotencyKey   = 255
+	DefaultMaxListRange = 366 * 24 * time.Hour
 )
 
 // Server is the Fiber application.
 type Server struct {
-	app     *fiber.App
-	backend Backend
-	cfg     Config
-	log     *slog.Logger
+	app      *fiber.App
+	backend  Backend
+	cfg      Config
+	log      *slog.Logger
+	keys     *Keyring
+	metrics  *Metrics
+	limiter  *rateLimiter
+	draining atomic.Bool
 }
 
 // New builds the API on backend.
@@ -68,15 +102,38 @@ func New(backend Backend, cfg Config) *Server {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	s := &Server{backend: backend, cfg: cfg, log: cfg.Logger}
+	if cfg.HeaderLimit <= 0 {
+		cfg.HeaderLimit = DefaultHeaderLimit
+	}
+	if cfg.ReadTimeout <= 0 {
+		cfg.ReadTimeout = 30 * time.Second
+	}
+	if cfg.WriteTimeout <= 0 {
+		cfg.WriteTimeout = 30 * time.Second
+	}
+	if cfg.IdleTimeout <= 0 {
+		cfg.IdleTimeout = 2 * time.Minute
+	}
+	if cfg.MaxListRange == 0 {
+		cfg.MaxListRange = DefaultMaxListRange
+	}
+	if cfg.MaxListLimit <= 0 {
+		cfg.MaxListLimit = MaxListLimit
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = NewMetrics()
+	}
+	s := &Server{backend: backend, cfg: cfg, log: cfg.Logger, keys: cfg.Keys, metrics: cfg.Metrics,
+		limiter: newRateLimiter(cfg.RateLimit, cfg.RateBurst)}
 	s.app = fiber.New(fiber.Config{
 		AppName:               "bookline",
 		BodyLimit:             cfg.BodyLimit,
+		ReadBufferSize:        cfg.HeaderLimit,
 		ErrorHandler:          s.errorHandler,
 		DisableStartupMessage: true,
-		ReadTimeout:           30 * time.Second,
-		WriteTimeout:          30 * time.Second,
-		IdleTimeout:           2 * time.Minute,
+		ReadTimeout:           cfg.ReadTimeout,
+		WriteTimeout:          cfg.WriteTimeout,
+		IdleTimeout:           cfg.IdleTimeout,
 	})
 	s.routes()
 	return s
@@ -85,17 +142,42 @@ func New(backend Backend, cfg Config) *Server {
 // App exposes the Fiber app (for Listen, Test and Shutdown).
 func (s *Server) App() *fiber.App { return s.app }
 
+// SetDraining makes /healthz and /readyz answer 503 from now on (the
+// process is shutting down); requests are still served until the listener
+// closes.
+func (s *Server) SetDraining() { s.draining.Store(true) }
+
+// Metrics is the registry the server reports to.
+func (s *Server) Metrics() *Metrics { return s.metrics }
+
 func (s *Server) routes() {
+	s.app.Use(s.observe)
 	s.app.Get("/healthz", s.healthz)
+	s.app.Get("/livez", s.livez)
+	s.app.Get("/readyz", s.readyz)
+	s.app.Get("/metrics", s.metrics.handler())
+	s.app.Get("/openapi.yaml", s.openapi)
+	booker := func(h fiber.Handler) []fiber.Handler {
+		return []fiber.Handler{s.authorize(accessBooker), s.rateLimit, h}
+	}
+	admin := func(h fiber.Handler) []fiber.Handler {
+		return []fiber.Handler{s.authorize(accessAdmin), s.rateLimit, h}
+	}
 	v1 := s.app.Group("/v1")
-	v1.Put("/calendars/:calendarId", s.putCalendar)
-	v1.Get("/calendars/:calendarId", s.getCalendar)
-	v1.Post("/calendars/:calendarId/bookings", s.createBooking)
-	v1.Get("/calendars/:calendarId/bookings", s.listBookings)
-	v1.Get("/calendars/:calendarId/bookings/:bookingId", s.getBooking)
-	v1.Delete("/calendars/:calendarId/bookings/:bookingId", s.cancelBooking)
-	v1.Get("/calendars/:calendarId/requests/:requestId", s.getRequest)
-	v1.Get("/admin/digest", s.digest)
+	v1.Put("/calendars/:calendarId", admin(s.putCalendar)...)
+	v1.Get("/calendars/:calendarId", booker(s.getCalendar)...)
+	v1.Post("/calendars/:calendarId/bookings", booker(s.createBooking)...)
+	v1.Get("/calendars/:calendarId/bookings", booker(s.listBookings)...)
+	v1.Get("/calendars/:calendarId/bookings/:bookingId", booker(s.getBooking)...)
+	v1.Delete("/calendars/:calendarId/bookings/:bookingId", booker(s.byIDCommand(actor.TypeBookingCancel, "bookingId", &Error{Code: actor.CodeBookingNotFound, Message: "booking not found"}))...)
+	v1.Get("/calendars/:calendarId/requests/:requestId", booker(s.getRequest)...)
+	v1.Get("/calendars/:calendarId/availability", booker(s.availability)...)
+	v1.Post("/calendars/:calendarId/bookings/:bookingId/reschedule", booker(s.rescheduleBooking)...)
+	v1.Post("/calendars/:calendarId/holds", booker(s.createHold)...)
+	v1.Post("/calendars/:calendarId/holds/:holdId/confirm", booker(s.byIDCommand(actor.TypeHoldConfirm, "holdId", errHoldNotFound))...)
+	v1.Delete("/calendars/:calendarId/holds/:holdId", booker(s.byIDCommand(actor.TypeHoldRelease, "holdId", errHoldNotFound))...)
+	v1.Get("/admin/digest", admin(s.digest)...)
+	v1.Post("/admin/calendars/:calendarId/google/sync", admin(s.syncGoogle)...)
 }
 
 // digest returns the index digest (applied sequence per partition, a hash
@@ -113,12 +195,49 @@ func (s *Server) digest(c *fiber.Ctx) error {
 	return c.JSON(d)
 }
 
+// healthz keeps its original meaning (issue 2): 200 once NATS is connected
+// and every partition has caught up, 503 otherwise (and while draining).
 func (s *Server) healthz(c *fiber.Ctx) error {
-	if err := s.backend.Ready(); err != nil {
+	err := s.backend.Ready()
+	if err == nil && s.draining.Load() {
+		err = errDraining
+	}
+	if err != nil {
 		c.Set(fiber.HeaderRetryAfter, "1")
 		return c.Status(http.StatusServiceUnavailable).JSON(errorBody{&Error{Code: CodeUnavailable, Message: err.Error()}})
 	}
 	return c.JSON(fiber.Map{"status": "ok"})
+}
+
+var errDraining = errors.New("shutting down")
+
+// livez answers 200 while the process serves HTTP at all (liveness).
+func (s *Server) livez(c *fiber.Ctx) error {
+	return c.JSON(fiber.Map{"status": "alive"})
+}
+
+// readyz is the full readiness check: NATS connected, every partition
+// caught up, the index open, and not shutting down.
+func (s *Server) readyz(c *fiber.Ctx) error {
+	checks := fiber.Map{"nats_and_partitions": "ok", "index": "ok", "shutdown": "no"}
+	var failed []string
+	if err := s.backend.Ready(); err != nil {
+		checks["nats_and_partitions"] = err.Error()
+		failed = append(failed, err.Error())
+	}
+	if err := s.backend.View(func(*data.Tx) error { return nil }); err != nil {
+		checks["index"] = err.Error()
+		failed = append(failed, "index: "+err.Error())
+	}
+	if s.draining.Load() {
+		checks["shutdown"] = "draining"
+		failed = append(failed, errDraining.Error())
+	}
+	if len(failed) > 0 {
+		c.Set(fiber.HeaderRetryAfter, "1")
+		return c.Status(http.StatusServiceUnavailable).JSON(errorBody{&Error{Code: CodeUnavailable, Message: strings.Join(failed, "; ")}})
+	}
+	return c.JSON(fiber.Map{"status": "ok", "checks": checks})
 }
 
 // calendarID returns the path's calendar id or an invalid_request error.
@@ -150,6 +269,19 @@ func requestID(c *fiber.Ctx) (string, error) {
 	return "k." + hex.EncodeToString(sum[:16]), nil
 }
 
+// writeRequest reads what every write route needs: the calendar id of the
+// path, the JSON body into body, and the command's request id.
+func writeRequest(c *fiber.Ctx, body any) (cal, reqID string, err error) {
+	if cal, err = calendarID(c); err != nil {
+		return "", "", err
+	}
+	if err = decodeBody(c, body); err != nil {
+		return "", "", err
+	}
+	reqID, err = requestID(c)
+	return cal, reqID, err
+}
+
 // decodeBody decodes a JSON object body into v.
 func decodeBody(c *fiber.Ctx, v any) error {
 	body := c.Body()
@@ -169,23 +301,20 @@ func decodeBody(c *fiber.Ctx, v any) error {
 type calendarRequest struct {
 	Name     string `json:"name"`
 	Timezone string `json:"timezone"`
+	// The booking rules, flat in the body (see data.Rules).
+	data.Rules
+	// Google links the calendar to a Google calendar (httpapi/google.go).
+	Google *data.GoogleLink `json:"google"`
 }
 
 func (s *Server) putCalendar(c *fiber.Ctx) error {
-	cal, err := calendarID(c)
-	if err != nil {
-		return err
-	}
 	var req calendarRequest
-	if err := decodeBody(c, &req); err != nil {
-		return err
-	}
-	reqID, err := requestID(c)
+	cal, reqID, err := writeRequest(c, &req)
 	if err != nil {
 		return err
 	}
 	cmd := &actor.Command{V: actor.SchemaVersion, Type: actor.TypeCalendarUpsert, RequestID: reqID, CalendarID: cal,
-		Calendar: &actor.CalendarSpec{Name: req.Name, Timezone: req.Timezone}}
+		Calendar: &actor.CalendarSpec{Name: req.Name, Timezone: req.Timezone, Rules: req.Rules, Google: req.Google}}
 	return s.submit(c, cmd)
 }
 
@@ -208,55 +337,37 @@ func parseTime(field, v string) (time.Time, *actor.FieldError) {
 }
 
 func (s *Server) createBooking(c *fiber.Ctx) error {
-	cal, err := calendarID(c)
-	if err != nil {
-		return err
-	}
 	var req bookingRequest
-	if err := decodeBody(c, &req); err != nil {
-		return err
-	}
-	reqID, err := requestID(c)
+	cal, reqID, err := writeRequest(c, &req)
 	if err != nil {
 		return err
 	}
-	spec := &actor.BookingSpec{Customer: req.Customer, Metadata: req.Metadata}
-	var bad []actor.FieldError
-	var fe *actor.FieldError
-	if spec.Start, fe = parseTime("start", req.Start); fe != nil {
-		bad = append(bad, *fe)
-	}
-	if spec.End, fe = parseTime("end", req.End); fe != nil {
-		bad = append(bad, *fe)
-	}
-	cmd := &actor.Command{V: actor.SchemaVersion, Type: actor.TypeBookingCreate, RequestID: reqID, CalendarID: cal, Booking: spec}
+	spec, bad := bookingSpec(&req)
 	if len(bad) > 0 {
-		// Report the other fields too, but not "start is required" twice.
-		for _, e := range actor.ValidateBooking(spec) {
-			if e.Field != "start" && e.Field != "end" {
-				bad = append(bad, e)
-			}
-		}
 		return invalid(bad...)
 	}
-	return s.submit(c, cmd)
+	return s.submit(c, &actor.Command{V: actor.SchemaVersion, Type: actor.TypeBookingCreate, RequestID: reqID, CalendarID: cal, Booking: spec})
 }
 
-func (s *Server) cancelBooking(c *fiber.Ctx) error {
-	cal, err := calendarID(c)
-	if err != nil {
-		return err
+// byIDCommand handles a body-less write naming an existing booking or hold
+// by the path parameter param: cancel, hold confirm, hold release. An id
+// that cannot exist answers notFound without a round trip.
+func (s *Server) byIDCommand(typ, param string, notFound *Error) fiber.Handler {
+	return func(c *fiber.Ctx) error {
+		cal, err := calendarID(c)
+		if err != nil {
+			return err
+		}
+		id := c.Params(param)
+		if !actor.ValidBookingID(id) {
+			return notFound
+		}
+		reqID, err := requestID(c)
+		if err != nil {
+			return err
+		}
+		return s.submit(c, &actor.Command{V: actor.SchemaVersion, Type: typ, RequestID: reqID, CalendarID: cal, BookingID: id})
 	}
-	id := c.Params("bookingId")
-	if !actor.ValidBookingID(id) {
-		return &Error{Code: actor.CodeBookingNotFound, Message: "booking not found"}
-	}
-	reqID, err := requestID(c)
-	if err != nil {
-		return err
-	}
-	cmd := &actor.Command{V: actor.SchemaVersion, Type: actor.TypeBookingCancel, RequestID: reqID, CalendarID: cal, BookingID: id}
-	return s.submit(c, cmd)
 }
 
 // submit validates cmd, sends it through the log and answers with its
@@ -265,7 +376,7 @@ func (s *Server) submit(c *fiber.Ctx, cmd *actor.Command) error {
 	if errs := cmd.Validate(); len(errs) > 0 {
 		return invalid(errs...)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ReplyTimeout)
+	ctx, cancel := context.WithTimeout(queue.WithTraceID(context.Background(), requestIDOf(c)), s.cfg.ReplyTimeout)
 	defer cancel()
 	reply, err := s.backend.Submit(ctx, cmd, cmd.Fingerprint())
 	switch {
@@ -273,7 +384,7 @@ func (s *Server) submit(c *fiber.Ctx, cmd *actor.Command) error {
 		c.Location("/v1/calendars/" + cmd.CalendarID + "/requests/" + cmd.RequestID)
 		return c.Status(http.StatusAccepted).JSON(fiber.Map{"status": "pending", "request_id": cmd.RequestID})
 	case errors.Is(err, queue.ErrUnavailable):
-		s.log.Warn("command not stored", "request_id", cmd.RequestID, "err", err)
+		s.log.Warn("command not stored", "request_id", cmd.RequestID, "trace_id", requestIDOf(c), "err", err)
 		return &Error{Code: CodeUnavailable, Message: "bookings cannot be taken right now, retry later"}
 	case err != nil:
 		return err
@@ -296,10 +407,8 @@ func (s *Server) writeReply(c *fiber.Ctx, raw []byte) error {
 		return c.Status(http.StatusCreated).JSON(r.Calendar)
 	case r.Calendar != nil:
 		return c.JSON(r.Calendar)
-	case r.Booking != nil && r.Type == actor.TypeBookingCreate:
-		return c.Status(http.StatusCreated).JSON(r.Booking)
 	case r.Booking != nil:
-		return c.JSON(r.Booking)
+		return c.Status(createdStatus(r.Type)).JSON(r.Booking)
 	}
 	return errors.New("httpapi: accepted reply without a body")
 }
@@ -340,7 +449,7 @@ func (s *Server) getCalendar(c *fiber.Ctx) error {
 	} else if err != nil {
 		return err
 	}
-	return c.JSON(out)
+	return s.writeCalendar(c, out)
 }
 
 func (s *Server) getBooking(c *fiber.Ctx) error {
@@ -402,8 +511,8 @@ func (s *Server) listBookings(c *fiber.Ctx) error {
 	}
 	if v := c.Query("limit"); v != "" {
 		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > MaxListLimit {
-			bad = append(bad, actor.FieldError{Field: "limit", Message: "must be an integer from 1 to 1000"})
+		if err != nil || n < 1 || n > s.cfg.MaxListLimit {
+			bad = append(bad, actor.FieldError{Field: "limit", Message: fmt.Sprintf("must be an integer from 1 to %d", s.cfg.MaxListLimit)})
 		}
 		limit = n
 	}
@@ -417,6 +526,12 @@ func (s *Server) listBookings(c *fiber.Ctx) error {
 	}
 	if len(bad) > 0 {
 		return invalid(bad...)
+	}
+	// The range bound applies to an explicit range: with a bound omitted the
+	// list is open-ended, and the page size bounds the work instead.
+	if s.cfg.MaxListRange > 0 && c.Query("from") != "" && c.Query("to") != "" && to.Sub(from) > s.cfg.MaxListRange {
+		return &Error{Code: CodeRangeTooLarge, Message: fmt.Sprintf("from and to may be at most %s apart", fmtRange(s.cfg.MaxListRange)),
+			Details: []actor.FieldError{{Field: "to", Message: fmt.Sprintf("must be at most %s after from", fmtRange(s.cfg.MaxListRange))}}}
 	}
 	var resp listResponse
 	err = s.backend.View(func(tx *data.Tx) error {

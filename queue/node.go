@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/bookline/bookline/actor"
+	"github.com/bookline/bookline/calendarsync"
 	"github.com/bookline/bookline/data"
 )
 
@@ -34,12 +35,21 @@ type NodeConfig struct {
 	Partitions int
 	// Replicas of the command stream when it is created.
 	Replicas int
+	// HoldExpiryInterval is how often due holds are looked for (default 1s).
+	HoldExpiryInterval time.Duration
 	// DuplicateWindow overrides the stream's Nats-Msg-Id window when the
 	// stream is created (default DuplicateWindow).
 	DuplicateWindow time.Duration
 	// NATSOptions are extra options for an external connection.
 	NATSOptions []nats.Option
 	Logger      *slog.Logger
+	// Observer, when set, receives every committed batch and every failure
+	// to publish outcome events (for metrics).
+	Observer Observer
+	// Google configures the Google Calendar sync (issue 5; see
+	// queue/google.go). Without Service, linked calendars report
+	// "no credentials" and Google is never called.
+	Google calendarsync.Config
 }
 
 // Node is the running queue side of a bookline process: NATS connection
@@ -54,6 +64,10 @@ type Node struct {
 
 	ns     *server.Server
 	events *eventPublisher
+	holds  *holdExpirer
+	// Google mirrors bookings to linked Google calendars and imports their
+	// busy time (queue/google.go).
+	Google *calendarsync.Syncer
 	mu     sync.Mutex // guards cancel: starting and stopping the writers
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -117,12 +131,24 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 		return nil, err
 	}
 	n.events = newEventPublisher(n.JS, n.Store, cfg.Logger)
+	every := cfg.HoldExpiryInterval
+	if every <= 0 {
+		every = time.Second
+	}
+	n.holds = &holdExpirer{js: n.JS, store: n.Store, log: cfg.Logger.With("component", "holds"), every: every}
+	if cfg.Observer != nil {
+		n.events.failed = cfg.Observer.EventPublishFailed
+	}
 	if n.Client, err = NewClient(n.NC, n.JS, n.recorded); err != nil {
 		return nil, err
 	}
+	n.startGoogle(cfg)
 	for i := 0; i < cfg.Partitions; i++ {
 		p := NewPartition(i, n.NC, n.JS, n.Store, cfg.Logger)
-		p.committed = n.events.notify
+		p.committed = n.committed
+		if cfg.Observer != nil {
+			p.observe = cfg.Observer.ObserveBatch
+		}
 		n.Parts = append(n.Parts, p)
 	}
 	n.StartWriters()
@@ -139,10 +165,19 @@ func (n *Node) StartWriters() {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	n.cancel = cancel
-	n.wg.Add(1)
+	n.wg.Add(2)
 	go func() {
 		defer n.wg.Done()
 		n.events.run(ctx)
+	}()
+	go func() {
+		defer n.wg.Done()
+		n.holds.run(ctx)
+	}()
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		n.Google.Run(ctx)
 	}()
 	for _, p := range n.Parts {
 		p.caughtUp.Store(false)

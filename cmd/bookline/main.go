@@ -2,7 +2,9 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -26,10 +28,12 @@ type subcommand struct {
 }
 
 var subcommands = map[string]subcommand{
-	"serve":  {"run the booking service (embedded NATS by default)", runServe},
-	"import": {"publish bookings from a CSV, NDJSON or ICS file and wait for their outcomes", runImport},
-	"replay": {"rebuild an index from the command stream into a new directory", runReplay},
-	"verify": {"compare a live index with a fresh replay of the stream", runVerify},
+	"bench":    {"load-test a server speaking the booking API, then audit it (uniform, hot, mixed, import)", runBench},
+	"serve":    {"run the booking service (embedded NATS by default)", runServe},
+	"import":   {"publish bookings from a CSV, NDJSON or ICS file and wait for their outcomes", runImport},
+	"replay":   {"rebuild an index from the command stream into a new directory", runReplay},
+	"verify":   {"compare a live index with a fresh replay of the stream", runVerify},
+	"hash-key": {"print the SHA-256 of an API key read from stdin (or make a new key) for --api-keys", runHashKey},
 }
 
 // errUsage is returned after a usage message was printed.
@@ -74,7 +78,7 @@ func usage(w io.Writer) {
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		fmt.Fprintf(w, "  %-8s %s\n", n, subcommands[n].summary)
+		fmt.Fprintf(w, "  %-9s %s\n", n, subcommands[n].summary)
 	}
 	fmt.Fprintln(w, "\nRun 'bookline <subcommand> --help' for its flags.")
 }
@@ -105,23 +109,98 @@ func envName(flagName string) string {
 // parseFlags parses args, then fills every flag not given on the command
 // line from its environment variable.
 func parseFlags(fs *flag.FlagSet, args []string) error {
+	return parseFlagsWithConfig(fs, args, "")
+}
+
+// parseFlagsWithConfig is parseFlags with an optional configuration file
+// named by the flag configFlag (or its environment variable). Precedence:
+// command line, then environment, then the file, then the default. The
+// file is a JSON object whose keys are flag names; a key that is not a
+// flag is an error.
+func parseFlagsWithConfig(fs *flag.FlagSet, args []string, configFlag string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments: %v", fs.Args())
 	}
-	given := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	var err error
 	fs.VisitAll(func(f *flag.Flag) {
-		if v, ok := os.LookupEnv(envName(f.Name)); ok && !given[f.Name] && err == nil {
+		if v, ok := os.LookupEnv(envName(f.Name)); ok && !set[f.Name] && err == nil {
 			if e := fs.Set(f.Name, v); e != nil {
 				err = fmt.Errorf("%s=%q: %w", envName(f.Name), v, e)
 			}
+			set[f.Name] = true
 		}
 	})
-	return err
+	if err != nil || configFlag == "" {
+		return err
+	}
+	path := fs.Lookup(configFlag).Value.String()
+	if path == "" {
+		return nil
+	}
+	vals, err := readConfigFile(path)
+	if err != nil {
+		return err
+	}
+	names := make([]string, 0, len(vals))
+	for k := range vals {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		if k == configFlag || fs.Lookup(k) == nil {
+			return fmt.Errorf("config file %s: unknown key %q (keys are flag names without the dashes, e.g. \"http-addr\")", path, k)
+		}
+		if set[k] {
+			continue // the command line or the environment wins
+		}
+		if e := fs.Set(k, vals[k]); e != nil {
+			return fmt.Errorf("config file %s: %q: %w", path, k, e)
+		}
+	}
+	return nil
+}
+
+// readConfigFile reads a JSON object of flag values: strings, numbers and
+// booleans (durations as strings, e.g. "5s").
+func readConfigFile(path string) (map[string]string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("config file: %w", err)
+	}
+	var raw map[string]json.RawMessage
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	if err := dec.Decode(&raw); err != nil {
+		return nil, fmt.Errorf("config file %s: want a JSON object of flag names to values: %w", path, err)
+	}
+	if dec.More() {
+		return nil, fmt.Errorf("config file %s: trailing data after the JSON object", path)
+	}
+	out := make(map[string]string, len(raw))
+	for k, v := range raw {
+		var x any
+		d := json.NewDecoder(bytes.NewReader(v))
+		d.UseNumber()
+		if err := d.Decode(&x); err != nil {
+			return nil, fmt.Errorf("config file %s: %q: %w", path, k, err)
+		}
+		switch t := x.(type) {
+		case string:
+			out[k] = t
+		case json.Number:
+			out[k] = t.String()
+		case bool:
+			out[k] = fmt.Sprint(t)
+		default:
+			return nil, fmt.Errorf("config file %s: %q: want a string, number or boolean", path, k)
+		}
+	}
+	return out, nil
 }
 
 func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {

@@ -2,16 +2,25 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
+	"net/http"
+	"net/http/pprof"
+	"os"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
+	"github.com/bookline/bookline/calendarsync"
 	"github.com/bookline/bookline/httpapi"
 	"github.com/bookline/bookline/queue"
 )
 
 type serveConfig struct {
+	config       string
 	dataDir      string
 	httpAddr     string
 	natsURL      string
@@ -21,16 +30,58 @@ type serveConfig struct {
 	sync         string
 	logFormat    string
 	logLevel     string
+
+	apiKeys     string
+	apiKeysFile string
+
+	natsCreds   string
+	natsNkey    string
+	natsTLSCA   string
+	natsTLSCert string
+	natsTLSKey  string
+
+	maxBodyBytes   int
+	maxHeaderBytes int
+	maxListRange   time.Duration
+	maxListLimit   int
+	rateLimit      float64
+	rateBurst      int
+
+	readTimeout     time.Duration
+	writeTimeout    time.Duration
+	idleTimeout     time.Duration
+	shutdownDelay   time.Duration
+	shutdownTimeout time.Duration
+
+	pprofAddr string
+
+	// Google Calendar sync (issue 5).
+	googleCredentials  string
+	googleSubject      string
+	googleSyncInterval time.Duration
 }
 
 const serveSummary = `Runs the booking service: HTTP API -> NATS JetStream command stream
 (partitioned by calendar) -> one writer per partition -> bbolt index.
 With no --nats-url it starts an embedded NATS server with its store in
-<data-dir>/nats; the index is <data-dir>/index.db.`
+<data-dir>/nats; the index is <data-dir>/index.db.
+
+Configuration precedence: command line > environment (BOOKLINE_<NAME>) >
+--config file > default. The config file is a JSON object whose keys are
+flag names, e.g. {"http-addr": "0.0.0.0:8080", "rate-limit": 50,
+"api-keys-file": "/etc/bookline/keys.json"}; unknown keys are an error.
+
+API keys: a JSON array [{"name","role","sha256","calendars"}] in
+--api-keys-file or --api-keys; role "booker" (bookings and reads, limited
+to "calendars" when given) or "admin" (everything). Only the SHA-256 of a
+key is configured: 'bookline hash-key --new' makes a key and its hash.
+Without keys the API is open, which is allowed only on a loopback
+--http-addr.`
 
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var c serveConfig
 	fs := newFlagSet("serve", stderr, serveSummary)
+	fs.StringVar(&c.config, "config", "", "optional JSON config file of flag values (keys = flag names); lower precedence than flags and environment")
 	fs.StringVar(&c.dataDir, "data-dir", "./bookline-data", "directory for the index and the embedded NATS store")
 	fs.StringVar(&c.httpAddr, "http-addr", "127.0.0.1:8080", "HTTP listen address")
 	fs.StringVar(&c.natsURL, "nats-url", "", "external NATS JetStream server URL(s), comma-separated; empty starts an embedded server")
@@ -39,8 +90,36 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.DurationVar(&c.replyTimeout, "reply-timeout", 5*time.Second, "how long a write waits for its outcome before answering 202 with a Location")
 	fs.StringVar(&c.sync, "sync", "interval", "embedded JetStream durability: interval (fsync every 2 min; survives process crashes) or always (fsync every message; survives power loss, slower)")
 	fs.StringVar(&c.logFormat, "log-format", "text", "log format: text or json")
-	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn, error")
-	if err := parseFlags(fs, args); err != nil {
+	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug (adds one line per HTTP request), info, warn, error")
+
+	fs.StringVar(&c.apiKeys, "api-keys", "", `API keys as JSON: [{"name":"web","role":"booker","sha256":"<hex>","calendars":["alice"]}] (hashes only)`)
+	fs.StringVar(&c.apiKeysFile, "api-keys-file", "", "file holding API keys in the --api-keys format (added to --api-keys)")
+
+	fs.StringVar(&c.natsCreds, "nats-creds", "", "external NATS: user credentials file (JWT + nkey seed)")
+	fs.StringVar(&c.natsNkey, "nats-nkey", "", "external NATS: nkey seed file")
+	fs.StringVar(&c.natsTLSCA, "nats-tls-ca", "", "external NATS: CA certificate file to verify the server")
+	fs.StringVar(&c.natsTLSCert, "nats-tls-cert", "", "external NATS: client certificate file (with --nats-tls-key)")
+	fs.StringVar(&c.natsTLSKey, "nats-tls-key", "", "external NATS: client private key file (with --nats-tls-cert)")
+
+	fs.IntVar(&c.maxBodyBytes, "max-body-bytes", httpapi.DefaultBodyLimit, "largest request body; larger answers 413 payload_too_large")
+	fs.IntVar(&c.maxHeaderBytes, "max-header-bytes", httpapi.DefaultHeaderLimit, "largest request line plus headers; larger answers 431 headers_too_large")
+	fs.DurationVar(&c.maxListRange, "max-list-range", httpapi.DefaultMaxListRange, "longest from..to range of a booking list; longer answers 400 range_too_large (0 = no bound)")
+	fs.IntVar(&c.maxListLimit, "max-list-limit", httpapi.MaxListLimit, "largest page size (limit) of a booking list")
+	fs.Float64Var(&c.rateLimit, "rate-limit", 100, "requests per second allowed per API key (no limit when running open on loopback without keys); more answers 429 rate_limited with Retry-After (0 = no limit)")
+	fs.IntVar(&c.rateBurst, "rate-burst", 200, "requests a key may make at once before --rate-limit applies")
+
+	fs.DurationVar(&c.readTimeout, "http-read-timeout", 30*time.Second, "time to read a whole request; slower clients get 408 request_timeout")
+	fs.DurationVar(&c.writeTimeout, "http-write-timeout", 30*time.Second, "time to answer a request, from the end of reading it (must exceed --reply-timeout)")
+	fs.DurationVar(&c.idleTimeout, "http-idle-timeout", 2*time.Minute, "how long an idle keep-alive connection is kept")
+	fs.DurationVar(&c.shutdownDelay, "shutdown-delay", 0, "on SIGTERM, answer /healthz and /readyz 503 for this long before closing the listener (lets load balancers drain)")
+	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 10*time.Second, "on SIGTERM, how long requests in flight may take before their connections are closed")
+
+	fs.StringVar(&c.pprofAddr, "pprof-addr", "", "address of a separate HTTP server with /debug/pprof/ (empty = off); keep it private")
+
+	fs.StringVar(&c.googleCredentials, "google-credentials", "", "Google credentials JSON file for calendars linked to Google: a service-account key, or an OAuth client with a refresh token (type authorized_user); re-read after auth failures. Empty: linked calendars report degraded \"no credentials\"")
+	fs.StringVar(&c.googleSubject, "google-subject", "", "with a service-account key: the user to impersonate (domain-wide delegation)")
+	fs.DurationVar(&c.googleSyncInterval, "google-sync-interval", 5*time.Minute, "how often busy time is read from linked Google calendars (0 = only on demand: POST /v1/admin/calendars/{id}/google/sync)")
+	if err := parseFlagsWithConfig(fs, args, "config"); err != nil {
 		return err
 	}
 	log, err := newLogger(stderr, c.logFormat, c.logLevel)
@@ -53,14 +132,37 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if c.replyTimeout <= 0 {
 		return fmt.Errorf("--reply-timeout must be positive")
 	}
+	if err := c.checkLimits(); err != nil {
+		return err
+	}
+	keys, err := c.keyring()
+	if err != nil {
+		return err
+	}
+	if keys.Open() {
+		if !httpapi.IsLoopback(c.httpAddr) {
+			return fmt.Errorf("--http-addr %s: %w", c.httpAddr, httpapi.ErrOpenNonLoopback)
+		}
+		log.Warn("no API keys configured: the HTTP API is open to every local process", "addr", c.httpAddr)
+	} else {
+		log.Info("api keys loaded", "keys", keys.Len())
+	}
+	natsOpts, err := c.natsOptions()
+	if err != nil {
+		return err
+	}
 
+	metrics := httpapi.NewMetrics()
 	node, err := queue.StartNode(queue.NodeConfig{
-		DataDir:    c.dataDir,
-		NATSURL:    c.natsURL,
-		NATSListen: c.natsListen,
-		SyncAlways: c.sync == "always",
-		Partitions: c.partitions,
-		Logger:     log,
+		DataDir:     c.dataDir,
+		NATSURL:     c.natsURL,
+		NATSListen:  c.natsListen,
+		SyncAlways:  c.sync == "always",
+		Partitions:  c.partitions,
+		NATSOptions: natsOpts,
+		Logger:      log,
+		Observer:    metrics,
+		Google:      c.googleConfig(),
 	})
 	if err != nil {
 		return err
@@ -70,11 +172,33 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			log.Error("close", "err", err)
 		}
 	}()
+	metrics.AttachNode(node)
 	if u := node.ClientURL(); u != "" {
 		log.Info("embedded nats listening", "url", u)
 	}
 
-	api := httpapi.New(node, httpapi.Config{ReplyTimeout: c.replyTimeout, Logger: log})
+	api := httpapi.New(node, httpapi.Config{
+		ReplyTimeout: c.replyTimeout,
+		BodyLimit:    c.maxBodyBytes,
+		Logger:       log,
+		Keys:         keys,
+		Metrics:      metrics,
+		HeaderLimit:  c.maxHeaderBytes,
+		ReadTimeout:  c.readTimeout,
+		WriteTimeout: c.writeTimeout,
+		IdleTimeout:  c.idleTimeout,
+		MaxListRange: c.maxListRange,
+		MaxListLimit: c.maxListLimit,
+		RateLimit:    c.rateLimit,
+		RateBurst:    c.rateBurst,
+	})
+	if c.pprofAddr != "" {
+		stopPprof, err := startPprof(c.pprofAddr, log)
+		if err != nil {
+			return err
+		}
+		defer stopPprof()
+	}
 	ln, err := net.Listen("tcp", c.httpAddr)
 	if err != nil {
 		return err
@@ -89,8 +213,135 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	case <-ctx.Done():
 	}
 	log.Info("shutting down: no new requests; finishing the batches in flight")
-	if err := api.App().ShutdownWithTimeout(10 * time.Second); err != nil {
+	api.SetDraining()
+	if c.shutdownDelay > 0 {
+		time.Sleep(c.shutdownDelay) // readiness answers 503 meanwhile; requests are still served
+	}
+	if err := api.App().ShutdownWithTimeout(c.shutdownTimeout); err != nil {
 		log.Warn("http shutdown", "err", err)
 	}
 	return nil
+}
+
+func (c *serveConfig) checkLimits() error {
+	switch {
+	case c.maxBodyBytes < 1:
+		return errors.New("--max-body-bytes must be positive")
+	case c.maxHeaderBytes < 512:
+		return errors.New("--max-header-bytes must be at least 512")
+	case c.maxListRange < 0:
+		return errors.New("--max-list-range must not be negative")
+	case c.maxListLimit < 1:
+		return errors.New("--max-list-limit must be positive")
+	case c.rateLimit < 0:
+		return errors.New("--rate-limit must not be negative")
+	case c.rateLimit > 0 && c.rateBurst < 1:
+		return errors.New("--rate-burst must be at least 1")
+	case c.readTimeout <= 0, c.idleTimeout <= 0, c.shutdownTimeout <= 0:
+		return errors.New("--http-read-timeout, --http-idle-timeout and --shutdown-timeout must be positive")
+	case c.writeTimeout <= c.replyTimeout:
+		return fmt.Errorf("--http-write-timeout (%s) must exceed --reply-timeout (%s), or slow writes lose their 202", c.writeTimeout, c.replyTimeout)
+	case c.shutdownDelay < 0:
+		return errors.New("--shutdown-delay must not be negative")
+	}
+	if c.maxListRange == 0 {
+		c.maxListRange = -1 // no bound
+	}
+	return nil
+}
+
+// keyring builds the API keys from --api-keys and --api-keys-file.
+func (c *serveConfig) keyring() (*httpapi.Keyring, error) {
+	var specs []httpapi.KeySpec
+	if c.apiKeys != "" {
+		s, err := httpapi.ParseKeys([]byte(c.apiKeys))
+		if err != nil {
+			return nil, fmt.Errorf("--api-keys: %w", err)
+		}
+		specs = append(specs, s...)
+	}
+	if c.apiKeysFile != "" {
+		s, err := httpapi.LoadKeysFile(c.apiKeysFile)
+		if err != nil {
+			return nil, fmt.Errorf("--api-keys-file: %w", err)
+		}
+		specs = append(specs, s...)
+	}
+	return httpapi.NewKeyring(specs)
+}
+
+// natsOptions turns the external NATS flags into connection options.
+func (c *serveConfig) natsOptions() ([]nats.Option, error) {
+	var opts []nats.Option
+	anySet := c.natsCreds != "" || c.natsNkey != "" || c.natsTLSCA != "" || c.natsTLSCert != "" || c.natsTLSKey != ""
+	if !anySet {
+		return nil, nil
+	}
+	if c.natsURL == "" {
+		return nil, errors.New("--nats-creds, --nats-nkey and --nats-tls-* apply to an external server: give --nats-url")
+	}
+	if c.natsCreds != "" && c.natsNkey != "" {
+		return nil, errors.New("give --nats-creds or --nats-nkey, not both")
+	}
+	for _, f := range []struct{ flag, path string }{{"--nats-creds", c.natsCreds}, {"--nats-tls-ca", c.natsTLSCA}, {"--nats-tls-cert", c.natsTLSCert}, {"--nats-tls-key", c.natsTLSKey}} {
+		if f.path == "" {
+			continue
+		}
+		if _, err := os.Stat(f.path); err != nil {
+			return nil, fmt.Errorf("%s: %w", f.flag, err)
+		}
+	}
+	if c.natsCreds != "" {
+		opts = append(opts, nats.UserCredentials(c.natsCreds))
+	}
+	if c.natsNkey != "" {
+		o, err := nats.NkeyOptionFromSeed(c.natsNkey)
+		if err != nil {
+			return nil, fmt.Errorf("--nats-nkey: %w", err)
+		}
+		opts = append(opts, o)
+	}
+	if c.natsTLSCA != "" {
+		opts = append(opts, nats.RootCAs(c.natsTLSCA))
+	}
+	if (c.natsTLSCert == "") != (c.natsTLSKey == "") {
+		return nil, errors.New("--nats-tls-cert and --nats-tls-key go together")
+	}
+	if c.natsTLSCert != "" {
+		opts = append(opts, nats.ClientCert(c.natsTLSCert, c.natsTLSKey))
+	}
+	return opts, nil
+}
+
+// startPprof serves net/http/pprof on its own address.
+func startPprof(addr string, log *slog.Logger) (stop func(), err error) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--pprof-addr: %w", err)
+	}
+	if !httpapi.IsLoopback(addr) {
+		log.Warn("pprof is reachable from other machines: it has no authentication", "addr", ln.Addr().String())
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	log.Info("pprof listening", "addr", ln.Addr().String())
+	return func() { _ = srv.Close() }, nil
+}
+
+// googleConfig is the Google Calendar sync configuration of the flags.
+func (c *serveConfig) googleConfig() calendarsync.Config {
+	gc := calendarsync.Config{BusyInterval: c.googleSyncInterval}
+	if c.googleSyncInterval <= 0 {
+		gc.BusyInterval = -1 // on demand only
+	}
+	if c.googleCredentials != "" {
+		gc.Service = calendarsync.CredentialsFile(c.googleCredentials, c.googleSubject)
+	}
+	return gc
 }

@@ -152,6 +152,50 @@ func checkCalendar(tx *data.Tx, calID string) []string {
 	if err != nil && !errors.Is(err, errTooMany) {
 		problems = append(problems, fmt.Sprintf("calendar %q: walk bookings: %v", calID, err))
 	}
+	return append(problems, checkBusy(tx, calID)...)
+}
+
+// checkBusy checks the external busy blocks (issue 5): every live block
+// has exactly one busy slot with its times, cleared blocks have none. Busy
+// blocks are not bookings: they may overlap each other and bookings.
+func checkBusy(tx *data.Tx, calID string) []string {
+	var problems []string
+	report := func(format string, args ...any) {
+		if len(problems) < maxProblems {
+			problems = append(problems, fmt.Sprintf("calendar %q: ", calID)+fmt.Sprintf(format, args...))
+		}
+	}
+	blocks, err := tx.BusyBlocks(calID)
+	if err != nil {
+		report("busy blocks: %v", err)
+		return problems
+	}
+	want := map[string]data.Interval{}
+	for _, b := range blocks {
+		if !b.Cleared {
+			want[b.ID] = b.Interval()
+			if !b.Start.Before(b.End) {
+				report("busy block %s is empty or reversed", b.ID)
+			}
+		}
+	}
+	err = tx.ForEachBusySlot(calID, func(id string, iv data.Interval) error {
+		w, ok := want[id]
+		switch {
+		case !ok:
+			report("busy slot %s [%s, %s) has no live block", id, iv.Start, iv.End)
+		case !w.Start.Equal(iv.Start) || !w.End.Equal(iv.End):
+			report("busy block %s is [%s, %s) but its slot is [%s, %s)", id, w.Start, w.End, iv.Start, iv.End)
+		}
+		delete(want, id)
+		return nil
+	})
+	if err != nil {
+		report("walk busy slots: %v", err)
+	}
+	for id := range want {
+		report("live busy block %s has no slot", id)
+	}
 	return problems
 }
 

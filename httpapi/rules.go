@@ -1,0 +1,197 @@
+package httpapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+
+	"github.com/bookline/bookline/actor"
+	"github.com/bookline/bookline/data"
+)
+
+// Routes of calendar rules: availability, holds and reschedule.
+
+type availabilityResponse struct {
+	CalendarID string       `json:"calendar_id"`
+	Timezone   string       `json:"timezone"`
+	Duration   string       `json:"duration"`
+	Slots      []actor.Slot `json:"slots"`
+}
+
+// availability lists the bookable starts of a duration in [from, to), as
+// the writer would decide them right now.
+func (s *Server) availability(c *fiber.Ctx) error {
+	cal, err := calendarID(c)
+	if err != nil {
+		return err
+	}
+	var bad []actor.FieldError
+	from, fe := parseTime("from", c.Query("from"))
+	if fe != nil {
+		bad = append(bad, *fe)
+	}
+	to, fe := parseTime("to", c.Query("to"))
+	if fe != nil {
+		bad = append(bad, *fe)
+	}
+	d, err := time.ParseDuration(c.Query("duration"))
+	if err != nil || d <= 0 || d > actor.MaxBookingDuration || d%time.Minute != 0 {
+		bad = append(bad, actor.FieldError{Field: "duration", Message: "must be a whole number of minutes up to 168h, e.g. 30m or 1h30m"})
+	}
+	step := time.Duration(0)
+	if v := c.Query("step"); v != "" {
+		step, err = time.ParseDuration(v)
+		if err != nil || step < time.Minute || step > 24*time.Hour || step%time.Minute != 0 {
+			bad = append(bad, actor.FieldError{Field: "step", Message: "must be whole minutes from 1m to 24h"})
+		}
+	}
+	if len(bad) == 0 {
+		switch {
+		case !to.After(from):
+			bad = append(bad, actor.FieldError{Field: "to", Message: "must be after from"})
+		case to.Sub(from) > actor.MaxAvailabilityRange:
+			bad = append(bad, actor.FieldError{Field: "to", Message: "the range may span at most 62 days"})
+		}
+	}
+	if len(bad) > 0 {
+		return invalid(bad...)
+	}
+	var resp availabilityResponse
+	err = s.backend.View(func(tx *data.Tx) error {
+		calendar, err := tx.Calendar(cal)
+		if err != nil {
+			return err
+		}
+		slots, err := actor.Availability(tx, &calendar, from, to, d, step, time.Now())
+		resp = availabilityResponse{CalendarID: cal, Timezone: calendar.Timezone, Duration: d.String(), Slots: slots}
+		return err
+	})
+	if errors.Is(err, data.ErrNotFound) {
+		return &Error{Code: actor.CodeCalendarNotFound, Message: "calendar not found"}
+	} else if err != nil {
+		return err
+	}
+	return c.JSON(resp)
+}
+
+type holdRequest struct {
+	bookingRequest
+	// TTL is a duration ("5m") or a number of seconds; default 5 minutes.
+	TTL json.RawMessage `json:"ttl"`
+}
+
+func parseTTL(raw json.RawMessage) (int, *actor.FieldError) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || string(raw) == "null" {
+		return 0, nil
+	}
+	bad := &actor.FieldError{Field: "ttl", Message: `must be a duration like "5m" or a number of seconds`}
+	var secs float64
+	if err := json.Unmarshal(raw, &secs); err == nil {
+		if secs < 1 || secs != float64(int(secs)) {
+			return 0, bad
+		}
+		return int(secs), nil
+	}
+	var str string
+	if err := json.Unmarshal(raw, &str); err != nil {
+		return 0, bad
+	}
+	d, err := time.ParseDuration(str)
+	if err != nil || d < time.Second || d%time.Second != 0 {
+		return 0, bad
+	}
+	return int(d / time.Second), nil
+}
+
+// bookingSpec parses the booking fields common to bookings and holds.
+func bookingSpec(req *bookingRequest) (*actor.BookingSpec, []actor.FieldError) {
+	spec := &actor.BookingSpec{Customer: req.Customer, Metadata: req.Metadata}
+	var bad []actor.FieldError
+	spec.Start, spec.End, bad = parseInterval(req.Start, req.End)
+	if len(bad) > 0 {
+		// Report the other fields too, but not "start is required" twice.
+		for _, e := range actor.ValidateBooking(spec) {
+			if e.Field != "start" && e.Field != "end" {
+				bad = append(bad, e)
+			}
+		}
+	}
+	return spec, bad
+}
+
+func (s *Server) createHold(c *fiber.Ctx) error {
+	var req holdRequest
+	cal, reqID, err := writeRequest(c, &req)
+	if err != nil {
+		return err
+	}
+	spec, bad := bookingSpec(&req.bookingRequest)
+	ttl, fe := parseTTL(req.TTL)
+	if fe != nil {
+		bad = append(bad, *fe)
+	}
+	if len(bad) > 0 {
+		return invalid(bad...)
+	}
+	spec.TTLSeconds = ttl
+	return s.submit(c, &actor.Command{V: actor.SchemaVersion, Type: actor.TypeHoldCreate, RequestID: reqID, CalendarID: cal, Booking: spec})
+}
+
+var errHoldNotFound = &Error{Code: actor.CodeHoldNotFound, Message: "hold not found"}
+
+type rescheduleRequest struct {
+	Start string `json:"start"`
+	End   string `json:"end"`
+}
+
+func (s *Server) rescheduleBooking(c *fiber.Ctx) error {
+	cal, err := calendarID(c)
+	if err != nil {
+		return err
+	}
+	id := c.Params("bookingId")
+	if !actor.ValidBookingID(id) {
+		return &Error{Code: actor.CodeBookingNotFound, Message: "booking not found"}
+	}
+	var req rescheduleRequest
+	if err := decodeBody(c, &req); err != nil {
+		return err
+	}
+	reqID, err := requestID(c)
+	if err != nil {
+		return err
+	}
+	iv := &actor.IntervalSpec{}
+	var bad []actor.FieldError
+	iv.Start, iv.End, bad = parseInterval(req.Start, req.End)
+	if len(bad) > 0 {
+		return invalid(bad...)
+	}
+	return s.submit(c, &actor.Command{V: actor.SchemaVersion, Type: actor.TypeBookingReschedule, RequestID: reqID, CalendarID: cal, BookingID: id, Reschedule: iv})
+}
+
+// parseInterval parses the start and end fields of a body.
+func parseInterval(start, end string) (s, e time.Time, bad []actor.FieldError) {
+	var fe *actor.FieldError
+	if s, fe = parseTime("start", start); fe != nil {
+		bad = append(bad, *fe)
+	}
+	if e, fe = parseTime("end", end); fe != nil {
+		bad = append(bad, *fe)
+	}
+	return s, e, bad
+}
+
+// createdStatus is the HTTP status of an accepted command of type typ.
+func createdStatus(typ string) int {
+	switch typ {
+	case actor.TypeBookingCreate, actor.TypeHoldCreate:
+		return http.StatusCreated
+	}
+	return http.StatusOK
+}
