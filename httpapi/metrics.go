@@ -1,9 +1,7 @@
 package httpapi
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"strconv"
 	"sync"
 	"time"
@@ -121,7 +119,7 @@ func (m *Metrics) ObserveBatch(b queue.BatchStats) {
 		m.applyLatency.WithLabelValues(part).Observe(max(0, b.Done.Sub(newest).Seconds()))
 	}
 	for i, o := range b.Out {
-		if o.Skipped || o.Reply == nil || i >= len(b.In) {
+		if o.Skipped || o.Decision == nil || i >= len(b.In) {
 			continue
 		}
 		// A valid command's type was checked by the actor. A rejected
@@ -137,52 +135,21 @@ func (m *Metrics) ObserveBatch(b queue.BatchStats) {
 		if !labelSafe(typ) {
 			typ = "invalid"
 		}
-		outcome, reason := replyOutcome(o.Reply)
+		outcome, reason := decisionOutcome(o.Decision)
 		m.commands.WithLabelValues(typ, outcome, reason).Inc()
 	}
 }
 
-var (
-	outcomeKey = []byte(`"outcome":"`)
-	codeKey    = []byte(`,"code":"`)
-)
-
-// replyOutcome reads outcome and code of an encoded actor.Reply. It looks
-// for the keys first (the writer's JSON puts "code" right after
-// "outcome"; inside JSON strings a quote is always escaped, so the first
-// match is the top-level key) and decodes fully only if that fails.
-func replyOutcome(reply []byte) (outcome, reason string) {
-	outcome, reason = "", ""
-	if i := bytes.Index(reply, outcomeKey); i >= 0 {
-		rest := reply[i+len(outcomeKey):]
-		if j := bytes.IndexByte(rest, '"'); j >= 0 {
-			outcome = string(rest[:j])
-			rest = rest[j+1:]
-			if bytes.HasPrefix(rest, codeKey) {
-				rest = rest[len(codeKey):]
-				if k := bytes.IndexByte(rest, '"'); k >= 0 {
-					reason = string(rest[:k])
-				}
-			}
-		}
-	}
-	if outcome != actor.OutcomeAccepted && (outcome != actor.OutcomeRejected || reason == "") {
-		var r struct {
-			Outcome string `json:"outcome"`
-			Code    string `json:"code"`
-		}
-		if json.Unmarshal(reply, &r) == nil {
-			outcome, reason = r.Outcome, r.Code
-		}
-	}
-	switch outcome {
+// decisionOutcome is the outcome and reason labels of a decided reply.
+func decisionOutcome(r *actor.Reply) (outcome, reason string) {
+	switch r.Outcome {
 	case actor.OutcomeAccepted:
-		return outcome, "none"
+		return r.Outcome, "none"
 	case actor.OutcomeRejected:
-		if !labelSafe(reason) {
-			reason = "other"
+		if !labelSafe(r.Code) {
+			return r.Outcome, "other"
 		}
-		return outcome, reason
+		return r.Outcome, r.Code
 	}
 	return "unknown", "other"
 }

@@ -5,6 +5,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/bookline/bookline/actor"
 )
 
 // TestRateLimiterConcurrent: with the clock stopped, N goroutines hammering
@@ -83,18 +85,19 @@ func TestRateLimiterSweepsIdleBuckets(t *testing.T) {
 	}
 }
 
-func TestReplyOutcome(t *testing.T) {
-	for reply, want := range map[string][2]string{
-		`{"v":1,"request_id":"r.1","calendar_id":"a","type":"booking.create","outcome":"accepted","booking":{"metadata":{"outcome":"rejected"}},"seq":3}`: {"accepted", "none"},
-		`{"v":1,"type":"booking.create","outcome":"rejected","code":"slot_taken","message":"x","seq":3}`:                                                  {"rejected", "slot_taken"},
-		`{"code":"calendar_not_found","outcome":"rejected"}`:                                                                                              {"rejected", "calendar_not_found"},
-		`{"outcome":"rejected","code":"Not A Code"}`:                                                                                                      {"rejected", "other"},
-		`{"outcome":"rejected","code":"hold_expired"}`:                                                                                                    {"rejected", "hold_expired"},
-		`not json`: {"unknown", "other"},
+func TestDecisionOutcome(t *testing.T) {
+	for _, tc := range []struct {
+		r            actor.Reply
+		outcome, why string
+	}{
+		{actor.Reply{Outcome: "accepted"}, "accepted", "none"},
+		{actor.Reply{Outcome: "rejected", Code: "slot_taken"}, "rejected", "slot_taken"},
+		{actor.Reply{Outcome: "rejected", Code: "hold_expired"}, "rejected", "hold_expired"},
+		{actor.Reply{Outcome: "rejected", Code: "Not A Code"}, "rejected", "other"},
+		{actor.Reply{}, "unknown", "other"},
 	} {
-		o, r := replyOutcome([]byte(reply))
-		if o != want[0] || r != want[1] {
-			t.Errorf("%s: %s/%s, want %v", reply, o, r, want)
+		if o, r := decisionOutcome(&tc.r); o != tc.outcome || r != tc.why {
+			t.Errorf("%+v: %s/%s, want %s/%s", tc.r, o, r, tc.outcome, tc.why)
 		}
 	}
 }
