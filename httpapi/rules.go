@@ -60,6 +60,9 @@ func (s *Server) availability(c *fiber.Ctx) error {
 	if len(bad) > 0 {
 		return invalid(bad...)
 	}
+	if err := s.syncRead(c, cal); err != nil {
+		return err
+	}
 	var resp availabilityResponse
 	err = s.backend.View(func(tx *data.Tx) error {
 		calendar, err := tx.Calendar(cal)

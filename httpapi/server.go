@@ -422,6 +422,9 @@ func (s *Server) getRequest(c *fiber.Ctx) error {
 	if !actor.ValidRequestID(reqID) {
 		return invalid(actor.FieldError{Field: "requestId", Message: "must match [A-Za-z0-9._:-]{1,128}"})
 	}
+	if err := s.syncRead(c, cal); err != nil {
+		return err
+	}
 	reply, ok, err := s.backend.Lookup(cal, reqID)
 	if err != nil {
 		return err
@@ -437,6 +440,9 @@ func (s *Server) getRequest(c *fiber.Ctx) error {
 func (s *Server) getCalendar(c *fiber.Ctx) error {
 	cal, err := calendarID(c)
 	if err != nil {
+		return err
+	}
+	if err := s.syncRead(c, cal); err != nil {
 		return err
 	}
 	var out data.Calendar
@@ -461,6 +467,9 @@ func (s *Server) getBooking(c *fiber.Ctx) error {
 	notFound := &Error{Code: actor.CodeBookingNotFound, Message: "booking not found"}
 	if !actor.ValidBookingID(id) {
 		return notFound
+	}
+	if err := s.syncRead(c, cal); err != nil {
+		return err
 	}
 	var out data.Booking
 	err = s.backend.View(func(tx *data.Tx) error {
@@ -532,6 +541,9 @@ func (s *Server) listBookings(c *fiber.Ctx) error {
 	if s.cfg.MaxListRange > 0 && c.Query("from") != "" && c.Query("to") != "" && to.Sub(from) > s.cfg.MaxListRange {
 		return &Error{Code: CodeRangeTooLarge, Message: fmt.Sprintf("from and to may be at most %s apart", fmtRange(s.cfg.MaxListRange)),
 			Details: []actor.FieldError{{Field: "to", Message: fmt.Sprintf("must be at most %s after from", fmtRange(s.cfg.MaxListRange))}}}
+	}
+	if err := s.syncRead(c, cal); err != nil {
+		return err
 	}
 	var resp listResponse
 	err = s.backend.View(func(tx *data.Tx) error {

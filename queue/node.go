@@ -33,8 +33,15 @@ type NodeConfig struct {
 	SyncAlways bool
 	// Partitions is the number of partitions (and writer goroutines).
 	Partitions int
-	// Replicas of the command stream when it is created.
+	// Replicas of the command and event streams when they are created.
 	Replicas int
+	// InstanceID names this instance among several sharing a stream
+	// (cluster mode, i.e. with NATSURL; default DefaultInstanceID()).
+	InstanceID string
+	// TakeoverTimeout is how long a partition stays with an instance that
+	// stopped pulling before another instance takes it over (cluster mode;
+	// default DefaultTakeoverTimeout, at least MinTakeoverTimeout).
+	TakeoverTimeout time.Duration
 	// HoldExpiryInterval is how often due holds are looked for (default 1s).
 	HoldExpiryInterval time.Duration
 	// DuplicateWindow overrides the stream's Nats-Msg-Id window when the
@@ -62,9 +69,10 @@ type Node struct {
 	NC     *nats.Conn
 	JS     jetstream.JetStream
 
-	ns     *server.Server
-	events *eventPublisher
-	holds  *holdExpirer
+	ns      *server.Server
+	cluster *clusterMode // nil: the only instance (embedded server)
+	events  *eventPublisher
+	holds   *holdExpirer
 	// Google mirrors bookings to linked Google calendars and imports their
 	// busy time (queue/google.go).
 	Google *calendarsync.Syncer
@@ -91,6 +99,21 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 		cfg.Logger = slog.Default()
 	}
 	n := &Node{log: cfg.Logger}
+	if cfg.NATSURL != "" {
+		// Cluster mode: other instances may share the stream (cluster.go).
+		if cfg.InstanceID == "" {
+			cfg.InstanceID = DefaultInstanceID()
+		}
+		if cfg.TakeoverTimeout == 0 {
+			cfg.TakeoverTimeout = DefaultTakeoverTimeout
+		}
+		if cfg.TakeoverTimeout < MinTakeoverTimeout {
+			return nil, fmt.Errorf("queue: takeover timeout %s is below %s", cfg.TakeoverTimeout, MinTakeoverTimeout)
+		}
+		n.cluster = &clusterMode{instance: cfg.InstanceID, ttl: cfg.TakeoverTimeout}
+		cfg.Logger = cfg.Logger.With("instance", cfg.InstanceID)
+		n.log = cfg.Logger
+	}
 	defer func() {
 		if err != nil {
 			n.Close()
@@ -103,7 +126,7 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 		}
 		n.NC, err = ConnectEmbedded(n.ns, "bookline")
 	} else {
-		n.NC, err = Connect(cfg.NATSURL, "bookline", cfg.NATSOptions...)
+		n.NC, err = Connect(cfg.NATSURL, "bookline "+cfg.InstanceID, cfg.NATSOptions...)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("queue: connect nats: %w", err)
@@ -123,6 +146,9 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 	stream, err := EnsureStream(ctx, n.JS, scfg)
 	if err != nil {
 		return nil, err
+	}
+	if n.cluster != nil {
+		n.cluster.stream = stream
 	}
 	if _, err = ensureEventStream(ctx, n.JS, cfg.Replicas); err != nil {
 		return nil, err
@@ -146,6 +172,9 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 	for i := 0; i < cfg.Partitions; i++ {
 		p := NewPartition(i, n.NC, n.JS, n.Store, cfg.Logger)
 		p.committed = n.committed
+		if n.cluster != nil {
+			p.cluster, p.reads = n.cluster, make(chan catchRequest)
+		}
 		if cfg.Observer != nil {
 			p.observe = cfg.Observer.ObserveBatch
 		}
@@ -203,6 +232,12 @@ func (n *Node) StopWriters() {
 }
 
 func (n *Node) recorded(cmd *actor.Command, fingerprint string) (reply []byte, ok bool, err error) {
+	if n.cluster != nil {
+		// The first copy may have been decided by another instance.
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_ = n.SyncCalendar(ctx, cmd.CalendarID) // on failure: read what we have, the caller polls again
+		cancel()
+	}
 	err = n.Store.View(func(tx *data.Tx) error {
 		reply, ok, err = actor.Recorded(tx, cmd, fingerprint)
 		return err

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -37,6 +38,15 @@ type Partition struct {
 	// observe, when set, is told about every committed batch (metrics; see
 	// Observer in observe.go).
 	observe func(BatchStats)
+
+	// Cluster mode (cluster.go); nil when this instance is the only one.
+	cluster *clusterMode
+	// reads carries read-your-writes catch-up requests to the goroutine.
+	reads chan catchRequest
+	chain deliveryChain
+	pinMu sync.Mutex // guards pinID and cons, read by OwnedPartitions
+	pinID string
+	cons  jetstream.Consumer
 }
 
 // NewPartition prepares the writer of partition id.
@@ -60,6 +70,11 @@ func (p *Partition) consumer(ctx context.Context) (jetstream.Consumer, uint64, e
 		return nil, 0, err
 	}
 	p.applied.Store(applied)
+	p.chain = deliveryChain{}
+	if p.cluster != nil {
+		cons, err := p.clusterConsumer(ctx, applied)
+		return cons, 0, err
+	}
 	name := ConsumerPrefix + strconv.Itoa(p.ID)
 	if err := p.js.DeleteConsumer(ctx, StreamName, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return nil, 0, fmt.Errorf("queue: reset consumer %s: %w", name, err)
@@ -111,22 +126,40 @@ func (p *Partition) run(ctx context.Context) error {
 	}
 	msgs := make(chan jetstream.Msg, 2*MaxBatch)
 	stop := make(chan struct{})
+	opts := []jetstream.PullConsumeOpt{
+		jetstream.PullMaxMessages(2 * MaxBatch),
+		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+			if p.cluster != nil && errors.Is(err, jetstream.ErrPinIDMismatch) {
+				p.log.Info("partition taken over by another instance", "err", err)
+				return
+			}
+			p.log.Warn("consume", "err", err)
+		}),
+	}
+	if p.cluster != nil {
+		// Every instance pulls; the server delivers to the pinned one.
+		// Pulls expire within half the pin's TTL so that a live owner
+		// renews its pin in time.
+		opts = append(opts, jetstream.PullPriorityGroup(OwnerGroup), jetstream.PullExpiry(p.cluster.pullExpiry()))
+	}
 	cc, err := cons.Consume(func(m jetstream.Msg) {
+		if p.cluster != nil {
+			p.notePin(m)
+		}
 		select {
 		case msgs <- m:
 		case <-stop: // not applied, not acked: redelivered to the next run
 		}
-	},
-		jetstream.PullMaxMessages(2*MaxBatch),
-		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
-			p.log.Warn("consume", "err", err)
-		}))
+	}, opts...)
 	if err != nil {
 		return fmt.Errorf("queue: consume: %w", err)
 	}
 	defer func() {
 		close(stop)
 		cc.Stop()
+		if p.cluster != nil && ctx.Err() != nil {
+			p.release() // stopping on purpose: hand the partition over now
+		}
 	}()
 
 	var seen uint64 // messages handled since start, for catch-up
@@ -135,6 +168,13 @@ func (p *Partition) run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
+		case r := <-p.reads: // cluster mode only (nil channel otherwise)
+			err := p.catchUp(ctx, r.to, "read")
+			r.done <- err
+			if errors.Is(err, data.ErrClosed) {
+				return err
+			}
+			continue
 		case m := <-msgs:
 			batch = append(batch[:0], m)
 		}
@@ -145,6 +185,11 @@ func (p *Partition) run(ctx context.Context) error {
 				batch = append(batch, m)
 			default:
 				break fill
+			}
+		}
+		if p.cluster != nil {
+			if err := p.closeGaps(ctx, batch); err != nil {
+				return err
 			}
 		}
 		if err := p.apply(batch); err != nil {

@@ -59,6 +59,11 @@ type serveConfig struct {
 	googleCredentials  string
 	googleSubject      string
 	googleSyncInterval time.Duration
+
+	// Cluster mode (issue 8): several instances on one NATS cluster.
+	instanceID      string
+	replicas        int
+	takeoverTimeout time.Duration
 }
 
 const serveSummary = `Runs the booking service: HTTP API -> NATS JetStream command stream
@@ -119,6 +124,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&c.googleCredentials, "google-credentials", "", "Google credentials JSON file for calendars linked to Google: a service-account key, or an OAuth client with a refresh token (type authorized_user); re-read after auth failures. Empty: linked calendars report degraded \"no credentials\"")
 	fs.StringVar(&c.googleSubject, "google-subject", "", "with a service-account key: the user to impersonate (domain-wide delegation)")
 	fs.DurationVar(&c.googleSyncInterval, "google-sync-interval", 5*time.Minute, "how often busy time is read from linked Google calendars (0 = only on demand: POST /v1/admin/calendars/{id}/google/sync)")
+	fs.StringVar(&c.instanceID, "instance-id", "", "with --nats-url: this instance's unique name among the instances sharing the stream (default hostname-pid)")
+	fs.IntVar(&c.replicas, "replicas", 1, "replicas of the command and event streams when this instance creates them (3 on a 3-node NATS cluster)")
+	fs.DurationVar(&c.takeoverTimeout, "takeover-timeout", queue.DefaultTakeoverTimeout, "with --nats-url: how long the partitions of an instance that stopped pulling (dead or cut off) wait before another instance takes them over (at least 2s)")
 	if err := parseFlagsWithConfig(fs, args, "config"); err != nil {
 		return err
 	}
@@ -133,6 +141,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return fmt.Errorf("--reply-timeout must be positive")
 	}
 	if err := c.checkLimits(); err != nil {
+		return err
+	}
+	if err := c.checkCluster(); err != nil {
 		return err
 	}
 	keys, err := c.keyring()
@@ -159,10 +170,14 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		NATSListen:  c.natsListen,
 		SyncAlways:  c.sync == "always",
 		Partitions:  c.partitions,
+		Replicas:    c.replicas,
 		NATSOptions: natsOpts,
 		Logger:      log,
 		Observer:    metrics,
 		Google:      c.googleConfig(),
+
+		InstanceID:      c.instanceID,
+		TakeoverTimeout: c.takeoverTimeout,
 	})
 	if err != nil {
 		return err
@@ -344,4 +359,19 @@ func (c *serveConfig) googleConfig() calendarsync.Config {
 		gc.Service = calendarsync.CredentialsFile(c.googleCredentials, c.googleSubject)
 	}
 	return gc
+}
+
+// checkCluster validates the cluster-mode flags.
+func (c *serveConfig) checkCluster() error {
+	switch {
+	case c.replicas < 1 || c.replicas > 5:
+		return fmt.Errorf("--replicas %d: want 1 to 5", c.replicas)
+	case c.natsURL == "" && c.replicas > 1:
+		return errors.New("--replicas above 1 needs a NATS cluster: give --nats-url")
+	case c.natsURL == "" && c.instanceID != "":
+		return errors.New("--instance-id applies to several instances on one NATS cluster: give --nats-url")
+	case c.takeoverTimeout < queue.MinTakeoverTimeout:
+		return fmt.Errorf("--takeover-timeout %s: must be at least %s", c.takeoverTimeout, queue.MinTakeoverTimeout)
+	}
+	return nil
 }

@@ -1,0 +1,514 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/bookline/bookline/actor"
+	"github.com/bookline/bookline/data"
+)
+
+// Cluster mode (issue 8): several bookline instances share one command
+// stream on a NATS JetStream cluster. Each instance keeps its own index and
+// runs a writer per partition; NATS decides which instance is active for a
+// partition:
+//
+//   - every partition has ONE durable consumer, created once by whichever
+//     instance comes first and never deleted by an instance, with the
+//     pinned_client priority policy (group OwnerGroup) and PinnedTTL = the
+//     takeover timeout. Every instance pulls every partition in that group;
+//     the server delivers to one pinned puller only. A pinned puller that
+//     stops pulling (dead, cut off) loses the pin after PinnedTTL and a
+//     waiting puller of another instance is pinned instead.
+//   - an instance decides nothing it has not caught up to: before it applies
+//     a message at stream sequence s it makes sure its index holds every
+//     earlier message of the partition (the previous owner's), reading the
+//     gap from the stream (closeGaps, catchUp).
+//   - reads bring the local partition up to the calendar's last message in
+//     the stream first (SyncCalendar), through the partition's own goroutine,
+//     so any instance reads what any owner answered.
+//
+// The server does not promise exclusivity at the instant of a switch: a
+// stale owner may still apply messages it had buffered while the new owner
+// applies them too. That is safe because apply is deterministic and every
+// instance writes only its own index: both reach the same decision, and a
+// requester takes the first (identical) reply.
+
+// OwnerGroup is the consumer priority group every instance pulls in.
+const OwnerGroup = "owner"
+
+// DefaultTakeoverTimeout is how long a silent owner keeps its partitions
+// (the consumers' PinnedTTL) unless configured otherwise.
+const DefaultTakeoverTimeout = 5 * time.Second
+
+// MinTakeoverTimeout is the smallest takeover timeout: pulls expire after
+// half of it and nats.go's smallest pull expiry is 1s.
+const MinTakeoverTimeout = 2 * time.Second
+
+// headerPinID is the header the server puts on messages for a pinned puller.
+const headerPinID = "Nats-Pin-Id"
+
+// clusterMode is what a partition writer needs to know in cluster mode.
+type clusterMode struct {
+	instance string
+	ttl      time.Duration
+	stream   jetstream.Stream
+}
+
+// ackWait is a few seconds above the takeover timeout: messages a dead
+// owner held unacknowledged come back after it (unless a new owner already
+// read them from the stream while catching up).
+func (c *clusterMode) ackWait() time.Duration { return c.ttl + 3*time.Second }
+
+// pullExpiry keeps the pinned puller renewing its pin well inside the TTL.
+func (c *clusterMode) pullExpiry() time.Duration { return max(c.ttl/2, time.Second) }
+
+// DefaultInstanceID is hostname-pid.
+func DefaultInstanceID() string {
+	h, err := os.Hostname()
+	if err != nil || h == "" {
+		h = "bookline"
+	}
+	return h + "-" + strconv.Itoa(os.Getpid())
+}
+
+// catchRequest asks a partition's goroutine to apply the partition's
+// messages up to stream sequence to (read-your-writes).
+type catchRequest struct {
+	to   uint64
+	done chan error
+}
+
+// deliveryChain remembers the consumer and stream sequence of the last
+// message applied from the durable consumer: a first delivery with the next
+// consumer sequence is the partition's next message (no gap to check).
+type deliveryChain struct {
+	dseq, sseq uint64
+	valid      bool
+}
+
+// clusterConsumerConfig is the shared durable consumer of partition p.
+func clusterConsumerConfig(p int, ttl time.Duration, applied uint64) jetstream.ConsumerConfig {
+	c := &clusterMode{ttl: ttl}
+	cfg := jetstream.ConsumerConfig{
+		Durable:        ConsumerPrefix + strconv.Itoa(p),
+		Description:    "bookline writer of partition " + strconv.Itoa(p) + " (pinned: one active instance)",
+		FilterSubject:  partitionFilter(p),
+		AckPolicy:      jetstream.AckAllPolicy,
+		AckWait:        c.ackWait(),
+		MaxAckPending:  4 * MaxBatch,
+		DeliverPolicy:  jetstream.DeliverAllPolicy,
+		PriorityPolicy: jetstream.PriorityPolicyPinned,
+		PriorityGroups: []string{OwnerGroup},
+		PinnedTTL:      ttl,
+	}
+	if applied > 0 {
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, applied+1
+	}
+	return cfg
+}
+
+// clusterConsumer finds the partition's shared consumer, or creates it if
+// no instance has yet, then catches the local index up to the partition's
+// last message in the stream before the writer consumes.
+func (p *Partition) clusterConsumer(ctx context.Context, applied uint64) (jetstream.Consumer, error) {
+	name := ConsumerPrefix + strconv.Itoa(p.ID)
+	cons, err := p.js.Consumer(ctx, StreamName, name)
+	if err == nil {
+		c := cons.CachedInfo().Config
+		if c.PriorityPolicy != jetstream.PriorityPolicyPinned || !slices.Contains(c.PriorityGroups, OwnerGroup) {
+			// Left by single-instance mode (no priority group): replace it.
+			p.log.Warn("replacing a consumer without priority groups for cluster mode", "consumer", name)
+			if err := p.js.DeleteConsumer(ctx, StreamName, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+				return nil, fmt.Errorf("queue: replace consumer %s: %w", name, err)
+			}
+			cons, err = nil, jetstream.ErrConsumerNotFound
+		} else if c.PinnedTTL != p.cluster.ttl {
+			p.log.Warn("the partition's consumer has another takeover timeout; the first instance's applies",
+				"consumer", name, "pinned_ttl", c.PinnedTTL, "takeover_timeout", p.cluster.ttl)
+		}
+	}
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		// Create if absent; another instance may win the race, then its
+		// consumer is the one.
+		_, err = p.js.CreateConsumer(ctx, StreamName, clusterConsumerConfig(p.ID, p.cluster.ttl, applied))
+		if err != nil && !errors.Is(err, jetstream.ErrConsumerExists) {
+			return nil, fmt.Errorf("queue: create consumer %s: %w", name, err)
+		}
+		// Fetch it again so that the handle carries the priority groups.
+		cons, err = p.js.Consumer(ctx, StreamName, name)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("queue: consumer %s: %w", name, err)
+	}
+	p.pinMu.Lock()
+	p.cons = cons
+	p.pinMu.Unlock()
+	last, err := p.lastSeqFor(ctx, partitionFilter(p.ID))
+	if err != nil {
+		return nil, err
+	}
+	if err := p.catchUp(ctx, last, "start"); err != nil {
+		return nil, err
+	}
+	return cons, nil
+}
+
+// lastSeqFor is the stream sequence of the last message on subject (a
+// wildcard is allowed), 0 when there is none. It asks the stream leader,
+// never a replica that may lag.
+func (p *Partition) lastSeqFor(ctx context.Context, subject string) (uint64, error) {
+	m, err := p.cluster.stream.GetLastMsgForSubject(ctx, subject)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("queue: last message of %s: %w", subject, err)
+	}
+	return m.Sequence, nil
+}
+
+// closeGaps makes sure that applying batch skips no message of the
+// partition: every message not yet applied must directly follow the one
+// before it (or the index's applied sequence). A first delivery whose
+// consumer sequence follows the previous one is known to; anything else is
+// checked against the stream. Where a gap is found (the previous owner
+// decided those messages), the partition first catches up to it.
+func (p *Partition) closeGaps(ctx context.Context, batch []jetstream.Msg) error {
+	last := p.applied.Load()
+	chain := p.chain
+	var gapTo uint64
+	for _, m := range batch {
+		meta, err := m.Metadata()
+		if err != nil {
+			return fmt.Errorf("queue: message metadata: %w", err)
+		}
+		seq := meta.Sequence.Stream
+		if seq <= last {
+			continue // applied already: a redelivery, answered from the record
+		}
+		next := chain.valid && chain.sseq == last && meta.NumDelivered == 1 && meta.Sequence.Consumer == chain.dseq+1
+		if !next {
+			first, err := p.cluster.stream.GetMsg(ctx, last+1, jetstream.WithGetMsgSubject(partitionFilter(p.ID)))
+			switch {
+			case errors.Is(err, jetstream.ErrMsgNotFound):
+				next = true // deleted meanwhile: nothing before it to apply
+			case err != nil:
+				return fmt.Errorf("queue: check partition %d after seq %d: %w", p.ID, last, err)
+			default:
+				next = first.Sequence >= seq
+			}
+		}
+		if !next {
+			gapTo = seq - 1
+		}
+		last = seq
+		chain = deliveryChain{dseq: meta.Sequence.Consumer, sseq: seq, valid: meta.NumDelivered == 1}
+	}
+	p.chain = chain
+	if gapTo > p.applied.Load() {
+		return p.catchUp(ctx, gapTo, "takeover")
+	}
+	return nil
+}
+
+// logMsg is a command read from the stream outside the durable consumer.
+type logMsg struct {
+	seq     uint64
+	at      time.Time
+	subject string
+	header  nats.Header
+	data    []byte
+}
+
+// catchUpDirect bounds how many messages a catch-up reads one by one (one
+// request each) before it opens an ordered consumer for the rest.
+const catchUpDirect = 32
+
+// catchUpChunk is how many commands one catch-up transaction applies.
+const catchUpChunk = 4096
+
+// catchUp applies the partition's messages after the index's applied
+// sequence up to stream sequence to, read from the stream. Only the
+// partition's goroutine calls it (one writer per partition and index).
+//
+// Messages at or below the consumer's ack floor were decided, answered and
+// announced by the instance that acknowledged them: they are applied like a
+// replay (actor.ApplyReplay: no events, no replies). Messages above it may
+// not have been decided by anyone yet (the owner may have died holding
+// them): they are decided normally, with their outcome events and replies.
+// Deciding one twice is harmless: apply is deterministic, so the second
+// reply is identical to the first, and events carry Nats-Msg-Id evt-<seq>.
+func (p *Partition) catchUp(ctx context.Context, to uint64, why string) error {
+	from := p.applied.Load()
+	if to <= from {
+		p.caughtUp.Store(true)
+		return nil
+	}
+	began := time.Now()
+	info, err := p.cons.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("queue: consumer info: %w", err)
+	}
+	floor := info.AckFloor.Stream
+	var applied, decided int
+	flush := func(msgs []logMsg) error {
+		n, err := p.applyLog(msgs, floor)
+		applied += len(msgs)
+		decided += n
+		return err
+	}
+	filter := partitionFilter(p.ID)
+	var msgs []logMsg
+	next := from + 1
+	for i := 0; i < catchUpDirect && next <= to; i++ {
+		m, err := p.cluster.stream.GetMsg(ctx, next, jetstream.WithGetMsgSubject(filter))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			next = to + 1
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("queue: catch up partition %d at seq %d: %w", p.ID, next, err)
+		}
+		if m.Sequence > to {
+			next = to + 1
+			break
+		}
+		msgs = append(msgs, logMsg{seq: m.Sequence, at: m.Time, subject: m.Subject, header: m.Header, data: m.Data})
+		next = m.Sequence + 1
+	}
+	if next <= to {
+		if err := p.readLog(ctx, next, to, &msgs, flush); err != nil {
+			return err
+		}
+	}
+	if err := flush(msgs); err != nil {
+		return err
+	}
+	p.caughtUp.Store(true)
+	lvl := p.log.Info
+	if why == "read" {
+		lvl = p.log.Debug
+	}
+	lvl("partition caught up from the stream", "reason", why, "from_seq", from, "to_seq", to, "ack_floor", floor,
+		"applied", applied, "decided", decided, "took", time.Since(began).Round(time.Millisecond))
+	return nil
+}
+
+// readLog reads the partition's messages from seq from up to to with an
+// ordered consumer, flushing full chunks.
+func (p *Partition) readLog(ctx context.Context, from, to uint64, msgs *[]logMsg, flush func([]logMsg) error) error {
+	oc, err := p.js.OrderedConsumer(ctx, StreamName, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{partitionFilter(p.ID)},
+		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq:    from,
+	})
+	if err != nil {
+		return fmt.Errorf("queue: catch-up consumer: %w", err)
+	}
+	it, err := oc.Messages(jetstream.PullMaxMessages(2 * catchUpChunk))
+	if err != nil {
+		return fmt.Errorf("queue: catch-up consumer: %w", err)
+	}
+	defer it.Stop()
+	for {
+		m, err := it.Next(jetstream.NextContext(ctx))
+		if err != nil {
+			return fmt.Errorf("queue: catch up partition %d: %w", p.ID, err)
+		}
+		meta, err := m.Metadata()
+		if err != nil {
+			return err
+		}
+		seq := meta.Sequence.Stream
+		if seq > to {
+			return nil
+		}
+		*msgs = append(*msgs, logMsg{seq: seq, at: meta.Timestamp, subject: m.Subject(), header: m.Headers(), data: m.Data()})
+		if len(*msgs) >= catchUpChunk {
+			if err := flush(*msgs); err != nil {
+				return err
+			}
+			*msgs = (*msgs)[:0]
+		}
+		if seq == to || meta.NumPending == 0 {
+			return nil
+		}
+	}
+}
+
+// applyLog applies msgs (all above the applied sequence, in order) in one
+// group commit: those at or below floor as a replay, the rest decided with
+// events and replies. It returns how many were decided.
+func (p *Partition) applyLog(msgs []logMsg, floor uint64) (int, error) {
+	if len(msgs) == 0 {
+		return 0, nil
+	}
+	in := make([]actor.Decoded, len(msgs))
+	split := len(msgs)
+	for i, m := range msgs {
+		in[i] = actor.Decode(actor.Input{Seq: m.seq, At: m.at, SubjectCalendar: calendarOfStoredSubject(m.subject), Data: m.data})
+		if m.seq > floor && split == len(msgs) {
+			split = i
+		}
+	}
+	var out []actor.Output
+	err := p.store.Commit(func(tx *data.Tx) error {
+		out = nil
+		if split > 0 {
+			if _, err := actor.ApplyReplay(tx, p.ID, in[:split]); err != nil {
+				return err
+			}
+		}
+		if split < len(in) {
+			var err error
+			out, err = actor.ApplyDeferred(tx, p.ID, in[split:])
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	p.applied.Store(msgs[len(msgs)-1].seq)
+	if len(out) == 0 {
+		return 0, nil
+	}
+	if err := actor.Render(out); err != nil {
+		return 0, err
+	}
+	if p.committed != nil {
+		p.committed()
+	}
+	for i, o := range out {
+		to := msgs[split+i].header.Get(HeaderReplyTo)
+		if o.Reply == nil || !ValidReplySubject(to) {
+			continue
+		}
+		if err := p.nc.Publish(to, o.Reply); err != nil {
+			p.log.Warn("reply", "seq", o.Seq, "err", err)
+		}
+	}
+	return len(out), nil
+}
+
+// syncTo has the partition's goroutine apply everything the stream holds on
+// subject (a calendar's stored subject) before the caller reads the index.
+func (p *Partition) syncTo(ctx context.Context, subject string) error {
+	last, err := p.lastSeqFor(ctx, subject)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	if p.applied.Load() >= last {
+		return nil
+	}
+	req := catchRequest{to: last, done: make(chan error, 1)}
+	select {
+	case p.reads <- req:
+	case <-ctx.Done():
+		return fmt.Errorf("%w: partition %d writer busy or stopped", ErrUnavailable, p.ID)
+	}
+	select {
+	case err := <-req.done:
+		if err != nil {
+			return fmt.Errorf("%w: %v", ErrUnavailable, err)
+		}
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("%w: partition %d catching up", ErrUnavailable, p.ID)
+	}
+}
+
+// notePin remembers the pin id the server gave this instance's puller.
+func (p *Partition) notePin(m jetstream.Msg) {
+	if id := m.Headers().Get(headerPinID); id != "" {
+		p.pinMu.Lock()
+		p.pinID = id
+		p.pinMu.Unlock()
+	}
+}
+
+// pinned reports whether the server currently pins this instance's puller.
+func (p *Partition) pinned(ctx context.Context) (bool, error) {
+	p.pinMu.Lock()
+	pin, cons := p.pinID, p.cons
+	p.pinMu.Unlock()
+	if pin == "" || cons == nil {
+		return false, nil
+	}
+	info, err := cons.Info(ctx)
+	if err != nil {
+		return false, err
+	}
+	for _, g := range info.PriorityGroups {
+		if g.Group == OwnerGroup && g.PinnedClientID == pin {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// release unpins this instance from the partition when it stops gracefully,
+// so that another instance takes over at once instead of after the TTL.
+func (p *Partition) release() {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if ok, err := p.pinned(ctx); err != nil || !ok {
+		return
+	}
+	if err := p.cluster.stream.UnpinConsumer(ctx, ConsumerPrefix+strconv.Itoa(p.ID), OwnerGroup); err != nil {
+		p.log.Warn("unpin on stop", "err", err)
+		return
+	}
+	p.log.Info("partition released to the other instances")
+}
+
+// SyncCalendar brings this instance's index up to the last command of
+// calID in the stream (read-your-writes on any instance). Outside cluster
+// mode this instance is the only writer and it returns at once. The catch-up
+// runs in the partition's own goroutine; it fails with ErrUnavailable when
+// the stream cannot be read or ctx ends first.
+func (n *Node) SyncCalendar(ctx context.Context, calID string) error {
+	if n.cluster == nil || !actor.ValidCalendarID(calID) || len(n.Parts) == 0 {
+		return nil
+	}
+	p := n.Parts[PartitionOf(calID, len(n.Parts))]
+	return p.syncTo(ctx, PartitionSubjectPrefix+strconv.Itoa(p.ID)+"."+calID)
+}
+
+// InstanceID names this instance in cluster mode ("" otherwise).
+func (n *Node) InstanceID() string {
+	if n.cluster == nil {
+		return ""
+	}
+	return n.cluster.instance
+}
+
+// OwnedPartitions lists the partitions the server currently pins to this
+// instance (cluster mode; one consumer info request per partition). Outside
+// cluster mode every partition is this instance's.
+func (n *Node) OwnedPartitions(ctx context.Context) ([]int, error) {
+	var owned []int
+	for _, p := range n.Parts {
+		if n.cluster == nil {
+			owned = append(owned, p.ID)
+			continue
+		}
+		ok, err := p.pinned(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			owned = append(owned, p.ID)
+		}
+	}
+	return owned, nil
+}

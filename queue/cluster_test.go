@@ -1,0 +1,264 @@
+package queue_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/bookline/bookline/actor"
+	"github.com/bookline/bookline/data"
+	"github.com/bookline/bookline/queue"
+	"github.com/bookline/bookline/queue/queuetest"
+)
+
+// startInstance starts one bookline instance in cluster mode on url.
+func startInstance(t *testing.T, url, id string, logs io.Writer) *queue.Node {
+	t.Helper()
+	if logs == nil {
+		logs = io.Discard
+	}
+	n, err := queue.StartNode(queue.NodeConfig{DataDir: t.TempDir(), NATSURL: url, InstanceID: id, Partitions: 2,
+		TakeoverTimeout: 2 * time.Second, Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stopNode(t, n) })
+	checkFor(t, 20*time.Second, n.Ready)
+	return n
+}
+
+func calendarDigests(t *testing.T, n *queue.Node, cals ...string) []data.CalendarDigest {
+	t.Helper()
+	for _, c := range cals {
+		if err := n.SyncCalendar(context.Background(), c); err != nil {
+			t.Fatalf("%s: sync %s: %v", n.InstanceID(), c, err)
+		}
+	}
+	var out []data.CalendarDigest
+	for _, cd := range digestOf(t, n.Store).Calendars {
+		if slices.Contains(cals, cd.ID) {
+			out = append(out, cd)
+		}
+	}
+	return out
+}
+
+// ownerOf returns the instance the server pins partition p to.
+func ownerOf(t *testing.T, p int, nodes ...*queue.Node) (owner *queue.Node, others []*queue.Node) {
+	t.Helper()
+	checkFor(t, 10*time.Second, func() error {
+		owner, others = nil, nil
+		for _, n := range nodes {
+			owned, err := n.OwnedPartitions(context.Background())
+			if err != nil {
+				return err
+			}
+			if slices.Contains(owned, p) {
+				owner = n
+			} else {
+				others = append(others, n)
+			}
+		}
+		if owner == nil {
+			return fmt.Errorf("partition %d has no owner", p)
+		}
+		return nil
+	})
+	return owner, others
+}
+
+// TestClusterStaleOwnerRepeatsIdenticalAnswers makes two instances decide
+// the same commands, as a stale owner and a new one can around a takeover:
+// the partition's consumer is paused, a non-owner catches up and decides
+// the new commands (replying), then the owner gets them from the consumer
+// and decides them again. Every requester receives two byte-identical
+// replies, the two indexes agree, and the event stream holds each outcome
+// once.
+func TestClusterStaleOwnerRepeatsIdenticalAnswers(t *testing.T) {
+	url := queuetest.StartServer(t)
+	a := startInstance(t, url, "a", nil)
+	b := startInstance(t, url, "b", nil)
+	const cal = "stale"
+	p := queue.PartitionOf(cal, 2)
+	if r := submit(t, a, upsert(cal)); r.Outcome != actor.OutcomeAccepted {
+		t.Fatalf("upsert: %+v", r)
+	}
+	owner, others := ownerOf(t, p, a, b)
+	other := others[0]
+	consumer := queue.ConsumerPrefix + strconv.Itoa(p)
+	ctx := context.Background()
+	if _, err := a.JS.PauseConsumer(ctx, queue.StreamName, consumer, time.Now().Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	var mu sync.Mutex
+	replies := map[string][][]byte{}
+	sub, err := nc.Subscribe("_INBOX.stale.*", func(m *nats.Msg) {
+		mu.Lock()
+		replies[m.Subject] = append(replies[m.Subject], m.Data)
+		mu.Unlock()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 8
+	for i := 0; i < n; i++ {
+		cmd := book(cal, fmt.Sprintf("s-%d", i), i%3, 2) // overlapping: some accepted, some slot_taken
+		cmd.V = actor.SchemaVersion
+		body, _ := json.Marshal(cmd)
+		m := nats.NewMsg(queue.CommandSubject(cal))
+		m.Data = body
+		m.Header.Set(queue.HeaderReplyTo, fmt.Sprintf("_INBOX.stale.%d", i))
+		m.Header.Set(queue.HeaderSchema, strconv.Itoa(actor.SchemaVersion))
+		if _, err := js.PublishMsg(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	count := func(want int) func() error {
+		return func() error {
+			mu.Lock()
+			defer mu.Unlock()
+			for i := 0; i < n; i++ {
+				if got := len(replies[fmt.Sprintf("_INBOX.stale.%d", i)]); got < want {
+					return fmt.Errorf("request %d: %d replies, want %d", i, got, want)
+				}
+			}
+			return nil
+		}
+	}
+	// The non-owner decides them while catching up for a read.
+	if err := other.SyncCalendar(ctx, cal); err != nil {
+		t.Fatal(err)
+	}
+	checkFor(t, 10*time.Second, count(1))
+	// The owner decides them again from the consumer.
+	if _, err := a.JS.ResumeConsumer(ctx, queue.StreamName, consumer); err != nil {
+		t.Fatal(err)
+	}
+	checkFor(t, 20*time.Second, count(2))
+	mu.Lock()
+	accepted := 0
+	for subj, rs := range replies {
+		if string(rs[0]) != string(rs[1]) {
+			t.Errorf("%s: the two deciders answered differently:\n%s\n%s", subj, rs[0], rs[1])
+		}
+		var r actor.Reply
+		if err := json.Unmarshal(rs[0], &r); err != nil {
+			t.Fatal(err)
+		}
+		if r.Outcome == actor.OutcomeAccepted {
+			accepted++
+		}
+	}
+	mu.Unlock()
+	if accepted == 0 || accepted == n {
+		t.Fatalf("%d of %d accepted: want a mix of bookings and conflicts", accepted, n)
+	}
+	if da, db := calendarDigests(t, owner, cal), calendarDigests(t, other, cal); !slices.Equal(da, db) {
+		t.Fatalf("indexes differ: %v vs %v", da, db)
+	}
+	// One outcome event per command, though two instances decided them.
+	checkFor(t, 20*time.Second, func() error {
+		s, err := js.Stream(ctx, queue.EventStreamName)
+		if err != nil {
+			return err
+		}
+		info, err := s.Info(ctx, jetstream.WithSubjectFilter(queue.EventSubject(cal)))
+		if err != nil {
+			return err
+		}
+		if got := info.State.Subjects[queue.EventSubject(cal)]; got != n+1 {
+			return fmt.Errorf("%d events for %d commands", got, n+1)
+		}
+		return nil
+	})
+	for _, x := range []*queue.Node{owner, other} {
+		checkFor(t, 10*time.Second, func() error {
+			return x.Store.View(func(tx *data.Tx) error {
+				evs, err := tx.PendingEvents(100)
+				if err == nil && len(evs) > 0 {
+					err = fmt.Errorf("%s: %d events not published", x.InstanceID(), len(evs))
+				}
+				return err
+			})
+		})
+	}
+}
+
+// TestClusterReadYourWritesTakeoverAndJoin: writes through one instance are
+// read at once on another; when the owner stops, the other takes its
+// partitions over (catching up first) and decides new commands; a new empty
+// instance catches up the whole history and agrees.
+func TestClusterReadYourWritesTakeoverAndJoin(t *testing.T) {
+	url := queuetest.StartServer(t)
+	a := startInstance(t, url, "a", nil)
+	b := startInstance(t, url, "b", nil)
+	cals := []string{"ryw-a", "ryw-b", "ryw-c", "ryw-d"}
+	for _, c := range cals {
+		submit(t, a, upsert(c))
+	}
+	var ids []struct{ cal, id string }
+	for i := 0; i < 40; i++ {
+		c := cals[i%len(cals)]
+		writer, reader := a, b
+		if i%2 == 1 {
+			writer, reader = b, a
+		}
+		r := submit(t, writer, book(c, fmt.Sprintf("ryw-%d", i), i, 1))
+		if r.Outcome != actor.OutcomeAccepted {
+			t.Fatalf("booking %d: %+v", i, r)
+		}
+		ids = append(ids, struct{ cal, id string }{c, r.Booking.ID})
+		// Read-your-writes on the other instance, at once.
+		if err := reader.SyncCalendar(context.Background(), c); err != nil {
+			t.Fatal(err)
+		}
+		if err := reader.Store.View(func(tx *data.Tx) error { _, err := tx.Booking(c, r.Booking.ID); return err }); err != nil {
+			t.Fatalf("booking %d written on %s not readable on %s: %v", i, writer.InstanceID(), reader.InstanceID(), err)
+		}
+	}
+	// Graceful stop of a: its partitions move to b at once (unpinned).
+	stopNode(t, a)
+	for i := 0; i < 8; i++ {
+		c := cals[i%len(cals)]
+		if r := submit(t, b, book(c, fmt.Sprintf("after-%d", i), 100+i, 1)); r.Outcome != actor.OutcomeAccepted {
+			t.Fatalf("booking after takeover: %+v", r)
+		}
+	}
+	if owned, err := b.OwnedPartitions(context.Background()); err != nil || len(owned) != 2 {
+		t.Fatalf("b owns %v (%v), want both partitions", owned, err)
+	}
+	// A new, empty instance joins: full catch-up, same state.
+	c := startInstance(t, url, "c", nil)
+	if dc, db := calendarDigests(t, c, cals...), calendarDigests(t, b, cals...); !slices.Equal(dc, db) {
+		t.Fatalf("joined instance differs: %v vs %v", dc, db)
+	}
+	for _, x := range ids {
+		if err := c.Store.View(func(tx *data.Tx) error { _, err := tx.Booking(x.cal, x.id); return err }); err != nil {
+			t.Fatalf("joined instance lacks %s/%s: %v", x.cal, x.id, err)
+		}
+	}
+}

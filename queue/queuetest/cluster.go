@@ -1,0 +1,159 @@
+// Package queuetest starts NATS JetStream clusters inside a test process.
+package queuetest
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Cluster is a JetStream cluster of in-process servers on loopback.
+type Cluster struct {
+	Servers []*server.Server
+	opts    []*server.Options
+}
+
+// freePorts reserves n loopback ports. Routes must be configured before the
+// servers start (JetStream clustering needs configured routes), so the
+// cluster ports are picked up front; the small window between closing the
+// probe and the server binding is acceptable in tests.
+func freePorts(tb testing.TB, n int) []int {
+	tb.Helper()
+	var ports []int
+	var lns []net.Listener
+	for i := 0; i < n; i++ {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			tb.Fatal(err)
+		}
+		lns = append(lns, ln)
+		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
+	}
+	for _, ln := range lns {
+		ln.Close()
+	}
+	return ports
+}
+
+// StartCluster starts n JetStream servers (client ports chosen by the
+// system, one store directory each, full-mesh routes) and waits until an
+// R-n stream can be created. They are shut down at cleanup.
+func StartCluster(tb testing.TB, n int) *Cluster {
+	tb.Helper()
+	ports := freePorts(tb, n)
+	var routes []*url.URL
+	for _, p := range ports {
+		routes = append(routes, &url.URL{Scheme: "nats", Host: fmt.Sprintf("127.0.0.1:%d", p)})
+	}
+	c := &Cluster{}
+	for i := 0; i < n; i++ {
+		o := &server.Options{
+			ServerName: fmt.Sprintf("n%d", i),
+			Host:       "127.0.0.1",
+			Port:       -1,
+			JetStream:  true,
+			StoreDir:   tb.TempDir(),
+			NoSigs:     true,
+			NoLog:      true,
+			MaxPayload: 1 << 20,
+			Cluster:    server.ClusterOpts{Name: "bookline-test", Host: "127.0.0.1", Port: ports[i]},
+			Routes:     routes,
+		}
+		ns, err := server.NewServer(o)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		go ns.Start()
+		c.Servers = append(c.Servers, ns)
+		c.opts = append(c.opts, o)
+	}
+	tb.Cleanup(c.Shutdown)
+	for _, ns := range c.Servers {
+		if !ns.ReadyForConnections(20 * time.Second) {
+			tb.Fatalf("nats %s not ready", ns.Name())
+		}
+	}
+	c.waitJetStream(tb, n)
+	return c
+}
+
+// waitJetStream polls until a stream with n replicas can be created.
+func (c *Cluster) waitJetStream(tb testing.TB, replicas int) {
+	tb.Helper()
+	nc, err := nats.Connect(c.URLs())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: "QUEUETEST_READY", Subjects: []string{"queuetest.ready"}, Replicas: replicas, Storage: jetstream.MemoryStorage})
+		if err == nil {
+			err = js.DeleteStream(ctx, "QUEUETEST_READY")
+		}
+		cancel()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("jetstream cluster not ready: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// URLs is the comma-separated client URLs of the running servers.
+func (c *Cluster) URLs() string {
+	var u []string
+	for _, ns := range c.Servers {
+		if ns.Running() {
+			u = append(u, ns.ClientURL())
+		}
+	}
+	return strings.Join(u, ",")
+}
+
+// Stop shuts server i down (a NATS node failing).
+func (c *Cluster) Stop(i int) {
+	c.Servers[i].Shutdown()
+	c.Servers[i].WaitForShutdown()
+}
+
+// Shutdown stops every server.
+func (c *Cluster) Shutdown() {
+	for _, ns := range c.Servers {
+		ns.Shutdown()
+	}
+	for _, ns := range c.Servers {
+		ns.WaitForShutdown()
+	}
+}
+
+// StartServer starts one standalone JetStream server on a loopback port
+// and returns its client URL; it is shut down at cleanup.
+func StartServer(tb testing.TB) string {
+	tb.Helper()
+	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: tb.TempDir(), NoSigs: true, NoLog: true, MaxPayload: 1 << 20})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	go ns.Start()
+	tb.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	if !ns.ReadyForConnections(20 * time.Second) {
+		tb.Fatal("nats not ready")
+	}
+	return ns.ClientURL()
+}
