@@ -22,6 +22,7 @@ import (
 	"github.com/bookline/bookline/data/datatest"
 	"github.com/bookline/bookline/httpapi"
 	"github.com/bookline/bookline/queue"
+	"github.com/bookline/bookline/queue/queuetest"
 )
 
 // day0 is two days ahead (busy time is read over the coming 90 days).
@@ -45,7 +46,7 @@ func startNode(t testing.TB, dir string, gc calendarsync.Config) *queue.Node {
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkFor(t, 20*time.Second, n.Ready)
+	queuetest.CheckFor(t, 20*time.Second, n.Ready)
 	return n
 }
 
@@ -54,23 +55,6 @@ func stopNode(t testing.TB, n *queue.Node) {
 	datatest.CheckInvariants(t, n.Store)
 	if err := n.Close(); err != nil {
 		t.Errorf("close: %v", err)
-	}
-}
-
-func checkFor(t testing.TB, timeout time.Duration, fn func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	wait := time.Millisecond
-	for {
-		err := fn()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("gave up after %s: %v", timeout, err)
-		}
-		time.Sleep(wait)
-		wait = min(2*wait, 100*time.Millisecond)
 	}
 }
 
@@ -259,7 +243,7 @@ func TestMirrorExactUnderFaultsAcrossRestart(t *testing.T) {
 			used[i], where[h.Booking.ID] = h.Booking.ID, i
 		}
 	}
-	checkFor(t, 120*time.Second, func() error {
+	queuetest.CheckFor(t, 120*time.Second, func() error {
 		if p := pending(t, n, "alice"); p > 0 {
 			return fmt.Errorf("%d sync operations pending", p)
 		}
@@ -380,7 +364,7 @@ func TestExternalEventBlocksBooking(t *testing.T) {
 	}
 
 	// The status: the mirror drains (the accepted bookings are in Google).
-	checkFor(t, 20*time.Second, func() error {
+	queuetest.CheckFor(t, 20*time.Second, func() error {
 		code, out = do("GET", "/v1/calendars/room", "")
 		gs, _ := out["google"].(map[string]any)
 		if code != 200 || gs == nil || gs["status"] != "ok" || gs["pending"].(float64) != 0 || gs["last_sync"] == nil || gs["calendar_id"] != g {
@@ -415,7 +399,7 @@ func TestDegradedLinkPausesAndResumes(t *testing.T) {
 		t.Fatalf("booking must not depend on Google: %+v", r)
 	}
 	lk := &data.GoogleLink{CalendarID: g}
-	checkFor(t, 20*time.Second, func() error {
+	queuetest.CheckFor(t, 20*time.Second, func() error {
 		st := n.GoogleStatus("ops", lk)
 		if st.Status != calendarsync.StatusDegraded || !strings.HasPrefix(st.Reason, calendarsync.ReasonUnauthorized) || st.Pending != 1 {
 			return fmt.Errorf("status %+v", st)
@@ -425,7 +409,7 @@ func TestDegradedLinkPausesAndResumes(t *testing.T) {
 	fails = append(fails, <-failCh)
 	fake.SetDenyAll(nil)
 	n.Google.Wake("ops")
-	checkFor(t, 20*time.Second, func() error {
+	queuetest.CheckFor(t, 20*time.Second, func() error {
 		st := n.GoogleStatus("ops", lk)
 		if st.Status != calendarsync.StatusOK || st.Pending != 0 {
 			return fmt.Errorf("status %+v", st)
@@ -442,7 +426,7 @@ func TestDegradedLinkPausesAndResumes(t *testing.T) {
 	if r := book(t, n, "ghost", s, e); r.Outcome != actor.OutcomeAccepted {
 		t.Fatal(r)
 	}
-	checkFor(t, 20*time.Second, func() error {
+	queuetest.CheckFor(t, 20*time.Second, func() error {
 		st := n.GoogleStatus("ghost", &data.GoogleLink{CalendarID: "nobody@example.com"})
 		if st.Status != calendarsync.StatusDegraded || !strings.HasPrefix(st.Reason, calendarsync.ReasonCalendarNotFound) {
 			return fmt.Errorf("status %+v", st)

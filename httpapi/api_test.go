@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/bookline/bookline/queue"
+	"github.com/bookline/bookline/queue/queuetest"
 )
 
 var base = time.Date(2027, 3, 1, 8, 0, 0, 0, time.UTC)
@@ -406,7 +407,7 @@ func TestIdempotencyKey(t *testing.T) {
 
 	// Past the dedupe window the command reaches the writer again, which
 	// answers from the record.
-	checkFor(t, 10*time.Second, func() error {
+	queuetest.CheckFor(t, 10*time.Second, func() error {
 		r := h.do("POST", "/v1/calendars/cal/bookings", body, "Idempotency-Key", "order-1")
 		if r.Status != 201 || !bytes.Equal(r.Body, first.Body) {
 			return fmt.Errorf("after window: %d %s", r.Status, r.Body)
@@ -478,7 +479,7 @@ func TestPendingAndLocation(t *testing.T) {
 	}
 	h.node.StartWriters()
 	var final response
-	checkFor(t, 10*time.Second, func() error {
+	queuetest.CheckFor(t, 10*time.Second, func() error {
 		final = h.do("GET", loc, nil)
 		if final.Status != 201 {
 			return fmt.Errorf("status %d", final.Status)
@@ -520,7 +521,7 @@ func TestImporterPublishSameContract(t *testing.T) {
 	if _, err := h.node.JS.Publish(t.Context(), queue.CommandSubject("imp"), []byte(cmd)); err != nil {
 		t.Fatal(err)
 	}
-	checkFor(t, 10*time.Second, func() error {
+	queuetest.CheckFor(t, 10*time.Second, func() error {
 		if got := h.listAll("imp"); len(got) != 1 {
 			return fmt.Errorf("%d bookings", len(got))
 		}

@@ -24,24 +24,6 @@ import (
 	"github.com/bookline/bookline/queue/queuetest"
 )
 
-// lockedBuffer collects an instance's logs.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // instance is one bookline process of a cluster: its own index and HTTP
 // server, sharing the NATS cluster's stream with the others.
 type instance struct {
@@ -50,7 +32,7 @@ type instance struct {
 	api  *httpapi.Server
 	URL  string
 	done chan struct{}
-	logs *lockedBuffer
+	logs *queuetest.SyncBuffer
 	dead atomic.Bool
 }
 
@@ -58,7 +40,7 @@ const clusterPartitions = 8
 
 func startClusterInstance(t *testing.T, natsURLs, id string) *instance {
 	t.Helper()
-	in := &instance{id: id, done: make(chan struct{}), logs: &lockedBuffer{}}
+	in := &instance{id: id, done: make(chan struct{}), logs: &queuetest.SyncBuffer{}}
 	log := slog.New(slog.NewTextHandler(in.logs, nil))
 	node, err := queue.StartNode(queue.NodeConfig{DataDir: t.TempDir(), NATSURL: natsURLs, InstanceID: id, Replicas: 3,
 		Partitions: clusterPartitions, Logger: log})
@@ -82,7 +64,7 @@ func startClusterInstance(t *testing.T, natsURLs, id string) *instance {
 		}
 		in.stop(t)
 	})
-	checkFor(t, 30*time.Second, node.Ready)
+	queuetest.CheckFor(t, 30*time.Second, node.Ready)
 	return in
 }
 
@@ -149,7 +131,7 @@ func (in *instance) list(t *testing.T, cal string) []booking {
 			path += "&cursor=" + cursor
 		}
 		var r response
-		checkFor(t, 20*time.Second, func() (err error) {
+		queuetest.CheckFor(t, 20*time.Second, func() (err error) {
 			r, err = in.request("GET", path, nil)
 			if err == nil && r.Status != http.StatusOK {
 				err = fmt.Errorf("%s: list %s: %d %s", in.id, cal, r.Status, r.Body)
@@ -280,7 +262,7 @@ func TestClusterTakeover(t *testing.T) {
 		}()
 	}
 	t0 := time.Now()
-	checkFor(t, 60*time.Second, func() error {
+	queuetest.CheckFor(t, 60*time.Second, func() error {
 		if n := decidedSince(t0); n < 300 {
 			return fmt.Errorf("%d bookings decided", n)
 		}
@@ -316,7 +298,7 @@ func TestClusterTakeover(t *testing.T) {
 	// Takeover: the first booking confirmed, after the kill, on each
 	// partition the victim owned.
 	takeover := map[int]time.Duration{}
-	checkFor(t, 60*time.Second, func() error {
+	queuetest.CheckFor(t, 60*time.Second, func() error {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, a := range attempts {
@@ -363,7 +345,7 @@ func TestClusterTakeover(t *testing.T) {
 	stopAt := time.Now()
 	nc.Stop(stopped)
 	t.Logf("stopped NATS node n%d", stopped)
-	checkFor(t, 90*time.Second, func() error {
+	queuetest.CheckFor(t, 90*time.Second, func() error {
 		if n := decidedSince(stopAt.Add(time.Second)); n < 300 {
 			return fmt.Errorf("%d bookings decided after the NATS node stopped", n)
 		}
@@ -377,7 +359,7 @@ func TestClusterTakeover(t *testing.T) {
 		if a.status != http.StatusAccepted {
 			continue
 		}
-		checkFor(t, 30*time.Second, func() error {
+		queuetest.CheckFor(t, 30*time.Second, func() error {
 			r, err := survivors[0].request("GET", "/v1/calendars/"+a.cal+"/requests/"+a.requestID, nil)
 			if err != nil {
 				return err

@@ -13,6 +13,7 @@ import (
 	"github.com/bookline/bookline/data/datatest"
 	"github.com/bookline/bookline/httpapi"
 	"github.com/bookline/bookline/queue"
+	"github.com/bookline/bookline/queue/queuetest"
 )
 
 // harness is one bookline process in-test: embedded NATS, a real bbolt
@@ -70,7 +71,7 @@ func start(t testing.TB, dir string, o options) *harness {
 		_ = h.api.App().Listener(ln)
 	}()
 	t.Cleanup(h.stop)
-	checkFor(t, 20*time.Second, func() error { return node.Ready() })
+	queuetest.CheckFor(t, 20*time.Second, func() error { return node.Ready() })
 	return h
 }
 
@@ -87,24 +88,6 @@ func (h *harness) stop() {
 		h.t.Errorf("close node: %v", err)
 	}
 	h.node = nil
-}
-
-// checkFor polls fn until it returns nil or the deadline passes.
-func checkFor(t testing.TB, timeout time.Duration, fn func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	wait := time.Millisecond
-	for {
-		err := fn()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met after %s: %v", timeout, err)
-		}
-		time.Sleep(wait)
-		wait = min(2*wait, 100*time.Millisecond)
-	}
 }
 
 var httpClient = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 256}}

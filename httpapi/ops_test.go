@@ -21,25 +21,8 @@ import (
 
 	"github.com/bookline/bookline/httpapi"
 	"github.com/bookline/bookline/queue"
+	"github.com/bookline/bookline/queue/queuetest"
 )
-
-// syncBuffer is a log sink safe for concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 const (
 	adminKey   = "bk_admin_0123456789abcdef-ADMIN"
@@ -64,7 +47,7 @@ func testKeyring(t testing.TB) *httpapi.Keyring {
 func bearer(k string) []string { return []string{"Authorization", "Bearer " + k} }
 
 func TestAuthOutcomes(t *testing.T) {
-	logs := &syncBuffer{}
+	logs := &queuetest.SyncBuffer{}
 	h := start(t, "", options{api: func(c *httpapi.Config) {
 		c.Keys = testKeyring(t)
 		c.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -354,7 +337,7 @@ func TestMetricsAfterWorkload(t *testing.T) {
 	route := "/v1/calendars/:calendarId/bookings"
 	var text string
 	// The writer counts a command after sending its reply: poll.
-	checkFor(t, 10*time.Second, func() error {
+	queuetest.CheckFor(t, 10*time.Second, func() error {
 		r := h.do("GET", "/metrics", nil)
 		text = string(r.Body)
 		checks := []struct {

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/bookline/bookline/queue/queuetest"
 )
 
 // future is a Monday far enough ahead that notice and horizon rules of the
@@ -171,7 +173,7 @@ func TestHoldExpiresWithoutTraffic(t *testing.T) {
 	h.mustStatus(r, 201)
 	var hold booking
 	r.json(t, &hold)
-	checkFor(t, 15*time.Second, func() error {
+	queuetest.CheckFor(t, 15*time.Second, func() error {
 		r := h.do("GET", "/v1/calendars/kiosk/bookings/"+hold.ID, nil)
 		if !strings.Contains(string(r.Body), `"status":"expired"`) {
 			return fmt.Errorf("hold not expired yet: %s", r.Body)

@@ -33,7 +33,7 @@ func startInstance(t *testing.T, url, id string, logs io.Writer) *queue.Node {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { stopNode(t, n) })
-	checkFor(t, 20*time.Second, n.Ready)
+	queuetest.CheckFor(t, 20*time.Second, n.Ready)
 	return n
 }
 
@@ -56,7 +56,7 @@ func calendarDigests(t *testing.T, n *queue.Node, cals ...string) []data.Calenda
 // ownerOf returns the instance the server pins partition p to.
 func ownerOf(t *testing.T, p int, nodes ...*queue.Node) (owner *queue.Node, others []*queue.Node) {
 	t.Helper()
-	checkFor(t, 10*time.Second, func() error {
+	queuetest.CheckFor(t, 10*time.Second, func() error {
 		owner, others = nil, nil
 		for _, n := range nodes {
 			owned, err := n.OwnedPartitions(context.Background())
@@ -153,12 +153,12 @@ func TestClusterStaleOwnerRepeatsIdenticalAnswers(t *testing.T) {
 	if err := other.SyncCalendar(ctx, cal); err != nil {
 		t.Fatal(err)
 	}
-	checkFor(t, 10*time.Second, count(1))
+	queuetest.CheckFor(t, 10*time.Second, count(1))
 	// The owner decides them again from the consumer.
 	if _, err := a.JS.ResumeConsumer(ctx, queue.StreamName, consumer); err != nil {
 		t.Fatal(err)
 	}
-	checkFor(t, 20*time.Second, count(2))
+	queuetest.CheckFor(t, 20*time.Second, count(2))
 	mu.Lock()
 	accepted := 0
 	for subj, rs := range replies {
@@ -181,7 +181,7 @@ func TestClusterStaleOwnerRepeatsIdenticalAnswers(t *testing.T) {
 		t.Fatalf("indexes differ: %v vs %v", da, db)
 	}
 	// One outcome event per command, though two instances decided them.
-	checkFor(t, 20*time.Second, func() error {
+	queuetest.CheckFor(t, 20*time.Second, func() error {
 		s, err := js.Stream(ctx, queue.EventStreamName)
 		if err != nil {
 			return err
@@ -196,7 +196,7 @@ func TestClusterStaleOwnerRepeatsIdenticalAnswers(t *testing.T) {
 		return nil
 	})
 	for _, x := range []*queue.Node{owner, other} {
-		checkFor(t, 10*time.Second, func() error {
+		queuetest.CheckFor(t, 10*time.Second, func() error {
 			return x.Store.View(func(tx *data.Tx) error {
 				evs, err := tx.PendingEvents(100)
 				if err == nil && len(evs) > 0 {

@@ -20,25 +20,8 @@ import (
 	"github.com/bookline/bookline/data"
 	"github.com/bookline/bookline/data/datatest"
 	"github.com/bookline/bookline/queue"
+	"github.com/bookline/bookline/queue/queuetest"
 )
-
-// syncBuffer is a log sink safe for concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 func startNode(t *testing.T, dir string, logs io.Writer) *queue.Node {
 	t.Helper()
@@ -50,7 +33,7 @@ func startNode(t *testing.T, dir string, logs io.Writer) *queue.Node {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { stopNode(t, n) })
-	checkFor(t, 20*time.Second, n.Ready)
+	queuetest.CheckFor(t, 20*time.Second, n.Ready)
 	return n
 }
 
@@ -65,23 +48,6 @@ func stopNode(t *testing.T, n *queue.Node) {
 	datatest.CheckInvariants(t, n.Store)
 	if err := n.Close(); err != nil {
 		t.Errorf("close: %v", err)
-	}
-}
-
-func checkFor(t testing.TB, timeout time.Duration, fn func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	wait := time.Millisecond
-	for {
-		err := fn()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met after %s: %v", timeout, err)
-		}
-		time.Sleep(wait)
-		wait = min(2*wait, 100*time.Millisecond)
 	}
 }
 
@@ -202,7 +168,7 @@ func TestOutcomeEventsForEveryDecision(t *testing.T) {
 		t.Fatal(err)
 	}
 	var got []actor.Reply
-	checkFor(t, 10*time.Second, func() error {
+	queuetest.CheckFor(t, 10*time.Second, func() error {
 		batch, err := cons.FetchNoWait(10)
 		if err != nil {
 			return err
@@ -235,7 +201,7 @@ func TestOutcomeEventsForEveryDecision(t *testing.T) {
 		t.Errorf("cancel event without the cancelled booking: %+v", got[3])
 	}
 	// The outbox drains once JetStream has the events.
-	checkFor(t, 10*time.Second, func() error {
+	queuetest.CheckFor(t, 10*time.Second, func() error {
 		return n.Store.View(func(tx *data.Tx) error {
 			evs, err := tx.PendingEvents(10)
 			if err == nil && len(evs) > 0 {
@@ -266,7 +232,7 @@ func TestIndexAheadOfStreamIsRebuilt(t *testing.T) {
 	}
 	copyDir(t, saved, queue.StoreDirFor(dir))
 
-	logs := &syncBuffer{}
+	logs := &queuetest.SyncBuffer{}
 	n = startNode(t, dir, logs)
 	if !bytes.Contains([]byte(logs.String()), []byte("INDEX AHEAD OF STREAM")) {
 		t.Fatalf("no loud rebuild message in logs:\n%s", logs.String())

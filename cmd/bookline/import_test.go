@@ -22,23 +22,8 @@ import (
 	"github.com/bookline/bookline/actor"
 	"github.com/bookline/bookline/data"
 	"github.com/bookline/bookline/queue"
+	"github.com/bookline/bookline/queue/queuetest"
 )
-
-// checkFor polls fn until it returns nil or timeout passes.
-func checkFor(tb testing.TB, timeout, interval time.Duration, fn func() error) {
-	tb.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := fn()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("still failing after %s: %v", timeout, err)
-		}
-		time.Sleep(interval)
-	}
-}
 
 // startImportNode starts a bookline node whose embedded NATS listens on a
 // free loopback port, and waits until it is ready.
@@ -59,7 +44,7 @@ func startImportNode(tb testing.TB, dupWindow time.Duration) *queue.Node {
 			tb.Error(err)
 		}
 	})
-	checkFor(tb, 30*time.Second, 10*time.Millisecond, node.Ready)
+	queuetest.CheckFor(tb, 30*time.Second, node.Ready)
 	if node.ClientURL() == "" {
 		tb.Fatal("embedded NATS has no client URL")
 	}
@@ -282,7 +267,7 @@ func TestImportRerunAfterDedupeWindow(t *testing.T) {
 		t.Fatal(err)
 	}
 	probed := false
-	checkFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+	queuetest.CheckFor(t, 10*time.Second, func() error {
 		msg := nats.NewMsg(queue.CommandSubject(last.cmd.CalendarID))
 		msg.Data = body
 		msg.Header.Set(queue.HeaderSchema, "1")
