@@ -131,6 +131,12 @@ func (h *harness) do(method, path string, body any, headers ...string) response 
 }
 
 func (h *harness) try(method, path string, body any, headers ...string) (response, error) {
+	return sendRequest(httpClient, h.URL, method, path, body, headers...)
+}
+
+// sendRequest sends one request to base+path. body is sent as is when it is
+// a string or []byte, as JSON otherwise; headers are name, value pairs.
+func sendRequest(client *http.Client, base, method, path string, body any, headers ...string) (response, error) {
 	var rd io.Reader
 	switch b := body.(type) {
 	case nil:
@@ -145,7 +151,7 @@ func (h *harness) try(method, path string, body any, headers ...string) (respons
 		}
 		rd = bytes.NewReader(j)
 	}
-	req, err := http.NewRequest(method, h.URL+path, rd)
+	req, err := http.NewRequest(method, base+path, rd)
 	if err != nil {
 		return response{}, err
 	}
@@ -153,7 +159,7 @@ func (h *harness) try(method, path string, body any, headers ...string) (respons
 	for i := 0; i+1 < len(headers); i += 2 {
 		req.Header.Set(headers[i], headers[i+1])
 	}
-	resp, err := httpClient.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return response{}, err
 	}
