@@ -395,22 +395,39 @@ func (s *Server) submit(c *fiber.Ctx, cmd *actor.Command) error {
 // writeReply answers with a decided outcome. The status and body depend only
 // on the reply, so every retry of a request gets the same answer.
 func (s *Server) writeReply(c *fiber.Ctx, raw []byte) error {
-	var r actor.Reply
+	// The calendar or booking of an accepted reply is sent as the writer
+	// encoded it: decoded only as far as the status needs, not re-encoded.
+	var r struct {
+		Type     string             `json:"type"`
+		Outcome  string             `json:"outcome"`
+		Code     string             `json:"code"`
+		Message  string             `json:"message"`
+		Details  []actor.FieldError `json:"details"`
+		Created  bool               `json:"created"`
+		Calendar json.RawMessage    `json:"calendar"`
+		Booking  json.RawMessage    `json:"booking"`
+		Conflict *data.Interval     `json:"conflict"`
+	}
 	if err := json.Unmarshal(raw, &r); err != nil {
 		return err
 	}
 	if r.Outcome == actor.OutcomeRejected {
 		return &Error{Code: r.Code, Message: r.Message, Details: r.Details, Conflict: r.Conflict}
 	}
+	status, body := http.StatusOK, r.Booking
 	switch {
-	case r.Calendar != nil && r.Created:
-		return c.Status(http.StatusCreated).JSON(r.Calendar)
-	case r.Calendar != nil:
-		return c.JSON(r.Calendar)
-	case r.Booking != nil:
-		return c.Status(createdStatus(r.Type)).JSON(r.Booking)
+	case len(r.Calendar) > 0:
+		body = r.Calendar
+		if r.Created {
+			status = http.StatusCreated
+		}
+	case len(r.Booking) > 0:
+		status = createdStatus(r.Type)
+	default:
+		return errors.New("httpapi: accepted reply without a body")
 	}
-	return errors.New("httpapi: accepted reply without a body")
+	c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSON)
+	return c.Status(status).Send(body)
 }
 
 func (s *Server) getRequest(c *fiber.Ctx) error {
