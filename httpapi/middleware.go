@@ -104,9 +104,8 @@ func methodLabel(m string) string {
 	return "other"
 }
 
-// rateLimit takes a token from the caller's bucket: the API key's name, or
-// the client IP when the API is open. Without a token it answers 429
-// rate_limited with Retry-After.
+// rateLimit takes a token from the bucket of the caller's API key. Without a
+// token it answers 429 rate_limited with Retry-After.
 func (s *Server) rateLimit(c *fiber.Ctx) error {
 	// Limits are per API key. Without keys the API only runs on loopback,
 	// where every client has the same address: limiting by IP there would

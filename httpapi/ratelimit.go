@@ -6,9 +6,9 @@ import (
 	"time"
 )
 
-// rateLimiter is a token bucket per caller (API key name, or client IP when
-// the API is open): each bucket holds up to burst tokens and refills at rate
-// tokens per second; a request takes one token or is refused. One mutex
+// rateLimiter is a token bucket per caller (API key name): each bucket
+// holds up to burst tokens and refills at rate tokens per second; a
+// request takes one token or is refused. One mutex
 // guards the map and the buckets: the work under it is a few float
 // operations, far below the cost of the request it guards.
 type rateLimiter struct {
@@ -63,7 +63,7 @@ func (l *rateLimiter) allow(who string) (bool, time.Duration) {
 }
 
 // sweep drops buckets that have refilled completely (forgetting them
-// changes nothing), so per-IP buckets do not grow without bound.
+// changes nothing), so buckets of keys that went quiet do not pile up.
 func (l *rateLimiter) sweep(now time.Time) {
 	for k, b := range l.buckets {
 		if b.tokens+now.Sub(b.last).Seconds()*l.rate >= l.burst {
