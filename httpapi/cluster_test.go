@@ -38,7 +38,7 @@ const clusterPartitions = 8
 
 func startClusterInstance(t *testing.T, natsURLs, id string) *instance {
 	t.Helper()
-	in := &instance{id: id, done: make(chan struct{}), logs: &queuetest.SyncBuffer{}}
+	in := &instance{id: id, logs: &queuetest.SyncBuffer{}}
 	log := slog.New(slog.NewTextHandler(in.logs, nil))
 	node, err := queue.StartNode(queue.NodeConfig{DataDir: t.TempDir(), NATSURL: natsURLs, InstanceID: id, Replicas: 3,
 		Partitions: clusterPartitions, Logger: log})
@@ -47,15 +47,7 @@ func startClusterInstance(t *testing.T, natsURLs, id string) *instance {
 	}
 	in.node = node
 	in.api = httpapi.New(node, httpapi.Config{ReplyTimeout: 10 * time.Second, Logger: log, Metrics: httpapi.NewMetrics()})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	in.URL = "http://" + ln.Addr().String()
-	go func() {
-		defer close(in.done)
-		_ = in.api.App().Listener(ln)
-	}()
+	in.URL, in.done = serveLoopback(t, in.api)
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("logs of %s:\n%s", id, in.logs.String())

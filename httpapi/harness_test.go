@@ -59,20 +59,28 @@ func start(t testing.TB, dir string, o options) *harness {
 		t.Fatalf("start node: %v", err)
 	}
 	cfg.Metrics.AttachNode(node)
-	h := &harness{t: t, dir: dir, node: node, done: make(chan struct{})}
+	h := &harness{t: t, dir: dir, node: node}
 	h.api = httpapi.New(node, cfg)
+	h.URL, h.done = serveLoopback(t, h.api)
+	t.Cleanup(h.stop)
+	queuetest.CheckFor(t, 20*time.Second, func() error { return node.Ready() })
+	return h
+}
+
+// serveLoopback serves api on a free loopback port; done is closed when
+// the server has stopped.
+func serveLoopback(t testing.TB, api *httpapi.Server) (url string, done chan struct{}) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.URL = "http://" + ln.Addr().String()
+	done = make(chan struct{})
 	go func() {
-		defer close(h.done)
-		_ = h.api.App().Listener(ln)
+		defer close(done)
+		_ = api.App().Listener(ln)
 	}()
-	t.Cleanup(h.stop)
-	queuetest.CheckFor(t, 20*time.Second, func() error { return node.Ready() })
-	return h
+	return "http://" + ln.Addr().String(), done
 }
 
 // stop shuts the process down cleanly (idempotent), checking invariants.
