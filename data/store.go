@@ -54,6 +54,9 @@ type Store struct {
 	closeOnce sync.Once
 	closeErr  error
 
+	noSync    bool   // commits are not fsynced (Options.NoSync)
+	discarded string // why Open discarded an untrusted index ("" if it did not)
+
 	commits  atomic.Uint64 // committed transactions (fsyncs)
 	grouped  atomic.Uint64 // Commit calls those transactions carried
 	commitNs atomic.Uint64 // time spent in bbolt's Commit (write + fsync)
@@ -76,10 +79,22 @@ type commitReq struct {
 	err chan error
 }
 
-// Open opens (or creates) the index file at path.
-func Open(path string) (*Store, error) {
+// Open opens (or creates) the index file at path; every commit is fsynced.
+func Open(path string) (*Store, error) { return OpenWith(path, Options{}) }
+
+// OpenWith opens (or creates) the index file at path with options.
+func OpenWith(path string, opt Options) (*Store, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return nil, fmt.Errorf("data: create directory: %w", err)
+	}
+	why, err := uncleanReboot(path)
+	if err != nil {
+		return nil, err
+	}
+	if why != "" {
+		if err := discard(path); err != nil {
+			return nil, err
+		}
 	}
 	db, err := bolt.Open(path, 0o600, &bolt.Options{
 		Timeout:        2 * time.Second,
@@ -104,11 +119,25 @@ func Open(path string) (*Store, error) {
 		}
 		return nil
 	})
+	if err == nil {
+		// Every write so far (of this or an earlier session) is on disk
+		// after this; only then may the session file say so, or announce
+		// commits without fsync.
+		err = db.Sync()
+	}
+	if err == nil {
+		state := "clean"
+		if opt.NoSync {
+			state = "open " + bootID()
+		}
+		err = writeSession(path, state)
+	}
 	if err != nil {
 		db.Close()
 		return nil, err
 	}
-	s := &Store{db: db, reqs: make(chan *commitReq, 256), quit: make(chan struct{}), done: make(chan struct{})}
+	db.NoSync = opt.NoSync
+	s := &Store{db: db, reqs: make(chan *commitReq, 256), quit: make(chan struct{}), done: make(chan struct{}), noSync: opt.NoSync, discarded: why}
 	go s.commitLoop()
 	return s, nil
 }
@@ -121,7 +150,15 @@ func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		close(s.quit)
 		<-s.done
-		s.closeErr = s.db.Close()
+		if s.noSync {
+			// The commits of this session reach the disk here; then
+			// the session file may say so.
+			s.closeErr = s.db.Sync()
+			if s.closeErr == nil {
+				s.closeErr = writeSession(s.db.Path(), "clean")
+			}
+		}
+		s.closeErr = errors.Join(s.closeErr, s.db.Close())
 	})
 	return s.closeErr
 }
@@ -129,13 +166,22 @@ func (s *Store) Close() error {
 // Path is the file the index lives in.
 func (s *Store) Path() string { return s.db.Path() }
 
+// Discarded says why Open did not trust the index it found and started a new,
+// empty one ("" when it did not): the caller must rebuild it from the log.
+func (s *Store) Discarded() string { return s.discarded }
+
+// Synced reports whether every commit is fsynced before Commit returns
+// (false with Options.NoSync).
+func (s *Store) Synced() bool { return !s.noSync }
+
 // View runs fn in a read-only transaction.
 func (s *Store) View(fn func(*Tx) error) error {
 	return s.db.View(func(btx *bolt.Tx) error { return fn(&Tx{tx: btx}) })
 }
 
 // Commit runs fn inside a read-write transaction and returns once that
-// transaction is durable (fsynced). Calls from several goroutines that arrive
+// transaction is committed: fsynced, or with Options.NoSync written to the OS
+// (durable against the process's death only). Calls from several goroutines that arrive
 // while a commit is in progress share the next transaction: one fsync covers
 // all of them. fn may be run more than once (when another caller's function
 // in the same group fails, the group is rolled back and the rest re-run), so

@@ -29,7 +29,11 @@ type NodeConfig struct {
 	// NATSListen is the embedded server's client address ("" = in-process
 	// only).
 	NATSListen string
-	// SyncAlways makes the embedded JetStream fsync every message.
+	// SyncAlways makes the embedded JetStream fsync every message and the
+	// index every group commit. Without it (the default, --sync interval)
+	// the embedded stream fsyncs every 2 minutes and the index never per
+	// commit; both survive a process crash, and an index left by a session
+	// that died before a reboot is rebuilt from the stream.
 	SyncAlways bool
 	// Partitions is the number of partitions (and writer goroutines).
 	Partitions int
@@ -134,8 +138,19 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 	if n.JS, err = jetstream.New(n.NC); err != nil {
 		return nil, err
 	}
-	if n.Store, err = data.Open(IndexFile(cfg.DataDir)); err != nil {
+	// The index is fsynced per commit exactly when the stream it derives
+	// from is: with the embedded server and --sync interval neither is
+	// (both survive kill -9 through the page cache; after a power loss
+	// the stream keeps what it synced and the index is rebuilt from it).
+	// In cluster mode the stream's durability is replication, so the
+	// index, which this instance alone holds, keeps its fsyncs.
+	noSync := cfg.NATSURL == "" && !cfg.SyncAlways
+	if n.Store, err = data.OpenWith(IndexFile(cfg.DataDir), data.Options{NoSync: noSync}); err != nil {
 		return nil, err
+	}
+	if why := n.Store.Discarded(); why != "" {
+		cfg.Logger.Error("INDEX DISCARDED: rebuilding it from the stream before serving", "reason", why,
+			"moved_to", IndexFile(cfg.DataDir)+".discarded")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
