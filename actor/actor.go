@@ -90,13 +90,19 @@ func Decode(in Input) Decoded {
 	if len(in.Data) > MaxCommandBytes {
 		return reject(CodeInvalidCommand, fmt.Sprintf("command larger than %d bytes", MaxCommandBytes), nil)
 	}
-	dec := json.NewDecoder(bytes.NewReader(in.Data))
-	if err := dec.Decode(&d.Cmd); err != nil {
+	// The fast parser handles the usual shape exactly as the Decoder would;
+	// for anything else (and every error) the Decoder decides, so that
+	// results and error texts stay those of earlier versions.
+	if !parseCommandFast(in.Data, &d.Cmd) {
 		d.Cmd = Command{}
-		return reject(CodeInvalidCommand, "command is not valid JSON for the schema: "+err.Error(), nil)
-	}
-	if trailingData(in.Data, dec) {
-		return reject(CodeInvalidCommand, "trailing data after the command", nil)
+		dec := json.NewDecoder(bytes.NewReader(in.Data))
+		if err := dec.Decode(&d.Cmd); err != nil {
+			d.Cmd = Command{}
+			return reject(CodeInvalidCommand, "command is not valid JSON for the schema: "+err.Error(), nil)
+		}
+		if trailingData(in.Data, dec) {
+			return reject(CodeInvalidCommand, "trailing data after the command", nil)
+		}
 	}
 	if d.Cmd.V < 1 || d.Cmd.V > SchemaVersion {
 		return reject(CodeInvalidCommand, fmt.Sprintf("unsupported schema version %d (this writer knows 1..%d)", d.Cmd.V, SchemaVersion), nil)

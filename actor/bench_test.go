@@ -52,3 +52,33 @@ func BenchmarkApply(b *testing.B) {
 	b.StopTimer()
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "commands/s")
 }
+
+// decodeBenchInputs are the commands the writer sees most, as httpapi
+// publishes them (json.Marshal of a validated Command: UTC times, canonical
+// metadata), plus a booking with a little metadata.
+var decodeBenchInputs = []struct{ name, data string }{
+	{"create", `{"v":1,"type":"booking.create","request_id":"req-8f14e45fceea167a","calendar_id":"room-12","booking":{"start":"2026-03-02T10:00:00Z","end":"2026-03-02T11:00:00Z","customer":"Ada Lovelace","metadata":{}}}`},
+	{"create_meta", `{"v":1,"type":"booking.create","request_id":"req-8f14e45fceea167a","calendar_id":"room-12","booking":{"start":"2026-03-02T10:00:00Z","end":"2026-03-02T11:00:00Z","customer":"Ada Lovelace","metadata":{"note":"window seat","party":4,"source":"web"}}}`},
+	{"cancel", `{"v":1,"type":"booking.cancel","request_id":"req-c9f0f895fb98ab91","calendar_id":"room-12","booking_id":"k56b80nu5jhjk7hrqqejbo27kc"}`},
+	{"hold_create", `{"v":1,"type":"hold.create","request_id":"req-45c48cce2e2d7fbd","calendar_id":"room-12","booking":{"start":"2026-03-02T10:00:00Z","end":"2026-03-02T11:00:00Z","customer":"Ada Lovelace","metadata":{},"ttl_seconds":300}}`},
+	{"hold_confirm", `{"v":1,"type":"hold.confirm","request_id":"req-d3d9446802a44259","calendar_id":"room-12","booking_id":"k56b80nu5jhjk7hrqqejbo27kc"}`},
+}
+
+// BenchmarkDecode measures actor.Decode alone (parse, validate, normalise,
+// fingerprint) for the common commands; it runs in the partition goroutine
+// for every message.
+func BenchmarkDecode(b *testing.B) {
+	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	for _, bc := range decodeBenchInputs {
+		b.Run(bc.name, func(b *testing.B) {
+			in := actor.Input{Seq: 42, At: at, SubjectCalendar: "room-12", Data: []byte(bc.data)}
+			if d := actor.Decode(in); d.Reject != nil {
+				b.Fatalf("rejected: %+v", d.Reject)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				actor.Decode(in)
+			}
+		})
+	}
+}
