@@ -33,11 +33,13 @@ vet:
 fmt:
 	gofmt -w .
 
-# Coverage-guided fuzzing of the command decoder and apply path (the
-# checked-in corpus already runs in `make test`).
+# Coverage-guided fuzzing of the command decoder and apply path, then of the
+# decoder's fast paths against the reference implementation (the checked-in
+# corpus and seeds already run in `make test`).
 FUZZTIME ?= 60s
 fuzz:
 	$(GO) test -run='^$$' -fuzz=FuzzDecodeApply -fuzztime=$(FUZZTIME) ./actor
+	$(GO) test -run='^$$' -fuzz=FuzzDecodeMatchesReference -fuzztime=$(FUZZTIME) ./actor
 
 # Go micro- and end-to-end benchmarks, benchstat-comparable (count=6).
 BENCH ?= .
