@@ -44,8 +44,12 @@ const (
 	HeaderContentType = "Content-Type"
 
 	// DuplicateWindow is the stream's Nats-Msg-Id dedupe window. Request
-	// records in the index make idempotency last beyond it.
-	DuplicateWindow = 2 * time.Minute
+	// records in the index make idempotency last beyond it, so the window
+	// only saves storing and deciding a quick re-send; JetStream keeps
+	// every id of the window in memory (about 300 bytes each), which at an
+	// import's rate is tens of MB per minute of window. Applies to streams
+	// created with it: an existing stream keeps its window.
+	DuplicateWindow = 30 * time.Second
 	// MaxMessageBytes is what the stream accepts; commands over
 	// actor.MaxCommandBytes still reach the writer and are rejected there,
 	// with a record, instead of vanishing at publish.

@@ -53,7 +53,8 @@ type serveConfig struct {
 	shutdownDelay   time.Duration
 	shutdownTimeout time.Duration
 
-	pprofAddr string
+	pprofAddr   string
+	memoryLimit memoryLimit
 
 	// Google Calendar sync (issue 5).
 	googleCredentials  string
@@ -120,6 +121,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 10*time.Second, "on SIGTERM, how long requests in flight may take before their connections are closed")
 
 	fs.StringVar(&c.pprofAddr, "pprof-addr", "", "address of a separate HTTP server with /debug/pprof/ (empty = off); keep it private")
+	c.memoryLimit.bytes = defaultMemoryLimit
+	fs.Var(&c.memoryLimit, "memory-limit", "soft memory limit of the Go runtime (runtime/debug.SetMemoryLimit; units B, KiB, MiB, GiB): the GC runs more often near it instead of letting the heap double; 0 = off. Unset, a GOMEMLIMIT environment variable is kept")
 
 	fs.StringVar(&c.googleCredentials, "google-credentials", "", "Google credentials JSON file for calendars linked to Google: a service-account key, or an OAuth client with a refresh token (type authorized_user); re-read after auth failures. Empty: linked calendars report degraded \"no credentials\"")
 	fs.StringVar(&c.googleSubject, "google-subject", "", "with a service-account key: the user to impersonate (domain-wide delegation)")
@@ -162,6 +165,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
+	log.Info("memory limit", "limit", c.memoryLimit.apply())
 
 	metrics := httpapi.NewMetrics()
 	node, err := queue.StartNode(queue.NodeConfig{

@@ -8,7 +8,7 @@
 //	subject  bookline.cmd.<calendar_id>
 //	headers  Bookline-Schema: 1, Content-Type: application/json,
 //	         Bookline-Reply-To: <subject the outcome is published on>,
-//	         Nats-Msg-Id: <stable id, for JetStream's 2-minute dedupe>
+//	         Nats-Msg-Id: <stable id, for JetStream's 30-second dedupe>
 //	body     {"v":1,"type":"booking.create","request_id":"...",
 //	          "calendar_id":"...","booking":{"start":"...","end":"...","customer":"..."}}
 //
