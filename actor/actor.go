@@ -169,7 +169,7 @@ func Render(out []Output) error {
 		if out[i].Reply != nil || out[i].Decision == nil {
 			continue
 		}
-		b, err := json.Marshal(out[i].Decision)
+		b, err := MarshalReply(out[i].Decision)
 		if err != nil {
 			return err
 		}

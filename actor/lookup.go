@@ -1,8 +1,6 @@
 package actor
 
 import (
-	"encoding/json"
-
 	"github.com/bookline/bookline/data"
 )
 
@@ -16,7 +14,7 @@ func Recorded(tx *data.Tx, cmd *Command, fingerprint string) (reply []byte, seen
 	if !seen || err != nil {
 		return nil, seen, err
 	}
-	reply, err = json.Marshal(r)
+	reply, err = MarshalReply(r)
 	return reply, true, err
 }
 
@@ -31,5 +29,5 @@ func BinaryToJSON(b []byte) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return json.Marshal(&r)
+	return MarshalReply(&r)
 }
