@@ -57,6 +57,8 @@ type Store struct {
 	commits  atomic.Uint64 // committed transactions (fsyncs)
 	grouped  atomic.Uint64 // Commit calls those transactions carried
 	commitNs atomic.Uint64 // time spent in bbolt's Commit (write + fsync)
+
+	cals calCache // decoded calendars (see calcache.go)
 }
 
 // CommitStats counts the store's group commits.
@@ -131,7 +133,7 @@ func (s *Store) Path() string { return s.db.Path() }
 
 // View runs fn in a read-only transaction.
 func (s *Store) View(fn func(*Tx) error) error {
-	return s.db.View(func(btx *bolt.Tx) error { return fn(&Tx{tx: btx}) })
+	return s.db.View(func(btx *bolt.Tx) error { return fn(&Tx{tx: btx, cals: &s.cals}) })
 }
 
 // Commit runs fn inside a read-write transaction and returns once that
@@ -219,7 +221,7 @@ func (s *Store) commitGroup(group []*commitReq) {
 			}
 			return
 		}
-		tx := &Tx{tx: btx}
+		tx := &Tx{tx: btx, cals: &s.cals}
 		failed := -1
 		var ferr error
 		for i, r := range group {
@@ -251,7 +253,8 @@ func (s *Store) commitGroup(group []*commitReq) {
 // Tx is a transaction on the index. Values returned from it are copies and
 // stay valid after the transaction ends.
 type Tx struct {
-	tx *bolt.Tx
+	tx   *bolt.Tx
+	cals *calCache
 }
 
 // EncodeTime turns t into 8 bytes whose byte order is time order (unix
@@ -308,14 +311,24 @@ func (t *Tx) SetAppliedSeq(p int, seq uint64) error {
 }
 
 // Calendar returns the calendar with id, or ErrNotFound.
+//
+// The maps, slices and pointers inside the result (Rules, Google) may be
+// shared with other callers (decoded calendars are cached): treat them as
+// read-only; replace them, never modify them in place.
 func (t *Tx) Calendar(id string) (Calendar, error) {
 	var c Calendar
 	v := t.tx.Bucket(bucketCalendars).Get([]byte(id))
 	if v == nil {
 		return c, ErrNotFound
 	}
-	err := json.Unmarshal(v, &c)
-	return c, err
+	if c, ok := t.cals.get(id, v); ok {
+		return c, nil
+	}
+	if err := json.Unmarshal(v, &c); err != nil {
+		return Calendar{}, err
+	}
+	t.cals.put(id, v, c)
+	return c, nil
 }
 
 // CalendarExists reports whether calendar id exists, without decoding it.
