@@ -74,8 +74,9 @@ func (s *Store) Stats() CommitStats {
 }
 
 type commitReq struct {
-	fn  func(*Tx) error
-	err chan error
+	fn     func(*Tx) error
+	err    chan error
+	nosync bool
 }
 
 // Open opens (or creates) the index file at path.
@@ -87,6 +88,11 @@ func Open(path string) (*Store, error) {
 		Timeout:        2 * time.Second,
 		NoFreelistSync: true,
 		FreelistType:   bolt.FreelistMapType,
+		// Map 1 GiB of address space up front (the file still grows only
+		// as needed): below that size a growing index is never remapped.
+		// A remap costs the writer a munmap/mmap in the shared
+		// transaction and waits for every open read transaction.
+		InitialMmapSize: initialMmapSize,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("data: open %s: %w", path, err)
@@ -144,7 +150,20 @@ func (s *Store) View(fn func(*Tx) error) error {
 // it must derive all its output from the transaction, not accumulate it.
 // If fn returns an error, nothing it wrote is kept and Commit returns that
 // error.
-func (s *Store) Commit(fn func(*Tx) error) error {
+func (s *Store) Commit(fn func(*Tx) error) error { return s.commit(fn, false) }
+
+// CommitUnsynced is Commit without the fsync: it returns once the
+// transaction is written to the file (the OS's page cache), so a process
+// crash keeps it but a power loss or OS crash may lose it or leave the file
+// torn. It is for building an index that is thrown away if the build does
+// not finish (replay); finish such a build with Sync or a Commit. A group
+// holding any Commit call is fsynced as usual.
+func (s *Store) CommitUnsynced(fn func(*Tx) error) error { return s.commit(fn, true) }
+
+// Sync flushes everything written so far to the disk (fdatasync).
+func (s *Store) Sync() error { return s.db.Sync() }
+
+func (s *Store) commit(fn func(*Tx) error, nosync bool) error {
 	// Checked first because a select with both cases ready picks one at
 	// random: without this, a Commit after Close could enqueue anyway.
 	select {
@@ -152,7 +171,7 @@ func (s *Store) Commit(fn func(*Tx) error) error {
 		return ErrClosed
 	default:
 	}
-	r := &commitReq{fn: fn, err: make(chan error, 1)}
+	r := &commitReq{fn: fn, err: make(chan error, 1), nosync: nosync}
 	select {
 	case s.reqs <- r:
 	case <-s.quit:
@@ -173,6 +192,9 @@ func (s *Store) Commit(fn func(*Tx) error) error {
 		}
 	}
 }
+
+// initialMmapSize is the address space mapped for the index at Open.
+const initialMmapSize = 1 << 30
 
 // maxGroup bounds the number of callers sharing one transaction.
 const maxGroup = 64
@@ -236,6 +258,13 @@ func (s *Store) commitGroup(group []*commitReq) {
 			group = append(group[:failed], group[failed+1:]...)
 			continue
 		}
+		// Only this goroutine commits, so it may switch bbolt's sync
+		// flags per transaction.
+		nosync := true
+		for _, r := range group {
+			nosync = nosync && r.nosync
+		}
+		s.db.NoSync, s.db.NoGrowSync = nosync, nosync
 		began := time.Now()
 		err = btx.Commit()
 		if err == nil {
@@ -255,7 +284,46 @@ func (s *Store) commitGroup(group []*commitReq) {
 type Tx struct {
 	tx   *bolt.Tx
 	cals *calCache
+	// byCal remembers, for this transaction only, each calendar's bucket
+	// handles and decoded record, which the writer looks up several times
+	// per command. Dropped whenever a calendar bucket is deleted.
+	byCal map[string]*txCalendar
 }
+
+// txCalendar is what a transaction has looked up about one calendar.
+type txCalendar struct {
+	cb   *bolt.Bucket // cal/<id>, nil until found or created
+	subs [3]*bolt.Bucket
+	// cal is the decoded calendar record when loaded is set (found
+	// tells whether it exists).
+	cal           Calendar
+	loaded, found bool
+}
+
+// Indexes of txCalendar.subs.
+const (
+	iBookings = iota
+	iSlots
+	iRequests
+)
+
+var subNames = [3][]byte{subBookings, subSlots, subRequests}
+
+func (t *Tx) txCal(id string) *txCalendar {
+	if c := t.byCal[id]; c != nil {
+		return c
+	}
+	if t.byCal == nil {
+		t.byCal = make(map[string]*txCalendar)
+	}
+	c := &txCalendar{}
+	t.byCal[id] = c
+	return c
+}
+
+// forgetCalendars drops the transaction's lookups (after buckets were
+// deleted).
+func (t *Tx) forgetCalendars() { t.byCal = nil }
 
 // EncodeTime turns t into 8 bytes whose byte order is time order (unix
 // nanoseconds with the sign bit flipped, big-endian).
@@ -316,23 +384,35 @@ func (t *Tx) SetAppliedSeq(p int, seq uint64) error {
 // shared with other callers (decoded calendars are cached): treat them as
 // read-only; replace them, never modify them in place.
 func (t *Tx) Calendar(id string) (Calendar, error) {
+	tc := t.txCal(id)
+	if tc.loaded {
+		if !tc.found {
+			return Calendar{}, ErrNotFound
+		}
+		return tc.cal, nil
+	}
 	var c Calendar
 	v := t.tx.Bucket(bucketCalendars).Get([]byte(id))
 	if v == nil {
+		tc.loaded = true
 		return c, ErrNotFound
 	}
-	if c, ok := t.cals.get(id, v); ok {
-		return c, nil
+	c, ok := t.cals.get(id, v)
+	if !ok {
+		if err := json.Unmarshal(v, &c); err != nil {
+			return Calendar{}, err
+		}
+		t.cals.put(id, v, c)
 	}
-	if err := json.Unmarshal(v, &c); err != nil {
-		return Calendar{}, err
-	}
-	t.cals.put(id, v, c)
+	tc.cal, tc.loaded, tc.found = c, true, true
 	return c, nil
 }
 
 // CalendarExists reports whether calendar id exists, without decoding it.
 func (t *Tx) CalendarExists(id string) bool {
+	if tc := t.byCal[id]; tc != nil && tc.loaded {
+		return tc.found
+	}
 	return t.tx.Bucket(bucketCalendars).Get([]byte(id)) != nil
 }
 
@@ -345,40 +425,58 @@ func (t *Tx) PutCalendar(c Calendar) error {
 	if err := t.tx.Bucket(bucketCalendars).Put([]byte(c.ID), v); err != nil {
 		return err
 	}
+	tc := t.txCal(c.ID)
+	tc.loaded, tc.found, tc.cal = false, false, Calendar{} // decoded from v when next read
 	_, err = t.calBucket(c.ID, true)
 	return err
 }
 
 // calBucket returns the per-calendar bucket, creating it when asked.
 func (t *Tx) calBucket(calID string, create bool) (*bolt.Bucket, error) {
+	if tc := t.byCal[calID]; tc != nil && tc.cb != nil {
+		return tc.cb, nil
+	}
 	root := t.tx.Bucket(bucketCal)
-	if b := root.Bucket([]byte(calID)); b != nil || !create {
-		return b, nil
+	b := root.Bucket([]byte(calID))
+	if b == nil && !create {
+		return nil, nil
 	}
-	b, err := root.CreateBucket([]byte(calID))
-	if err != nil {
-		return nil, err
-	}
-	for _, name := range [][]byte{subBookings, subSlots, subRequests} {
-		if _, err := b.CreateBucket(name); err != nil {
+	if b == nil {
+		var err error
+		if b, err = root.CreateBucket([]byte(calID)); err != nil {
 			return nil, err
 		}
+		for _, name := range subNames {
+			if _, err := b.CreateBucket(name); err != nil {
+				return nil, err
+			}
+		}
 	}
+	t.txCal(calID).cb = b
 	return b, nil
 }
 
-func (t *Tx) sub(calID string, name []byte) *bolt.Bucket {
-	b, _ := t.calBucket(calID, false)
-	if b == nil {
+// calSub returns sub-bucket i (iBookings, iSlots, iRequests) of calendar
+// calID, or nil if the calendar has no buckets.
+func (t *Tx) calSub(calID string, i int) *bolt.Bucket {
+	if tc := t.byCal[calID]; tc != nil && tc.subs[i] != nil {
+		return tc.subs[i]
+	}
+	cb, _ := t.calBucket(calID, false)
+	if cb == nil {
 		return nil
 	}
-	return b.Bucket(name)
+	b := cb.Bucket(subNames[i])
+	if b != nil {
+		t.txCal(calID).subs[i] = b
+	}
+	return b
 }
 
 // Booking returns the booking id of calendar calID, or ErrNotFound.
 func (t *Tx) Booking(calID, id string) (Booking, error) {
 	var bk Booking
-	b := t.sub(calID, subBookings)
+	b := t.calSub(calID, iBookings)
 	if b == nil {
 		return bk, ErrNotFound
 	}
@@ -405,7 +503,7 @@ func (t *Tx) PutBooking(bk Booking) error {
 		return err
 	}
 	v := AppendBooking(make([]byte, 0, 160+len(bk.Customer)+len(bk.Metadata)), &bk)
-	bookings, slots := cb.Bucket(subBookings), cb.Bucket(subSlots)
+	bookings, slots := t.calSub(bk.CalendarID, iBookings), t.calSub(bk.CalendarID, iSlots)
 	if old := bookings.Get([]byte(bk.ID)); old != nil {
 		prev, err := decodeBooking(old)
 		if err != nil {
@@ -526,7 +624,7 @@ func (t *Tx) SlotsNear(calID string, from, to time.Time, fn func(Slot) bool) {
 		return
 	}
 	span := maxSpan(cb)
-	c := cb.Bucket(subSlots).Cursor()
+	c := t.calSub(calID, iSlots).Cursor()
 	end := seekKey(to.Add(span))
 	for k, v := c.Seek(seekKey(from.Add(-span))); k != nil && bytes.Compare(k[:8], end) < 0; k, v = c.Next() {
 		s := decodeSlot(k, v)
@@ -585,7 +683,7 @@ func (t *Tx) DueHolds(now time.Time, max int) []DueHold {
 // by end, so the only candidate is the booking with the greatest start before
 // iv.End. One Seek and one Prev: O(log n).
 func (t *Tx) FirstOverlap(calID string, iv Interval) (id string, found Interval, ok bool) {
-	slots := t.sub(calID, subSlots)
+	slots := t.calSub(calID, iSlots)
 	if slots == nil {
 		return "", Interval{}, false
 	}
@@ -609,7 +707,7 @@ func (t *Tx) FirstOverlap(calID string, iv Interval) (id string, found Interval,
 // Request returns the recorded outcome of request id reqID on calID.
 func (t *Tx) Request(calID, reqID string) (RequestRecord, bool, error) {
 	var rec RequestRecord
-	b := t.sub(calID, subRequests)
+	b := t.calSub(calID, iRequests)
 	if b == nil {
 		return rec, false, nil
 	}
@@ -625,11 +723,10 @@ func (t *Tx) Request(calID, reqID string) (RequestRecord, bool, error) {
 // they are what makes an idempotency key outlive NATS's dedupe window.
 // A request on a calendar that does not exist is recorded too.
 func (t *Tx) PutRequest(calID, reqID string, rec RequestRecord) error {
-	cb, err := t.calBucket(calID, true)
-	if err != nil {
+	if _, err := t.calBucket(calID, true); err != nil {
 		return err
 	}
-	return cb.Bucket(subRequests).Put([]byte(reqID), encodeRecord(rec))
+	return t.calSub(calID, iRequests).Put([]byte(reqID), encodeRecord(rec))
 }
 
 // Request records are binary, not JSON: they are written once per command
@@ -667,7 +764,7 @@ type Cursor []byte
 // the first page). next is non-nil when more may follow. A limit of zero or
 // less means no limit.
 func (t *Tx) ListBookings(calID string, from, to time.Time, limit int, after Cursor) (out []Booking, next Cursor, err error) {
-	slots := t.sub(calID, subSlots)
+	slots := t.calSub(calID, iSlots)
 	if slots == nil {
 		return nil, nil, nil
 	}
@@ -709,7 +806,7 @@ func (b Booking) slotKey() []byte { return slotKey(b.Start, b.ID) }
 // ForEachConfirmed calls fn for every confirmed booking interval of calID in
 // start order.
 func (t *Tx) ForEachConfirmed(calID string, fn func(id string, iv Interval) error) error {
-	slots := t.sub(calID, subSlots)
+	slots := t.calSub(calID, iSlots)
 	if slots == nil {
 		return nil
 	}
@@ -727,7 +824,7 @@ func (t *Tx) ForEachConfirmed(calID string, fn func(id string, iv Interval) erro
 // ForEachBooking calls fn for every booking record of calID, confirmed or
 // cancelled, in booking id order.
 func (t *Tx) ForEachBooking(calID string, fn func(Booking) error) error {
-	b := t.sub(calID, subBookings)
+	b := t.calSub(calID, iBookings)
 	if b == nil {
 		return nil
 	}
