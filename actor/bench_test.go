@@ -54,12 +54,12 @@ func BenchmarkApply(b *testing.B) {
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "commands/s")
 }
 
-// BenchmarkApplyReplay measures the replay committer's stage alone: the
+// BenchmarkReplayCommitter measures the replay committer's stage alone: the
 // commands are decoded before the clock starts, then applied over 8
 // partitions and 256 calendars in chunks of 16384 committed without fsync,
 // as queue.Replay does. cpu-ns/op is the process's CPU time per command,
 // which other load on the machine disturbs less than the wall clock.
-func BenchmarkApplyReplay(b *testing.B) {
+func BenchmarkReplayCommitter(b *testing.B) {
 	s := datatest.MustOpen(b)
 	h := &ruleHarness{tb: b, s: s}
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
