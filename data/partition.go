@@ -23,6 +23,8 @@ func (t *Tx) SetStreamIdentity(id string) error {
 // request records, and p's applied sequence. The partition then rebuilds
 // from the start of the stream.
 func (t *Tx) ResetPartition(p int, belongs func(calID string) bool) error {
+	t.forgetCalendars()
+	defer t.forgetCalendars()
 	root, cals := t.tx.Bucket(bucketCal), t.tx.Bucket(bucketCalendars)
 	var doomed [][]byte
 	for _, b := range []interface {

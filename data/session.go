@@ -50,6 +50,11 @@ var bootID = func() string {
 
 func sessionPath(index string) string { return index + ".session" }
 
+func sessionExists(index string) bool {
+	_, err := os.Stat(sessionPath(index))
+	return err == nil
+}
+
 // uncleanReboot reports why the index at path cannot be trusted ("" when it
 // can): an earlier NoSync session did not close and the machine rebooted.
 func uncleanReboot(path string) (string, error) {

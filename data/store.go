@@ -60,6 +60,8 @@ type Store struct {
 	commits  atomic.Uint64 // committed transactions (fsyncs)
 	grouped  atomic.Uint64 // Commit calls those transactions carried
 	commitNs atomic.Uint64 // time spent in bbolt's Commit (write + fsync)
+
+	cals calCache // decoded calendars (see calcache.go)
 }
 
 // CommitStats counts the store's group commits.
@@ -75,8 +77,9 @@ func (s *Store) Stats() CommitStats {
 }
 
 type commitReq struct {
-	fn  func(*Tx) error
-	err chan error
+	fn     func(*Tx) error
+	err    chan error
+	nosync bool
 }
 
 // Open opens (or creates) the index file at path; every commit is fsynced.
@@ -100,6 +103,11 @@ func OpenWith(path string, opt Options) (*Store, error) {
 		Timeout:        2 * time.Second,
 		NoFreelistSync: true,
 		FreelistType:   bolt.FreelistMapType,
+		// Map 1 GiB of address space up front (the file still grows only
+		// as needed): below that size a growing index is never remapped.
+		// A remap costs the writer a munmap/mmap in the shared
+		// transaction and waits for every open read transaction.
+		InitialMmapSize: initialMmapSize,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("data: open %s: %w", path, err)
@@ -125,12 +133,14 @@ func OpenWith(path string, opt Options) (*Store, error) {
 		// commits without fsync.
 		err = db.Sync()
 	}
-	if err == nil {
-		state := "clean"
-		if opt.NoSync {
-			state = "open " + bootID()
-		}
-		err = writeSession(path, state)
+	switch {
+	case err != nil:
+	case opt.NoSync:
+		err = writeSession(path, "open "+bootID())
+	case sessionExists(path):
+		// Synced from now on; without a session file (an index only
+		// ever opened synced) there is nothing to say.
+		err = writeSession(path, "clean")
 	}
 	if err != nil {
 		db.Close()
@@ -176,7 +186,7 @@ func (s *Store) Synced() bool { return !s.noSync }
 
 // View runs fn in a read-only transaction.
 func (s *Store) View(fn func(*Tx) error) error {
-	return s.db.View(func(btx *bolt.Tx) error { return fn(&Tx{tx: btx}) })
+	return s.db.View(func(btx *bolt.Tx) error { return fn(&Tx{tx: btx, cals: &s.cals}) })
 }
 
 // Commit runs fn inside a read-write transaction and returns once that
@@ -188,7 +198,20 @@ func (s *Store) View(fn func(*Tx) error) error {
 // it must derive all its output from the transaction, not accumulate it.
 // If fn returns an error, nothing it wrote is kept and Commit returns that
 // error.
-func (s *Store) Commit(fn func(*Tx) error) error {
+func (s *Store) Commit(fn func(*Tx) error) error { return s.commit(fn, false) }
+
+// CommitUnsynced is Commit without the fsync: it returns once the
+// transaction is written to the file (the OS's page cache), so a process
+// crash keeps it but a power loss or OS crash may lose it or leave the file
+// torn. It is for building an index that is thrown away if the build does
+// not finish (replay); finish such a build with Sync or a Commit. A group
+// holding any Commit call is fsynced as usual.
+func (s *Store) CommitUnsynced(fn func(*Tx) error) error { return s.commit(fn, true) }
+
+// Sync flushes everything written so far to the disk (fdatasync).
+func (s *Store) Sync() error { return s.db.Sync() }
+
+func (s *Store) commit(fn func(*Tx) error, nosync bool) error {
 	// Checked first because a select with both cases ready picks one at
 	// random: without this, a Commit after Close could enqueue anyway.
 	select {
@@ -196,7 +219,7 @@ func (s *Store) Commit(fn func(*Tx) error) error {
 		return ErrClosed
 	default:
 	}
-	r := &commitReq{fn: fn, err: make(chan error, 1)}
+	r := &commitReq{fn: fn, err: make(chan error, 1), nosync: nosync}
 	select {
 	case s.reqs <- r:
 	case <-s.quit:
@@ -217,6 +240,9 @@ func (s *Store) Commit(fn func(*Tx) error) error {
 		}
 	}
 }
+
+// initialMmapSize is the address space mapped for the index at Open.
+const initialMmapSize = 1 << 30
 
 // maxGroup bounds the number of callers sharing one transaction.
 const maxGroup = 64
@@ -265,7 +291,7 @@ func (s *Store) commitGroup(group []*commitReq) {
 			}
 			return
 		}
-		tx := &Tx{tx: btx}
+		tx := &Tx{tx: btx, cals: &s.cals}
 		failed := -1
 		var ferr error
 		for i, r := range group {
@@ -280,6 +306,15 @@ func (s *Store) commitGroup(group []*commitReq) {
 			group = append(group[:failed], group[failed+1:]...)
 			continue
 		}
+		// Only this goroutine commits, so it may switch bbolt's sync
+		// flags per transaction: a store opened with NoSync never
+		// fsyncs, another one unless every call of the group asked not to.
+		nosync := true
+		for _, r := range group {
+			nosync = nosync && r.nosync
+		}
+		nosync = nosync || s.noSync
+		s.db.NoSync, s.db.NoGrowSync = nosync, nosync
 		began := time.Now()
 		err = btx.Commit()
 		if err == nil {
@@ -297,8 +332,48 @@ func (s *Store) commitGroup(group []*commitReq) {
 // Tx is a transaction on the index. Values returned from it are copies and
 // stay valid after the transaction ends.
 type Tx struct {
-	tx *bolt.Tx
+	tx   *bolt.Tx
+	cals *calCache
+	// byCal remembers, for this transaction only, each calendar's bucket
+	// handles and decoded record, which the writer looks up several times
+	// per command. Dropped whenever a calendar bucket is deleted.
+	byCal map[string]*txCalendar
 }
+
+// txCalendar is what a transaction has looked up about one calendar.
+type txCalendar struct {
+	cb   *bolt.Bucket // cal/<id>, nil until found or created
+	subs [3]*bolt.Bucket
+	// cal is the decoded calendar record when loaded is set (found
+	// tells whether it exists).
+	cal           Calendar
+	loaded, found bool
+}
+
+// Indexes of txCalendar.subs.
+const (
+	iBookings = iota
+	iSlots
+	iRequests
+)
+
+var subNames = [3][]byte{subBookings, subSlots, subRequests}
+
+func (t *Tx) txCal(id string) *txCalendar {
+	if c := t.byCal[id]; c != nil {
+		return c
+	}
+	if t.byCal == nil {
+		t.byCal = make(map[string]*txCalendar)
+	}
+	c := &txCalendar{}
+	t.byCal[id] = c
+	return c
+}
+
+// forgetCalendars drops the transaction's lookups (after buckets were
+// deleted).
+func (t *Tx) forgetCalendars() { t.byCal = nil }
 
 // EncodeTime turns t into 8 bytes whose byte order is time order (unix
 // nanoseconds with the sign bit flipped, big-endian).
@@ -354,18 +429,40 @@ func (t *Tx) SetAppliedSeq(p int, seq uint64) error {
 }
 
 // Calendar returns the calendar with id, or ErrNotFound.
+//
+// The maps, slices and pointers inside the result (Rules, Google) may be
+// shared with other callers (decoded calendars are cached): treat them as
+// read-only; replace them, never modify them in place.
 func (t *Tx) Calendar(id string) (Calendar, error) {
+	tc := t.txCal(id)
+	if tc.loaded {
+		if !tc.found {
+			return Calendar{}, ErrNotFound
+		}
+		return tc.cal, nil
+	}
 	var c Calendar
 	v := t.tx.Bucket(bucketCalendars).Get([]byte(id))
 	if v == nil {
+		tc.loaded = true
 		return c, ErrNotFound
 	}
-	err := json.Unmarshal(v, &c)
-	return c, err
+	c, ok := t.cals.get(id, v)
+	if !ok {
+		if err := json.Unmarshal(v, &c); err != nil {
+			return Calendar{}, err
+		}
+		t.cals.put(id, v, c)
+	}
+	tc.cal, tc.loaded, tc.found = c, true, true
+	return c, nil
 }
 
 // CalendarExists reports whether calendar id exists, without decoding it.
 func (t *Tx) CalendarExists(id string) bool {
+	if tc := t.byCal[id]; tc != nil && tc.loaded {
+		return tc.found
+	}
 	return t.tx.Bucket(bucketCalendars).Get([]byte(id)) != nil
 }
 
@@ -378,40 +475,58 @@ func (t *Tx) PutCalendar(c Calendar) error {
 	if err := t.tx.Bucket(bucketCalendars).Put([]byte(c.ID), v); err != nil {
 		return err
 	}
+	tc := t.txCal(c.ID)
+	tc.loaded, tc.found, tc.cal = false, false, Calendar{} // decoded from v when next read
 	_, err = t.calBucket(c.ID, true)
 	return err
 }
 
 // calBucket returns the per-calendar bucket, creating it when asked.
 func (t *Tx) calBucket(calID string, create bool) (*bolt.Bucket, error) {
+	if tc := t.byCal[calID]; tc != nil && tc.cb != nil {
+		return tc.cb, nil
+	}
 	root := t.tx.Bucket(bucketCal)
-	if b := root.Bucket([]byte(calID)); b != nil || !create {
-		return b, nil
+	b := root.Bucket([]byte(calID))
+	if b == nil && !create {
+		return nil, nil
 	}
-	b, err := root.CreateBucket([]byte(calID))
-	if err != nil {
-		return nil, err
-	}
-	for _, name := range [][]byte{subBookings, subSlots, subRequests} {
-		if _, err := b.CreateBucket(name); err != nil {
+	if b == nil {
+		var err error
+		if b, err = root.CreateBucket([]byte(calID)); err != nil {
 			return nil, err
 		}
+		for _, name := range subNames {
+			if _, err := b.CreateBucket(name); err != nil {
+				return nil, err
+			}
+		}
 	}
+	t.txCal(calID).cb = b
 	return b, nil
 }
 
-func (t *Tx) sub(calID string, name []byte) *bolt.Bucket {
-	b, _ := t.calBucket(calID, false)
-	if b == nil {
+// calSub returns sub-bucket i (iBookings, iSlots, iRequests) of calendar
+// calID, or nil if the calendar has no buckets.
+func (t *Tx) calSub(calID string, i int) *bolt.Bucket {
+	if tc := t.byCal[calID]; tc != nil && tc.subs[i] != nil {
+		return tc.subs[i]
+	}
+	cb, _ := t.calBucket(calID, false)
+	if cb == nil {
 		return nil
 	}
-	return b.Bucket(name)
+	b := cb.Bucket(subNames[i])
+	if b != nil {
+		t.txCal(calID).subs[i] = b
+	}
+	return b
 }
 
 // Booking returns the booking id of calendar calID, or ErrNotFound.
 func (t *Tx) Booking(calID, id string) (Booking, error) {
 	var bk Booking
-	b := t.sub(calID, subBookings)
+	b := t.calSub(calID, iBookings)
 	if b == nil {
 		return bk, ErrNotFound
 	}
@@ -438,7 +553,7 @@ func (t *Tx) PutBooking(bk Booking) error {
 		return err
 	}
 	v := AppendBooking(make([]byte, 0, 160+len(bk.Customer)+len(bk.Metadata)), &bk)
-	bookings, slots := cb.Bucket(subBookings), cb.Bucket(subSlots)
+	bookings, slots := t.calSub(bk.CalendarID, iBookings), t.calSub(bk.CalendarID, iSlots)
 	if old := bookings.Get([]byte(bk.ID)); old != nil {
 		prev, err := decodeBooking(old)
 		if err != nil {
@@ -559,7 +674,7 @@ func (t *Tx) SlotsNear(calID string, from, to time.Time, fn func(Slot) bool) {
 		return
 	}
 	span := maxSpan(cb)
-	c := cb.Bucket(subSlots).Cursor()
+	c := t.calSub(calID, iSlots).Cursor()
 	end := seekKey(to.Add(span))
 	for k, v := c.Seek(seekKey(from.Add(-span))); k != nil && bytes.Compare(k[:8], end) < 0; k, v = c.Next() {
 		s := decodeSlot(k, v)
@@ -618,7 +733,7 @@ func (t *Tx) DueHolds(now time.Time, max int) []DueHold {
 // by end, so the only candidate is the booking with the greatest start before
 // iv.End. One Seek and one Prev: O(log n).
 func (t *Tx) FirstOverlap(calID string, iv Interval) (id string, found Interval, ok bool) {
-	slots := t.sub(calID, subSlots)
+	slots := t.calSub(calID, iSlots)
 	if slots == nil {
 		return "", Interval{}, false
 	}
@@ -642,7 +757,7 @@ func (t *Tx) FirstOverlap(calID string, iv Interval) (id string, found Interval,
 // Request returns the recorded outcome of request id reqID on calID.
 func (t *Tx) Request(calID, reqID string) (RequestRecord, bool, error) {
 	var rec RequestRecord
-	b := t.sub(calID, subRequests)
+	b := t.calSub(calID, iRequests)
 	if b == nil {
 		return rec, false, nil
 	}
@@ -658,11 +773,10 @@ func (t *Tx) Request(calID, reqID string) (RequestRecord, bool, error) {
 // they are what makes an idempotency key outlive NATS's dedupe window.
 // A request on a calendar that does not exist is recorded too.
 func (t *Tx) PutRequest(calID, reqID string, rec RequestRecord) error {
-	cb, err := t.calBucket(calID, true)
-	if err != nil {
+	if _, err := t.calBucket(calID, true); err != nil {
 		return err
 	}
-	return cb.Bucket(subRequests).Put([]byte(reqID), encodeRecord(rec))
+	return t.calSub(calID, iRequests).Put([]byte(reqID), encodeRecord(rec))
 }
 
 // Request records are binary, not JSON: they are written once per command
@@ -700,7 +814,7 @@ type Cursor []byte
 // the first page). next is non-nil when more may follow. A limit of zero or
 // less means no limit.
 func (t *Tx) ListBookings(calID string, from, to time.Time, limit int, after Cursor) (out []Booking, next Cursor, err error) {
-	slots := t.sub(calID, subSlots)
+	slots := t.calSub(calID, iSlots)
 	if slots == nil {
 		return nil, nil, nil
 	}
@@ -742,7 +856,7 @@ func (b Booking) slotKey() []byte { return slotKey(b.Start, b.ID) }
 // ForEachConfirmed calls fn for every confirmed booking interval of calID in
 // start order.
 func (t *Tx) ForEachConfirmed(calID string, fn func(id string, iv Interval) error) error {
-	slots := t.sub(calID, subSlots)
+	slots := t.calSub(calID, iSlots)
 	if slots == nil {
 		return nil
 	}
@@ -760,7 +874,7 @@ func (t *Tx) ForEachConfirmed(calID string, fn func(id string, iv Interval) erro
 // ForEachBooking calls fn for every booking record of calID, confirmed or
 // cancelled, in booking id order.
 func (t *Tx) ForEachBooking(calID string, fn func(Booking) error) error {
-	b := t.sub(calID, subBookings)
+	b := t.calSub(calID, iBookings)
 	if b == nil {
 		return nil
 	}

@@ -412,6 +412,83 @@ func TestCalendars(t *testing.T) {
 	})
 }
 
+// TestCalendarCacheFollowsTransactions checks that decoded calendars are
+// cached without ever answering with a version the transaction does not
+// see: a change in the same write transaction, a rolled-back change, and
+// read transactions that began before a change.
+func TestCalendarCacheFollowsTransactions(t *testing.T) {
+	s := datatest.MustOpen(t)
+	v1 := data.Calendar{ID: "a", Name: "v1", Timezone: "UTC", CreatedAt: t0, UpdatedAt: t0}
+	v2 := v1
+	v2.Name, v2.Rules = "v2", data.Rules{SlotStepMinutes: 15, WeeklyHours: map[string][]data.TimeRange{"mon": {{Start: "09:00", End: "17:00"}}}}
+	name := func(tx *data.Tx) string {
+		t.Helper()
+		c, err := tx.Calendar("a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c.Name
+	}
+	mustCommit(t, s, func(tx *data.Tx) error { return tx.PutCalendar(v1) })
+	mustView(t, s, func(tx *data.Tx) error {
+		if got := name(tx); got != "v1" {
+			t.Errorf("Calendar = %s, want v1", got)
+		}
+		return nil
+	})
+	// Changed and read back in one transaction, then rolled back.
+	boom := errors.New("boom")
+	err := s.Commit(func(tx *data.Tx) error {
+		if got := name(tx); got != "v1" {
+			t.Errorf("before the change: %s, want v1", got)
+		}
+		if err := tx.PutCalendar(v2); err != nil {
+			return err
+		}
+		if got := name(tx); got != "v2" {
+			t.Errorf("after the change in the same transaction: %s, want v2", got)
+		}
+		return boom
+	})
+	if !errors.Is(err, boom) {
+		t.Fatalf("commit: %v", err)
+	}
+	mustView(t, s, func(tx *data.Tx) error {
+		if got := name(tx); got != "v1" {
+			t.Errorf("after the rollback: %s, want v1", got)
+		}
+		return nil
+	})
+	// A read transaction that began before a committed change keeps its
+	// version, also after the cache learned the new one.
+	began, release, done := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = s.View(func(tx *data.Tx) error {
+			close(began)
+			<-release
+			if got := name(tx); got != "v1" {
+				t.Errorf("old read transaction: %s, want v1", got)
+			}
+			return nil
+		})
+	}()
+	<-began
+	mustCommit(t, s, func(tx *data.Tx) error { return tx.PutCalendar(v2) })
+	mustView(t, s, func(tx *data.Tx) error {
+		c, err := tx.Calendar("a")
+		if err != nil {
+			return err
+		}
+		if jsonOf(t, c) != jsonOf(t, v2) {
+			t.Errorf("Calendar = %s, want %s", jsonOf(t, c), jsonOf(t, v2))
+		}
+		return nil
+	})
+	close(release)
+	<-done
+}
+
 func TestForEachBooking(t *testing.T) {
 	s := datatest.MustOpen(t)
 	putCalendar(t, s, "cal")

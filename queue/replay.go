@@ -38,12 +38,24 @@ type ReplayStats struct {
 // holds state.
 var ErrIndexNotEmpty = errors.New("queue: replay needs a new, empty index")
 
-// replayChunk is how many commands one replay transaction applies.
-const replayChunk = 16384
+// replayChunk is how many commands one replay transaction applies at most.
+// Chunks start at firstReplayChunk and double: the committer starts
+// applying early instead of waiting for a whole chunk to be read and
+// decoded, and large chunks later rewrite fewer pages per command.
+const (
+	replayChunk      = 16384
+	firstReplayChunk = 1024
+)
 
 // Replay rebuilds an index from the command stream with the same decode and
 // decisions the writers use (actor.ApplyReplay), but sends no replies, queues
 // no events and has no side effects.
+//
+// Only the last transaction is fsynced; the ones before it are written
+// without (data.Store.CommitUnsynced). The store must therefore be a new
+// index that is thrown away when Replay fails or the process stops before
+// it returns: a replay is redone from scratch, never resumed. The last
+// transaction alone records the stream's identity.
 func Replay(ctx context.Context, js jetstream.JetStream, store *data.Store, opt ReplayOptions) (ReplayStats, error) {
 	began := time.Now()
 	var st ReplayStats
@@ -85,7 +97,7 @@ func Replay(ctx context.Context, js jetstream.JetStream, store *data.Store, opt 
 	// Reading and decoding (here) overlap with applying and committing the
 	// previous chunk (the committer goroutine below): a two-stage pipeline.
 	type job struct {
-		chunk   map[int][]actor.Decoded
+		chunk   [][]actor.Decoded // by partition
 		n       int
 		lastSeq uint64
 		last    uint64 // the replay's end, for progress
@@ -97,8 +109,11 @@ func Replay(ctx context.Context, js jetstream.JetStream, store *data.Store, opt 
 		var err error
 		for j := range jobs {
 			if err == nil {
-				err = store.Commit(func(tx *data.Tx) error {
+				apply := func(tx *data.Tx) error {
 					for p, batch := range j.chunk {
+						if len(batch) == 0 {
+							continue
+						}
 						if _, err := actor.ApplyReplay(tx, p, batch); err != nil {
 							return err
 						}
@@ -107,7 +122,19 @@ func Replay(ctx context.Context, js jetstream.JetStream, store *data.Store, opt 
 						return tx.SetStreamIdentity(identity)
 					}
 					return nil
-				})
+				}
+				// Chunks are committed without fsync: the index is new
+				// and a replay that does not finish is started again
+				// from scratch, never resumed. The final chunk is
+				// committed with fsync (which flushes the earlier
+				// chunks' pages before it writes its meta page), and
+				// only it records the stream identity: an index without
+				// one is not a finished replay.
+				if j.final {
+					err = store.Commit(apply)
+				} else {
+					err = store.CommitUnsynced(apply)
+				}
 				if err == nil {
 					st.Applied += uint64(j.n)
 					if opt.Progress != nil {
@@ -128,7 +155,8 @@ func Replay(ctx context.Context, js jetstream.JetStream, store *data.Store, opt 
 		return st, err
 	}
 
-	chunk, pending := map[int][]actor.Decoded{}, 0
+	var chunk [][]actor.Decoded
+	pending, size := 0, firstReplayChunk
 	for st.LastSeq < last {
 		if err := ctx.Err(); err != nil {
 			return finish(err)
@@ -153,10 +181,13 @@ func Replay(ctx context.Context, js jetstream.JetStream, store *data.Store, opt 
 		if !ok || (opt.StopAt != nil && seq > opt.StopAt[p]) {
 			continue
 		}
+		if p >= len(chunk) {
+			chunk = append(chunk, make([][]actor.Decoded, p+1-len(chunk))...)
+		}
 		chunk[p] = append(chunk[p], actor.Decode(actor.Input{Seq: seq, At: meta.Timestamp, SubjectCalendar: cal, Data: m.Data()}))
-		if pending++; pending >= replayChunk {
+		if pending++; pending >= size {
 			jobs <- job{chunk: chunk, n: pending, lastSeq: seq, last: last}
-			chunk, pending = map[int][]actor.Decoded{}, 0
+			chunk, pending, size = nil, 0, min(2*size, replayChunk)
 		}
 	}
 	jobs <- job{chunk: chunk, n: pending, lastSeq: st.LastSeq, last: last, final: true}

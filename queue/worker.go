@@ -18,8 +18,13 @@ import (
 )
 
 // MaxBatch bounds how many queued messages one partition applies in one
-// transaction.
-const MaxBatch = 512
+// transaction. A batch is only what is already queued, so this matters
+// when a backlog is applied (catch-up after a start or an import): the
+// cost of a commit is mostly the pages it rewrites and its fsync, which
+// grow far slower than the commands it carries. 2048 roughly doubled
+// catch-up throughput over 512 (BenchmarkWritersCatchUp); 8192 gave no
+// clear further gain.
+const MaxBatch = 2048
 
 // Partition is the single writer of one partition: one goroutine that takes
 // the partition's messages in stream order, applies what is queued as one

@@ -102,7 +102,17 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	store, err := data.Open(queue.IndexFile(dataDir))
+	// The index is built under another name and renamed when the replay
+	// has finished: Replay commits its chunks without fsync (a replay that
+	// stops is started again, never resumed), so a crash mid-way must
+	// not leave an index.db that serve would open. A partial file left by
+	// an earlier attempt is removed.
+	index := queue.IndexFile(dataDir)
+	partial := index + ".partial"
+	if err := os.Remove(partial); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	store, err := data.Open(partial)
 	if err != nil {
 		return err
 	}
@@ -110,6 +120,12 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	opt.Progress = replayProgress(stderr)
 	st, err := queue.Replay(ctx, js, store, opt)
 	if err != nil {
+		return err
+	}
+	if err := os.Rename(partial, index); err != nil {
+		return err
+	}
+	if err := syncDir(dataDir); err != nil {
 		return err
 	}
 	var d data.Digest
@@ -258,3 +274,13 @@ func runVerify(ctx context.Context, args []string, stdout, stderr io.Writer) err
 }
 
 var errVerifyFailed = errors.New("verify: the live index differs from a replay of the stream")
+
+// syncDir makes a rename in dir durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
