@@ -71,8 +71,13 @@ func TestMemoryLimitFlag(t *testing.T) {
 	if err != nil || m.set || m.bytes != defaultMemoryLimit {
 		t.Fatalf("default: %+v %v", m, err)
 	}
-	if got := m.apply(); got != "256MiB" || debug.SetMemoryLimit(-1) != 256<<20 {
+	if got := m.apply(); got != "off" || debug.SetMemoryLimit(-1) != math.MaxInt64 {
 		t.Fatalf("default apply: %s, limit %d", got, debug.SetMemoryLimit(-1))
+	}
+	if m256, err := parse("--memory-limit", "256MiB"); err != nil || !m256.set {
+		t.Fatalf("--memory-limit 256MiB: %+v %v", m256, err)
+	} else if got := m256.apply(); got != "256MiB" || debug.SetMemoryLimit(-1) != 256<<20 {
+		t.Fatalf("--memory-limit 256MiB apply: %s, limit %d", got, debug.SetMemoryLimit(-1))
 	}
 
 	t.Setenv("GOMEMLIMIT", "1GiB")
@@ -119,7 +124,7 @@ func TestServeMemoryLimitErrors(t *testing.T) {
 	}
 	var out, errb bytes.Buffer
 	if Main(context.Background(), []string{"serve", "--help"}, &out, &errb); !strings.Contains(errb.String(), "--memory-limit") ||
-		!strings.Contains(errb.String(), "BOOKLINE_MEMORY_LIMIT") || !strings.Contains(errb.String(), `(default "256MiB")`) {
+		!strings.Contains(errb.String(), "BOOKLINE_MEMORY_LIMIT") || !strings.Contains(errb.String(), "0 = off") {
 		t.Errorf("help lacks --memory-limit:\n%s", errb.String())
 	}
 }
