@@ -61,11 +61,13 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# freeport prints a loopback TCP port nobody listens on.
+# freeport prints a loopback TCP port nobody listens on, below the kernel's
+# ephemeral range (so that no outgoing connection of the load can hold it).
 freeport() {
-	local p
+	local p lo
+	lo=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
 	for _ in $(seq 200); do
-		p=$((20000 + RANDOM % 30000))
+		p=$((10000 + RANDOM % (lo - 10000)))
 		if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
 			echo "$p"
 			return
@@ -74,9 +76,12 @@ freeport() {
 	die "no free port found"
 }
 
-wait_http() { # url timeout_s
+wait_http() { # url timeout_s [pid]: 0 when it answers, 1 when pid died first
 	for _ in $(seq $(($2 * 10))); do
 		curl -fsS -o /dev/null "$1" 2>/dev/null && return 0
+		if [ -n "${3:-}" ] && ! kill -0 "$3" 2>/dev/null; then
+			return 1
+		fi
 		sleep 0.1
 	done
 	die "$1 did not answer within $2 s"
@@ -136,6 +141,20 @@ log "$PG_VERSION on 127.0.0.1:$PGPORT"
 # --- servers -------------------------------------------------------------------
 # start_target starts a fresh server for one run and sets URL.
 start_target() {
+	local attempt
+	for attempt in 1 2 3; do
+		start_target_once "$1" && return 0
+		# It exited before answering (a port taken between freeport and
+		# bind, say): show why and try again on other ports.
+		wait "$SERVER_PID" 2>/dev/null || true
+		SERVER_PID=""
+		log "$1 exited before answering (attempt $attempt); its log ends with:"
+		case "$1" in bookline*) tail -5 "$WORK/bookline.log" ;; *) tail -5 "$WORK/pgbaseline.log" ;; esac >&2 || true
+	done
+	die "$1 did not start"
+}
+
+start_target_once() {
 	local port
 	port=$(freeport)
 	URL="http://127.0.0.1:$port"
@@ -145,6 +164,7 @@ start_target() {
 		[ "$1" = bookline-always ] && sync=always
 		dir=$(mktemp -d "$WORK/bookline.XXXXXX")
 		NATS_PORT=$(freeport)
+		while [ "$NATS_PORT" = "$port" ]; do NATS_PORT=$(freeport); done
 		# The rate limit (per client IP when no API keys are set) would
 		# throttle a load test from one address: off, as a benchmark needs.
 		BOOKLINE_RATE_LIMIT=0 ./bin/bookline serve --data-dir "$dir" --http-addr "127.0.0.1:$port" \
@@ -158,7 +178,7 @@ start_target() {
 	*) die "unknown target $1" ;;
 	esac
 	SERVER_PID=$!
-	wait_http "$URL/healthz" 60
+	wait_http "$URL/healthz" 60 "$SERVER_PID"
 }
 
 run_one() { # target scenario round
