@@ -556,15 +556,24 @@ func appendFingerprintBody(b []byte, c *Command) ([]byte, bool) {
 		b = appendJSONString(b, c.BookingID)
 	}
 	if iv := c.Reschedule; iv != nil {
-		b = append(b, `,"reschedule":{"start":`...)
-		if b, ok = appendJSONTime(b, iv.Start); !ok {
+		if b, ok = appendJSONInterval(append(b, `,"reschedule":`...), iv.Start, iv.End); !ok {
 			return b, false
 		}
-		b = append(b, `,"end":`...)
-		if b, ok = appendJSONTime(b, iv.End); !ok {
-			return b, false
-		}
-		b = append(b, '}')
+	}
+	return append(b, '}'), true
+}
+
+// appendJSONInterval appends {"start":…,"end":…} as json.Marshal writes an
+// IntervalSpec or a data.Interval.
+func appendJSONInterval(b []byte, start, end time.Time) ([]byte, bool) {
+	ok := true
+	b = append(b, `{"start":`...)
+	if b, ok = appendJSONTime(b, start); !ok {
+		return b, false
+	}
+	b = append(b, `,"end":`...)
+	if b, ok = appendJSONTime(b, end); !ok {
+		return b, false
 	}
 	return append(b, '}'), true
 }

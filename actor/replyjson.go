@@ -62,15 +62,9 @@ func appendReplyJSON(b []byte, r *Reply) ([]byte, bool) {
 		}
 	}
 	if iv := r.Conflict; iv != nil {
-		b = append(b, `,"conflict":{"start":`...)
-		if b, ok = appendJSONTime(b, iv.Start); !ok {
+		if b, ok = appendJSONInterval(append(b, `,"conflict":`...), iv.Start, iv.End); !ok {
 			return b, false
 		}
-		b = append(b, `,"end":`...)
-		if b, ok = appendJSONTime(b, iv.End); !ok {
-			return b, false
-		}
-		b = append(b, '}')
 	}
 	b = append(b, `,"seq":`...)
 	b = strconv.AppendUint(b, r.Seq, 10)

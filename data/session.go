@@ -101,7 +101,7 @@ func writeSession(path, state string) error {
 		err = os.Rename(tmp, sessionPath(path))
 	}
 	if err == nil {
-		err = syncDir(filepath.Dir(path))
+		err = SyncDir(filepath.Dir(path))
 	}
 	if err != nil {
 		return fmt.Errorf("data: index session: %w", err)
@@ -109,7 +109,9 @@ func writeSession(path, state string) error {
 	return nil
 }
 
-func syncDir(dir string) error {
+// SyncDir fsyncs a directory, which makes a rename or a new file in it
+// durable.
+func SyncDir(dir string) error {
 	d, err := os.Open(dir)
 	if err != nil {
 		return err
@@ -123,5 +125,5 @@ func discard(path string) error {
 	if err := os.Rename(path, path+".discarded"); err != nil && !os.IsNotExist(err) {
 		return fmt.Errorf("data: move untrusted index aside: %w", err)
 	}
-	return syncDir(filepath.Dir(path))
+	return SyncDir(filepath.Dir(path))
 }

@@ -57,7 +57,7 @@ type Store struct {
 	noSync    bool   // commits are not fsynced (Options.NoSync)
 	discarded string // why Open discarded an untrusted index ("" if it did not)
 
-	commits  atomic.Uint64 // committed transactions (fsyncs)
+	commits  atomic.Uint64 // committed transactions (one fsync each unless NoSync)
 	grouped  atomic.Uint64 // Commit calls those transactions carried
 	commitNs atomic.Uint64 // time spent in bbolt's Commit (write + fsync)
 
@@ -66,7 +66,7 @@ type Store struct {
 
 // CommitStats counts the store's group commits.
 type CommitStats struct {
-	Commits  uint64        // read-write transactions committed (one fsync each)
+	Commits  uint64        // read-write transactions committed (one fsync each unless NoSync)
 	Calls    uint64        // Commit calls they carried
 	InCommit time.Duration // total time in bbolt Commit (page writes + fsync)
 }

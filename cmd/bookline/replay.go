@@ -125,7 +125,7 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := os.Rename(partial, index); err != nil {
 		return err
 	}
-	if err := syncDir(dataDir); err != nil {
+	if err := data.SyncDir(dataDir); err != nil {
 		return err
 	}
 	var d data.Digest
@@ -274,13 +274,3 @@ func runVerify(ctx context.Context, args []string, stdout, stderr io.Writer) err
 }
 
 var errVerifyFailed = errors.New("verify: the live index differs from a replay of the stream")
-
-// syncDir makes a rename in dir durable.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
-}
