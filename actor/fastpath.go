@@ -33,7 +33,7 @@ import (
 // reset c and decode with encoding/json, which gives the same command or the
 // error text the reply has always carried.
 func parseCommandFast(data []byte, c *Command) bool {
-	p := fastParser{data: data}
+	p := fastParser{cursor{data: data}}
 	p.ws()
 	if !p.consume('{') {
 		return false
@@ -139,11 +139,24 @@ func commandType(s []byte) string {
 	return string(s)
 }
 
-// fastParser is the cursor of parseCommandFast.
-type fastParser struct {
+// cursor is a position in JSON input, shared by parseCommandFast's parser
+// and the canonical-metadata check.
+type cursor struct {
 	data []byte
 	i    int
 }
+
+// consume skips c if it is next.
+func (p *cursor) consume(c byte) bool {
+	if p.i < len(p.data) && p.data[p.i] == c {
+		p.i++
+		return true
+	}
+	return false
+}
+
+// fastParser is the cursor of parseCommandFast.
+type fastParser struct{ cursor }
 
 // ws skips JSON white space.
 func (p *fastParser) ws() {
@@ -155,14 +168,6 @@ func (p *fastParser) ws() {
 			return
 		}
 	}
-}
-
-func (p *fastParser) consume(c byte) bool {
-	if p.i < len(p.data) && p.data[p.i] == c {
-		p.i++
-		return true
-	}
-	return false
 }
 
 // str reads a string literal and returns its contents, which are also its
@@ -371,22 +376,11 @@ func (p *fastParser) rawObject() (json.RawMessage, bool) {
 // no <, > or &, valid UTF-8 without U+2028/U+2029), numbers in JSON syntax
 // (json.Number keeps them as written) and at most maxFastDepth levels.
 func isCanonicalObject(raw []byte) bool {
-	c := canonChecker{data: raw}
+	c := canonChecker{cursor{data: raw}}
 	return len(raw) > 0 && raw[0] == '{' && c.value(0) && c.i == len(raw)
 }
 
-type canonChecker struct {
-	data []byte
-	i    int
-}
-
-func (c *canonChecker) consume(b byte) bool {
-	if c.i < len(c.data) && c.data[c.i] == b {
-		c.i++
-		return true
-	}
-	return false
-}
+type canonChecker struct{ cursor }
 
 func (c *canonChecker) value(depth int) bool {
 	if c.i >= len(c.data) || depth > maxFastDepth {
