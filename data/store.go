@@ -146,7 +146,7 @@ func OpenWith(path string, opt Options) (*Store, error) {
 		db.Close()
 		return nil, err
 	}
-	db.NoSync = opt.NoSync
+	// bbolt's sync flags are set per commit by commitGroup.
 	s := &Store{db: db, reqs: make(chan *commitReq, 256), quit: make(chan struct{}), done: make(chan struct{}), noSync: opt.NoSync, discarded: why}
 	go s.commitLoop()
 	return s, nil
@@ -204,12 +204,10 @@ func (s *Store) Commit(fn func(*Tx) error) error { return s.commit(fn, false) }
 // transaction is written to the file (the OS's page cache), so a process
 // crash keeps it but a power loss or OS crash may lose it or leave the file
 // torn. It is for building an index that is thrown away if the build does
-// not finish (replay); finish such a build with Sync or a Commit. A group
-// holding any Commit call is fsynced as usual.
+// not finish (replay); finish such a build with a Commit, whose fsync
+// covers the earlier pages too. A group holding any Commit call is fsynced
+// as usual.
 func (s *Store) CommitUnsynced(fn func(*Tx) error) error { return s.commit(fn, true) }
-
-// Sync flushes everything written so far to the disk (fdatasync).
-func (s *Store) Sync() error { return s.db.Sync() }
 
 func (s *Store) commit(fn func(*Tx) error, nosync bool) error {
 	// Checked first because a select with both cases ready picks one at
