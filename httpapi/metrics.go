@@ -58,7 +58,7 @@ func NewMetrics() *Metrics {
 	m.batchSize = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "bookline_partition_batch_size",
 		Help:    "Messages applied per committed batch, by partition.",
-		Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512},
+		Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048}, // up to queue.MaxBatch
 	}, []string{"partition"})
 	m.applyLatency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "bookline_partition_apply_latency_seconds",
