@@ -104,6 +104,26 @@ func (r importResult) expect(tb testing.TB, want map[string]int) {
 	}
 }
 
+// summaryHas checks that stdout holds every line of want.
+func (r importResult) summaryHas(tb testing.TB, want ...string) {
+	tb.Helper()
+	for _, w := range want {
+		if !strings.Contains(r.stdout, w) {
+			tb.Errorf("summary lacks %q\n%s", w, r)
+		}
+	}
+}
+
+// stderrHas checks that stderr holds every line of want.
+func (r importResult) stderrHas(tb testing.TB, want ...string) {
+	tb.Helper()
+	for _, w := range want {
+		if !strings.Contains(r.stderr, w) {
+			tb.Errorf("stderr lacks %q\n%s", w, r)
+		}
+	}
+}
+
 func runImportMain(tb testing.TB, node *queue.Node, args ...string) importResult {
 	tb.Helper()
 	var stdout, stderr bytes.Buffer
@@ -152,15 +172,11 @@ func TestImportCSVAndNDJSON(t *testing.T) {
 	}
 	csvRun.expect(t, map[string]int{"rows read": 15, "invalid rows": 7, "published": 7, "accepted": 5, "rejected": 2,
 		"duplicates": 1, "publish failures": 0, "outcomes missing": 0})
-	for _, want := range []string{
+	csvRun.summaryHas(t,
 		"rejected:          2 (calendar_not_found: 1, slot_taken: 1)",
 		"duplicates:        1 (in file: 1, stream dedupe: 0, decided before: 0)",
-	} {
-		if !strings.Contains(csvRun.stdout, want) {
-			t.Errorf("summary lacks %q\n%s", want, csvRun)
-		}
-	}
-	for _, want := range []string{
+	)
+	csvRun.stderrHas(t,
 		"testdata/bookings.csv:7: end: must be after start",
 		`testdata/bookings.csv:8: start: "not-a-time" is not an RFC 3339 time`,
 		"testdata/bookings.csv:9: calendar_id: must match",
@@ -169,11 +185,7 @@ func TestImportCSVAndNDJSON(t *testing.T) {
 		"testdata/bookings.csv:13: calendar_id: is empty and no --calendar was given",
 		"testdata/bookings.csv:16: has 4 fields, the header has 6",
 		"bookline import: invalid rows: 7\n",
-	} {
-		if !strings.Contains(csvRun.stderr, want) {
-			t.Errorf("stderr lacks %q\n%s", want, csvRun)
-		}
-	}
+	)
 
 	ndRun := runImportMain(t, node, "--file", "testdata/bookings.ndjson", "--calendar", "bob")
 	if ndRun.code != 1 {
@@ -181,16 +193,12 @@ func TestImportCSVAndNDJSON(t *testing.T) {
 	}
 	ndRun.expect(t, map[string]int{"rows read": 10, "invalid rows": 4, "published": 5, "accepted": 3, "rejected": 2,
 		"duplicates": 1, "outcomes missing": 0})
-	for _, want := range []string{
+	ndRun.stderrHas(t,
 		"testdata/bookings.ndjson:5: not a JSON object",
 		"testdata/bookings.ndjson:6: metadata: must be a JSON object",
 		"testdata/bookings.ndjson:7: start: must be a string",
 		"testdata/bookings.ndjson:8: trailing data",
-	} {
-		if !strings.Contains(ndRun.stderr, want) {
-			t.Errorf("stderr lacks %q\n%s", want, ndRun)
-		}
-	}
+	)
 
 	checkIndex := func() {
 		t.Helper()
@@ -302,23 +310,15 @@ func TestImportICSCreateCalendars(t *testing.T) {
 		t.Errorf("exit code %d, want 1 (invalid rows)\n%s", r.code, r)
 	}
 	r.expect(t, map[string]int{"rows read": 7, "invalid rows": 3, "published": 4, "accepted": 3, "rejected": 1})
-	for _, want := range []string{
+	r.summaryHas(t,
 		"calendars:         1 upserted (1 created, 0 updated)",
 		"rejected:          1 (slot_taken: 1)",
-	} {
-		if !strings.Contains(r.stdout, want) {
-			t.Errorf("summary lacks %q\n%s", want, r)
-		}
-	}
-	for _, want := range []string{
+	)
+	r.stderrHas(t,
 		"events.ics:36: DTSTART: all-day events",
 		"events.ics:42: recurring events (RRULE) are not supported",
 		"events.ics:49: DTSTART: floating time",
-	} {
-		if !strings.Contains(r.stderr, want) {
-			t.Errorf("stderr lacks %q\n%s", want, r)
-		}
-	}
+	)
 	var ids []string
 	_ = node.Store.View(func(tx *data.Tx) error { ids = tx.CalendarIDs(); return nil })
 	if strings.Join(ids, ",") != "room1" {
