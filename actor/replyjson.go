@@ -125,3 +125,83 @@ func appendOmitString(b []byte, key, s string) []byte {
 	}
 	return appendJSONString(append(b, key...), s)
 }
+
+// AcceptedBooking reads an accepted reply that carries a booking, as
+// MarshalReply (or json.Marshal) encodes it, without decoding it: the
+// command type and the booking's JSON exactly as encoded. The HTTP API sends
+// that booking as its response body, so decoding the whole reply only to
+// find it was a visible share of a booking request's CPU. ok is false for
+// anything else (a rejection, a calendar, an unexpected shape): the caller
+// then decodes the reply with encoding/json.
+func AcceptedBooking(raw []byte) (typ string, booking []byte, ok bool) {
+	p := fastParser{cursor{data: raw}}
+	if !p.lit(`{"v":`) {
+		return "", nil, false
+	}
+	if _, ok := p.int(); !ok {
+		return "", nil, false
+	}
+	for _, key := range [...]string{`,"request_id":`, `,"calendar_id":`} {
+		if p.lit(key) {
+			if _, ok := p.str(); !ok {
+				return "", nil, false
+			}
+		}
+	}
+	if !p.lit(`,"type":`) {
+		return "", nil, false
+	}
+	t, ok := p.str()
+	if !ok || !p.lit(`,"outcome":"accepted","booking":`) {
+		return "", nil, false
+	}
+	start := p.i
+	if !p.skipObject() {
+		return "", nil, false
+	}
+	booking = raw[start:p.i]
+	if !p.lit(`,"seq":`) {
+		return "", nil, false
+	}
+	if _, ok := p.int(); !ok || !p.lit("}") || p.i != len(raw) {
+		return "", nil, false
+	}
+	return commandType(t), booking, true
+}
+
+// lit consumes s if the input continues with it.
+func (p *cursor) lit(s string) bool {
+	if len(p.data)-p.i >= len(s) && string(p.data[p.i:p.i+len(s)]) == s {
+		p.i += len(s)
+		return true
+	}
+	return false
+}
+
+// skipObject moves past a JSON object that is known to be valid JSON
+// (strings may hold escapes and braces); it only balances brackets.
+func (p *cursor) skipObject() bool {
+	d := p.data
+	if p.i >= len(d) || d[p.i] != '{' {
+		return false
+	}
+	depth := 0
+	for j := p.i; j < len(d); j++ {
+		switch d[j] {
+		case '"':
+			for j++; j < len(d) && d[j] != '"'; j++ {
+				if d[j] == '\\' {
+					j++
+				}
+			}
+		case '{', '[':
+			depth++
+		case '}', ']':
+			if depth--; depth == 0 {
+				p.i = j + 1
+				return true
+			}
+		}
+	}
+	return false
+}

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"math/rand/v2"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -118,6 +120,103 @@ func BenchmarkMarshalReply(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			_, _ = json.Marshal(rep)
+		}
+	})
+}
+
+// decodeAccepted is what the HTTP API did with every reply before
+// AcceptedBooking: decode it, then take the booking's raw JSON.
+func decodeAccepted(raw []byte) (typ string, booking []byte, ok bool) {
+	var r struct {
+		Type     string          `json:"type"`
+		Outcome  string          `json:"outcome"`
+		Calendar json.RawMessage `json:"calendar"`
+		Booking  json.RawMessage `json:"booking"`
+	}
+	if json.Unmarshal(raw, &r) != nil || r.Outcome != OutcomeAccepted || len(r.Calendar) > 0 || len(r.Booking) == 0 {
+		return "", nil, false
+	}
+	return r.Type, r.Booking, true
+}
+
+// TestAcceptedBookingMatchesDecode: whenever the scan answers, it answers
+// what decoding would, and it answers for the replies an accepted booking
+// really gets.
+func TestAcceptedBookingMatchesDecode(t *testing.T) {
+	r := rand.New(rand.NewPCG(13, 14))
+	n, fast, skipped := 20000, 0, 0
+	if testing.Short() {
+		n = 3000
+	}
+	for i := range n {
+		rep := randReply(r)
+		if i%2 == 0 { // the common shape, with random ids, times and metadata
+			rep.Outcome, rep.Code, rep.Message, rep.Details, rep.Created, rep.Calendar, rep.Conflict = OutcomeAccepted, "", "", nil, false, nil, nil
+			for rep.Booking == nil {
+				rep.Booking = randReply(r).Booking
+			}
+			if r.IntN(4) > 0 {
+				rep.RequestID, rep.CalendarID = "req-"+strconv.Itoa(i), "cal."+strconv.Itoa(r.IntN(100))
+				rep.Type = []string{TypeBookingCreate, TypeBookingCancel, TypeHoldConfirm}[r.IntN(3)]
+			}
+		}
+		raw, err := json.Marshal(rep)
+		if err != nil && i%2 == 0 && rep.Booking != nil {
+			at := time.Date(2027, 3, 1, 9, 0, 0, i, time.UTC)
+			bk := rep.Booking
+			bk.Start, bk.End, bk.CreatedAt, bk.CancelledAt, bk.ExpiresAt = at, at.Add(time.Hour), at, nil, nil
+			bk.Metadata = json.RawMessage(`{"note":"a \"quoted\" }","x":[{}]}`)
+			raw, err = json.Marshal(rep)
+		}
+		if err != nil {
+			if i%2 == 0 {
+				skipped++
+			}
+			continue
+		}
+		for _, in := range [][]byte{raw, raw[:len(raw)-1], append(raw[:len(raw):len(raw)], ' '), bytes.Replace(raw, []byte(`"seq":`), []byte(`"seq": `), 1)} {
+			typ, body, ok := AcceptedBooking(in)
+			if !ok {
+				continue
+			}
+			wtyp, wbody, wok := decodeAccepted(in)
+			if !wok || typ != wtyp || !bytes.Equal(body, wbody) {
+				t.Fatalf("reply %s:\n scan %q %s\n decode %v %q %s", in, typ, body, wok, wtyp, wbody)
+			}
+			fast++
+		}
+		if i%2 == 0 && rep.Booking != nil && rep.Type != "" && rep.Seq < 1e17 && plainID(rep.RequestID+rep.CalendarID+rep.Type) {
+			if _, _, ok := AcceptedBooking(raw); !ok {
+				t.Fatalf("common accepted reply not scanned: %s", raw)
+			}
+		}
+	}
+	if fast < n/4 {
+		t.Fatalf("only %d of %d replies took the scan (%d unencodable)", fast, n, skipped)
+	}
+}
+
+// plainID: s has only the characters of a valid request id, which JSON
+// writes as themselves.
+func plainID(s string) bool {
+	return strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._:-") == ""
+}
+
+func BenchmarkAcceptedBooking(b *testing.B) {
+	at := time.Date(2027, 3, 1, 9, 0, 0, 0, time.UTC)
+	raw, _ := MarshalReply(&Reply{V: 1, RequestID: "req-123456", CalendarID: "cal-42", Type: TypeBookingCreate, Outcome: OutcomeAccepted, Seq: 123456,
+		Booking: &data.Booking{ID: BookingID("cal-42", "req-123456"), CalendarID: "cal-42", Start: at, End: at.Add(time.Hour),
+			Customer: "customer 17", Status: data.StatusConfirmed, CreatedAt: at.Add(-time.Hour), Metadata: json.RawMessage(`{"note":"a \"quoted\" }"}`)}})
+	b.Run("scan", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			_, _, _ = AcceptedBooking(raw)
+		}
+	})
+	b.Run("encoding_json", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			_, _, _ = decodeAccepted(raw)
 		}
 	})
 }

@@ -397,6 +397,11 @@ func (s *Server) submit(c *fiber.Ctx, cmd *actor.Command) error {
 func (s *Server) writeReply(c *fiber.Ctx, raw []byte) error {
 	// The calendar or booking of an accepted reply is sent as the writer
 	// encoded it: decoded only as far as the status needs, not re-encoded.
+	// The common case, an accepted booking, is found by a scan.
+	if typ, body, ok := actor.AcceptedBooking(raw); ok {
+		c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSON)
+		return c.Status(createdStatus(typ)).Send(body)
+	}
 	var r struct {
 		Type     string             `json:"type"`
 		Outcome  string             `json:"outcome"`
