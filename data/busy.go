@@ -69,14 +69,21 @@ func (t *Tx) busyBuckets(calID string, create bool) (cb, recs, slots *bolt.Bucke
 	if cb == nil || err != nil {
 		return nil, nil, nil, err
 	}
-	if !create {
-		return cb, cb.Bucket(subBusy), cb.Bucket(subBusySlots), nil
+	tc := t.txCal(calID)
+	if !tc.busyLooked {
+		tc.busyRecs, tc.busySlots, tc.busyLooked = cb.Bucket(subBusy), cb.Bucket(subBusySlots), true
+	}
+	if !create || tc.busyRecs != nil && tc.busySlots != nil {
+		return cb, tc.busyRecs, tc.busySlots, nil
 	}
 	if recs, err = cb.CreateBucketIfNotExists(subBusy); err != nil {
 		return nil, nil, nil, err
 	}
-	slots, err = cb.CreateBucketIfNotExists(subBusySlots)
-	return cb, recs, slots, err
+	if slots, err = cb.CreateBucketIfNotExists(subBusySlots); err != nil {
+		return nil, nil, nil, err
+	}
+	tc.busyRecs, tc.busySlots = recs, slots
+	return cb, recs, slots, nil
 }
 
 // PutBusy records block b of calID: live (Cleared false) blocks occupy

@@ -346,6 +346,14 @@ type txCalendar struct {
 	// tells whether it exists).
 	cal           Calendar
 	loaded, found bool
+	// span is the calendar's maxspan when spanLoaded is set.
+	span       time.Duration
+	spanLoaded bool
+	// busyRecs and busySlots are the busy buckets (nil: none) when
+	// busyLooked is set: most calendars have none, and every booking
+	// check asks.
+	busyRecs, busySlots *bolt.Bucket
+	busyLooked          bool
 }
 
 // Indexes of txCalendar.subs.
@@ -580,7 +588,7 @@ func (t *Tx) PutBooking(bk Booking) error {
 			return err
 		}
 	}
-	if err := t.growMaxSpan(cb, bk.End.Sub(bk.Start)+bk.BufferBefore+bk.BufferAfter); err != nil {
+	if err := t.growMaxSpan(bk.CalendarID, cb, bk.End.Sub(bk.Start)+bk.BufferBefore+bk.BufferAfter); err != nil {
 		return err
 	}
 	return slots.Put(key, encodeSlotValue(&bk))
@@ -648,19 +656,28 @@ var keyMaxSpan = []byte("maxspan") // per calendar: longest buffered span ever i
 // growMaxSpan records span if it is the calendar's longest so far. Scans for
 // slots near an interval look back this far; it never shrinks, which only
 // costs a longer scan.
-func (t *Tx) growMaxSpan(cb *bolt.Bucket, span time.Duration) error {
-	if v := cb.Get(keyMaxSpan); v != nil && time.Duration(binary.BigEndian.Uint64(v)) >= span {
+func (t *Tx) growMaxSpan(calID string, cb *bolt.Bucket, span time.Duration) error {
+	if t.maxSpan(calID, cb) >= span {
 		return nil
 	}
-	return cb.Put(keyMaxSpan, binary.BigEndian.AppendUint64(nil, uint64(span)))
+	if err := cb.Put(keyMaxSpan, binary.BigEndian.AppendUint64(nil, uint64(span))); err != nil {
+		return err
+	}
+	t.txCal(calID).span = span
+	return nil
 }
 
-// maxSpan is the longest buffered span ever indexed in the calendar.
-func maxSpan(cb *bolt.Bucket) time.Duration {
-	if v := cb.Get(keyMaxSpan); v != nil {
-		return time.Duration(binary.BigEndian.Uint64(v))
+// maxSpan is the longest buffered span ever indexed in calendar calID,
+// whose bucket is cb (read once per transaction).
+func (t *Tx) maxSpan(calID string, cb *bolt.Bucket) time.Duration {
+	tc := t.txCal(calID)
+	if !tc.spanLoaded {
+		tc.span, tc.spanLoaded = 0, true
+		if v := cb.Get(keyMaxSpan); v != nil {
+			tc.span = time.Duration(binary.BigEndian.Uint64(v))
+		}
 	}
-	return 0
+	return tc.span
 }
 
 // SlotsNear calls fn, in start order, for every slot of calID whose buffered
@@ -671,7 +688,7 @@ func (t *Tx) SlotsNear(calID string, from, to time.Time, fn func(Slot) bool) {
 	if cb == nil {
 		return
 	}
-	span := maxSpan(cb)
+	span := t.maxSpan(calID, cb)
 	c := t.calSub(calID, iSlots).Cursor()
 	end := seekKey(to.Add(span))
 	for k, v := c.Seek(seekKey(from.Add(-span))); k != nil && bytes.Compare(k[:8], end) < 0; k, v = c.Next() {
@@ -827,7 +844,7 @@ func (t *Tx) ListBookings(calID string, from, to time.Time, limit int, after Cur
 		// A booking that starts before from reaches into the range only if
 		// it is no longer than the calendar's longest.
 		cb, _ := t.calBucket(calID, false)
-		k, v = c.Seek(seekKey(from.Add(-maxSpan(cb))))
+		k, v = c.Seek(seekKey(from.Add(-t.maxSpan(calID, cb))))
 	}
 	toKey := seekKey(to)
 	for ; k != nil; k, v = c.Next() {
