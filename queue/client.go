@@ -1,11 +1,13 @@
 package queue
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -33,22 +35,40 @@ type RecordLookup func(cmd *actor.Command, fingerprint string) (reply []byte, ok
 // Client publishes commands and waits for the writer's answer. It holds one
 // inbox subscription for the whole process and a table of waiters keyed by
 // a per-request token, so a request costs no subscription of its own.
+//
+// A command is published with core NATS, its reply subject set to the
+// request's ack subject: JetStream's publish acknowledgement arrives there
+// and the writer's answer on the reply-to subject, through the same
+// subscription, in either order. Waiting for the acknowledgement first (a
+// JetStream request) cost a round trip's CPU and an extra decode of every
+// acknowledgement.
 type Client struct {
 	nc     *nats.Conn
-	js     jetstream.JetStream
 	lookup RecordLookup
 	prefix string
 	sub    *nats.Subscription
 
 	mu      sync.Mutex
-	waiters map[string]chan []byte
+	waiters map[string]*waiter
 }
+
+// waiter is one Submit's mailbox: the JetStream acknowledgement and the
+// writer's answer, each delivered at most once.
+type waiter struct {
+	ack   chan *nats.Msg
+	reply chan []byte
+}
+
+// ackToken prefixes a token in the subject of a publish acknowledgement:
+// <prefix>.a.<token>. Reply subjects are <prefix>.<token>; tokens (nuid)
+// never contain a dot.
+const ackToken = "a."
 
 // NewClient subscribes the process inbox. lookup answers commands that
 // JetStream reports as duplicates (their answer went to the first sender).
-func NewClient(nc *nats.Conn, js jetstream.JetStream, lookup RecordLookup) (*Client, error) {
-	c := &Client{nc: nc, js: js, lookup: lookup, prefix: "_INBOX.bookline." + nuid.Next(), waiters: make(map[string]chan []byte)}
-	sub, err := nc.Subscribe(c.prefix+".*", c.deliver)
+func NewClient(nc *nats.Conn, lookup RecordLookup) (*Client, error) {
+	c := &Client{nc: nc, lookup: lookup, prefix: "_INBOX.bookline." + nuid.Next(), waiters: make(map[string]*waiter)}
+	sub, err := nc.Subscribe(c.prefix+".>", c.deliver)
 	if err != nil {
 		return nil, fmt.Errorf("queue: reply inbox: %w", err)
 	}
@@ -69,12 +89,24 @@ func (c *Client) Close() error {
 
 func (c *Client) deliver(m *nats.Msg) {
 	token := m.Subject[len(c.prefix)+1:]
+	if t, isAck := strings.CutPrefix(token, ackToken); isAck {
+		c.mu.Lock()
+		w := c.waiters[t]
+		c.mu.Unlock()
+		if w != nil {
+			select {
+			case w.ack <- m: // buffered 1: JetStream acknowledges once
+			default:
+			}
+		}
+		return
+	}
 	c.mu.Lock()
-	ch := c.waiters[token]
+	w := c.waiters[token]
 	delete(c.waiters, token)
 	c.mu.Unlock()
-	if ch != nil {
-		ch <- m.Data // buffered 1, one delivery per token
+	if w != nil {
+		w.reply <- m.Data // buffered 1, one delivery per token
 	}
 }
 
@@ -88,16 +120,16 @@ func MsgID(cmd *actor.Command, fingerprint string) string {
 // Submit publishes a validated command and waits until the writer answers
 // or ctx ends. It returns the encoded actor.Reply, ErrPending when the
 // command is stored but undecided at ctx's end, or ErrUnavailable when the
-// stream did not take it.
+// stream did not take it (or did not say so before ctx's end).
 func (c *Client) Submit(ctx context.Context, cmd *actor.Command, fingerprint string) ([]byte, error) {
 	body, err := json.Marshal(cmd)
 	if err != nil {
 		return nil, err
 	}
 	token := nuid.Next()
-	ch := make(chan []byte, 1)
+	w := &waiter{ack: make(chan *nats.Msg, 1), reply: make(chan []byte, 1)}
 	c.mu.Lock()
-	c.waiters[token] = ch
+	c.waiters[token] = w
 	c.mu.Unlock()
 	defer func() {
 		c.mu.Lock()
@@ -105,8 +137,7 @@ func (c *Client) Submit(ctx context.Context, cmd *actor.Command, fingerprint str
 		c.mu.Unlock()
 	}()
 
-	msg := nats.NewMsg(CommandSubject(cmd.CalendarID))
-	msg.Data = body
+	msg := &nats.Msg{Subject: CommandSubject(cmd.CalendarID), Reply: c.prefix + "." + ackToken + token, Data: body, Header: make(nats.Header, 8)}
 	msg.Header.Set(HeaderReplyTo, c.prefix+"."+token)
 	msg.Header.Set(HeaderSchema, strconv.Itoa(actor.SchemaVersion))
 	msg.Header.Set(HeaderRequestID, cmd.RequestID)
@@ -114,20 +145,65 @@ func (c *Client) Submit(ctx context.Context, cmd *actor.Command, fingerprint str
 		msg.Header.Set(HeaderTraceID, trace)
 	}
 	msg.Header.Set(HeaderContentType, "application/json")
-	ack, err := c.js.PublishMsg(ctx, msg, jetstream.WithMsgID(MsgID(cmd, fingerprint)), jetstream.WithExpectStream(StreamName))
-	if err != nil {
+	msg.Header.Set(jetstream.MsgIDHeader, MsgID(cmd, fingerprint))
+	msg.Header.Set(jetstream.ExpectedStreamHeader, StreamName)
+	if err := c.nc.PublishMsg(msg); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
-	if ack.Duplicate {
-		// The first copy carries another reply subject; read its outcome.
-		return c.awaitRecord(ctx, cmd, fingerprint)
+	acked := false
+	for {
+		select {
+		case reply := <-w.reply:
+			return reply, nil
+		case m := <-w.ack:
+			dup, err := pubAck(m)
+			if err != nil {
+				return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
+			}
+			if dup {
+				// The first copy carries another reply subject; read its outcome.
+				return c.awaitRecord(ctx, cmd, fingerprint)
+			}
+			acked = true
+		case <-ctx.Done():
+			if !acked {
+				return nil, fmt.Errorf("%w: no publish acknowledgement: %v", ErrUnavailable, ctx.Err())
+			}
+			return nil, ErrPending
+		}
 	}
-	select {
-	case reply := <-ch:
-		return reply, nil
-	case <-ctx.Done():
-		return nil, ErrPending
+}
+
+// pubAck reads JetStream's answer to a publish: whether the message was a
+// duplicate, or why it was not stored. The common answer,
+// {"stream":"<StreamName>","seq":N}, is recognised without decoding it.
+func pubAck(m *nats.Msg) (duplicate bool, err error) {
+	if len(m.Data) == 0 && m.Header.Get("Status") != "" {
+		// No responders (503): no stream listens on the subject.
+		return false, fmt.Errorf("status %s %s", m.Header.Get("Status"), m.Header.Get("Description"))
 	}
+	if bytes.HasPrefix(m.Data, []byte(`{"stream":"`+StreamName+`",`)) && !bytes.Contains(m.Data, []byte(`"error"`)) && !bytes.Contains(m.Data, []byte(`"duplicate"`)) {
+		return false, nil
+	}
+	var ack struct {
+		Error *struct {
+			Code        int    `json:"code"`
+			ErrCode     int    `json:"err_code"`
+			Description string `json:"description"`
+		} `json:"error"`
+		Stream    string `json:"stream"`
+		Duplicate bool   `json:"duplicate"`
+	}
+	if err := json.Unmarshal(m.Data, &ack); err != nil {
+		return false, fmt.Errorf("publish acknowledgement %q: %w", m.Data, err)
+	}
+	switch {
+	case ack.Error != nil:
+		return false, fmt.Errorf("publish refused: %s (%d/%d)", ack.Error.Description, ack.Error.Code, ack.Error.ErrCode)
+	case ack.Stream != StreamName:
+		return false, fmt.Errorf("publish acknowledged by stream %q", ack.Stream)
+	}
+	return ack.Duplicate, nil
 }
 
 // awaitRecord polls the request record until it exists or ctx ends.

@@ -180,7 +180,7 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 	if cfg.Observer != nil {
 		n.events.failed = cfg.Observer.EventPublishFailed
 	}
-	if n.Client, err = NewClient(n.NC, n.JS, n.recorded); err != nil {
+	if n.Client, err = NewClient(n.NC, n.recorded); err != nil {
 		return nil, err
 	}
 	n.startGoogle(cfg)

@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -340,5 +342,25 @@ func TestPartitionOfMatchesServerTransform(t *testing.T) {
 		if m.Subject != want {
 			t.Fatalf("stored as %s, PartitionOf says %s", m.Subject, want)
 		}
+	}
+}
+
+// TestSubmitWithoutStream: a command nobody stores is answered
+// ErrUnavailable as soon as NATS says no stream listens (no responders),
+// not when the caller's deadline runs out.
+func TestSubmitWithoutStream(t *testing.T) {
+	n := startNode(t, t.TempDir(), nil)
+	submit(t, n, upsert("c"))
+	n.StopWriters()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := n.JS.DeleteStream(ctx, queue.StreamName); err != nil {
+		t.Fatal(err)
+	}
+	cmd := book("c", "r1", 0, 1)
+	cmd.V = actor.SchemaVersion
+	_, err := n.Submit(ctx, &cmd, cmd.Fingerprint())
+	if !errors.Is(err, queue.ErrUnavailable) || !strings.Contains(err.Error(), "503") || ctx.Err() != nil {
+		t.Fatalf("submit without a stream: %v (ctx %v)", err, ctx.Err())
 	}
 }
