@@ -199,10 +199,16 @@ func (p *Partition) run(ctx context.Context) error {
 				return err
 			}
 		}
-		if err := p.apply(batch); err != nil {
+		err := p.apply(batch)
+		n := len(batch)
+		// The batch's backing array is reused: drop the messages it
+		// points at, or an idle partition would keep its last batch
+		// (up to MaxBatch messages with their headers) alive.
+		clear(batch)
+		if err != nil {
 			return err
 		}
-		seen += uint64(len(batch))
+		seen += uint64(n)
 		if !p.caughtUp.Load() && seen >= backlog {
 			p.caughtUp.Store(true)
 			p.log.Info("partition caught up", "applied_seq", p.applied.Load(), "replayed", seen)
