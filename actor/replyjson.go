@@ -205,3 +205,51 @@ func (p *cursor) skipObject() bool {
 	}
 	return false
 }
+
+// RejectedError reads a rejected reply without details, as MarshalReply (or
+// json.Marshal) encodes it, without decoding it: the rejection code and the
+// members `"code":…,"message":…[,"conflict":{…}]` exactly as encoded, which
+// are also how the HTTP API's error object encodes them. ok is false for
+// anything else (an accepted reply, details, an unexpected shape): the
+// caller then decodes the reply with encoding/json.
+func RejectedError(raw []byte) (code string, members []byte, ok bool) {
+	p := fastParser{cursor{data: raw}}
+	if !p.lit(`{"v":`) {
+		return "", nil, false
+	}
+	if _, ok := p.int(); !ok {
+		return "", nil, false
+	}
+	for _, key := range [...]string{`,"request_id":`, `,"calendar_id":`, `,"type":`} {
+		if p.lit(key) {
+			if _, ok := p.str(); !ok {
+				return "", nil, false
+			}
+		}
+	}
+	if !p.lit(`,"outcome":"rejected",`) {
+		return "", nil, false
+	}
+	start := p.i
+	if !p.lit(`"code":`) {
+		return "", nil, false
+	}
+	c, ok := p.str()
+	if !ok || !p.lit(`,"message":`) {
+		return "", nil, false
+	}
+	if _, ok := p.str(); !ok {
+		return "", nil, false
+	}
+	if p.lit(`,"conflict":`) && !p.skipObject() {
+		return "", nil, false
+	}
+	members = raw[start:p.i]
+	if !p.lit(`,"seq":`) {
+		return "", nil, false
+	}
+	if _, ok := p.int(); !ok || !p.lit("}") || p.i != len(raw) {
+		return "", nil, false
+	}
+	return string(c), members, true
+}

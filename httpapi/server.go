@@ -402,6 +402,16 @@ func (s *Server) writeReply(c *fiber.Ctx, raw []byte) error {
 		c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSON)
 		return c.Status(createdStatus(typ)).Send(body)
 	}
+	// So is a rejection without details (a conflict, mostly): its code,
+	// message and conflict are encoded as the error object encodes them.
+	if code, members, ok := actor.RejectedError(raw); ok {
+		if status, known := statusOf[code]; known && code != CodeUnavailable && code != CodeUnauthorized {
+			body := make([]byte, 0, len(members)+len(`{"error":{}}`))
+			body = append(append(append(body, `{"error":{`...), members...), "}}"...)
+			c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSON)
+			return c.Status(status).Send(body)
+		}
+	}
 	var r struct {
 		Type     string             `json:"type"`
 		Outcome  string             `json:"outcome"`

@@ -1,0 +1,87 @@
+package httpapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/bookline/bookline/actor"
+	"github.com/bookline/bookline/data"
+)
+
+// decodedRejection is what writeReply did with every rejected reply before
+// the scan: decode it, then encode the error body (as Fiber's c.JSON does,
+// with encoding/json).
+func decodedRejection(t *testing.T, raw []byte) (status int, body []byte) {
+	var r struct {
+		Outcome  string             `json:"outcome"`
+		Code     string             `json:"code"`
+		Message  string             `json:"message"`
+		Details  []actor.FieldError `json:"details"`
+		Conflict *data.Interval     `json:"conflict"`
+	}
+	if err := json.Unmarshal(raw, &r); err != nil || r.Outcome != actor.OutcomeRejected {
+		t.Fatalf("not a rejection: %s (%v)", raw, err)
+	}
+	e := &Error{Code: r.Code, Message: r.Message, Details: r.Details, Conflict: r.Conflict}
+	body, err := json.Marshal(errorBody{e})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e.Status(), body
+}
+
+// TestRejectedErrorMatchesDecode: for rejections the writer encodes, the
+// scanned error body is byte for byte the one decoding and re-encoding
+// gave, with the same status; and conflicts take the scan.
+func TestRejectedErrorMatchesDecode(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	codes := []string{actor.CodeSlotTaken, actor.CodeExternalBusy, actor.CodeBookingNotFound, actor.CodeIdempotencyKeyReused, actor.CodeHoldExpired, actor.CodeInvalidRequest, "no_such_code"}
+	messages := []string{"the interval overlaps a confirmed booking", "", `a "quoted" <tag> & more`, "ünïcode ✓", "tab\there"}
+	zones := []*time.Location{time.UTC, time.FixedZone("x", 3600), time.FixedZone("y", -5*3600-1800)}
+	n, scanned := 3000, 0
+	for i := range n {
+		rep := &actor.Reply{V: 1, RequestID: "r." + string(rune('a'+i%26)), CalendarID: "cal-1", Type: actor.TypeBookingCreate,
+			Outcome: actor.OutcomeRejected, Code: codes[r.IntN(len(codes))], Message: messages[r.IntN(len(messages))], Seq: r.Uint64N(1 << 40)}
+		if r.IntN(4) > 0 {
+			start := time.Unix(r.Int64N(4e9), r.Int64N(1e9)*int64(r.IntN(2))).In(zones[r.IntN(len(zones))])
+			rep.Conflict = &data.Interval{Start: start, End: start.Add(time.Duration(r.IntN(600)) * time.Minute)}
+		}
+		if r.IntN(5) == 0 {
+			rep.Details = []actor.FieldError{{Field: "end", Message: "must be after start"}}
+		}
+		if r.IntN(6) == 0 {
+			rep.RequestID, rep.Type = "", ""
+		}
+		raw, err := actor.MarshalReply(rep)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantStatus, want := decodedRejection(t, raw)
+		code, members, ok := actor.RejectedError(raw)
+		if !ok {
+			if rep.Details == nil && rep.Message == messages[0] && rep.Conflict != nil {
+				t.Fatalf("a plain conflict did not take the scan: %s", raw)
+			}
+			continue
+		}
+		status, known := statusOf[code]
+		if !known {
+			continue // writeReply decodes these
+		}
+		scanned++
+		got := append(append([]byte(`{"error":{`), members...), "}}"...)
+		if status != wantStatus || !bytes.Equal(got, want) {
+			t.Fatalf("reply %s:\n scan %d %s\n decode %d %s", raw, status, got, wantStatus, want)
+		}
+		if slices.Contains([]string{CodeUnavailable, CodeUnauthorized}, code) {
+			t.Fatalf("writer rejection with an HTTP-only code %s", code)
+		}
+	}
+	if scanned < n/6 {
+		t.Fatalf("only %d of %d rejections took the scan", scanned, n)
+	}
+}
