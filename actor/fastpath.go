@@ -337,12 +337,29 @@ const maxFastDepth = 64
 // that exactly those bytes are one valid value, so it never accepts what
 // encoding/json would not, nor ends the value elsewhere.
 func (p *fastParser) rawObject() (json.RawMessage, bool) {
-	d, start := p.data, p.i
-	if start >= len(d) || d[start] != '{' {
+	end, ok := p.objectEnd(maxFastDepth)
+	if !ok {
 		return nil, false
 	}
+	raw := p.data[p.i:end]
+	if !json.Valid(raw) {
+		return nil, false
+	}
+	p.i = end
+	return append(json.RawMessage(nil), raw...), true
+}
+
+// objectEnd finds the end (the index after the closing brace) of the object
+// at the cursor by counting brackets outside strings, refusing more than
+// maxDepth levels. It does not validate: callers either check the bytes or
+// read output that is valid JSON by construction.
+func (p *cursor) objectEnd(maxDepth int) (int, bool) {
+	d := p.data
+	if p.i >= len(d) || d[p.i] != '{' {
+		return 0, false
+	}
 	depth := 0
-	for j := start; j < len(d); j++ {
+	for j := p.i; j < len(d); j++ {
 		switch d[j] {
 		case '"':
 			for j++; j < len(d) && d[j] != '"'; j++ {
@@ -351,21 +368,16 @@ func (p *fastParser) rawObject() (json.RawMessage, bool) {
 				}
 			}
 		case '{', '[':
-			if depth++; depth > maxFastDepth {
-				return nil, false
+			if depth++; depth > maxDepth {
+				return 0, false
 			}
 		case '}', ']':
 			if depth--; depth == 0 {
-				raw := d[start : j+1]
-				if !json.Valid(raw) {
-					return nil, false
-				}
-				p.i = j + 1
-				return append(json.RawMessage(nil), raw...), true
+				return j + 1, true
 			}
 		}
 	}
-	return nil, false
+	return 0, false
 }
 
 // isCanonicalObject reports whether raw (already trimmed) is a JSON object

@@ -2,6 +2,7 @@ package actor
 
 import (
 	"encoding/json"
+	"math"
 	"strconv"
 
 	"github.com/bookline/bookline/data"
@@ -135,24 +136,8 @@ func appendOmitString(b []byte, key, s string) []byte {
 // then decodes the reply with encoding/json.
 func AcceptedBooking(raw []byte) (typ string, booking []byte, ok bool) {
 	p := fastParser{cursor{data: raw}}
-	if !p.lit(`{"v":`) {
-		return "", nil, false
-	}
-	if _, ok := p.int(); !ok {
-		return "", nil, false
-	}
-	for _, key := range [...]string{`,"request_id":`, `,"calendar_id":`} {
-		if p.lit(key) {
-			if _, ok := p.str(); !ok {
-				return "", nil, false
-			}
-		}
-	}
-	if !p.lit(`,"type":`) {
-		return "", nil, false
-	}
-	t, ok := p.str()
-	if !ok || !p.lit(`,"outcome":"accepted","booking":`) {
+	t, ok := p.replyHead()
+	if !ok || t == nil || !p.lit(`,"outcome":"accepted","booking":`) {
 		return "", nil, false
 	}
 	start := p.i
@@ -160,13 +145,43 @@ func AcceptedBooking(raw []byte) (typ string, booking []byte, ok bool) {
 		return "", nil, false
 	}
 	booking = raw[start:p.i]
-	if !p.lit(`,"seq":`) {
-		return "", nil, false
-	}
-	if _, ok := p.int(); !ok || !p.lit("}") || p.i != len(raw) {
+	if !p.replyTail() {
 		return "", nil, false
 	}
 	return commandType(t), booking, true
+}
+
+// replyHead reads the members a reply starts with, as MarshalReply writes
+// them: "v", then "request_id", "calendar_id" and "type" where present. It
+// returns the type (nil when absent).
+func (p *fastParser) replyHead() (typ []byte, ok bool) {
+	if !p.lit(`{"v":`) {
+		return nil, false
+	}
+	if _, ok := p.int(); !ok {
+		return nil, false
+	}
+	for _, key := range [...]string{`,"request_id":`, `,"calendar_id":`, `,"type":`} {
+		if p.lit(key) {
+			v, ok := p.str()
+			if !ok {
+				return nil, false
+			}
+			if key == `,"type":` {
+				typ = v
+			}
+		}
+	}
+	return typ, true
+}
+
+// replyTail reads the member a reply ends with, "seq", and the end.
+func (p *fastParser) replyTail() bool {
+	if !p.lit(`,"seq":`) {
+		return false
+	}
+	_, ok := p.int()
+	return ok && p.lit("}") && p.i == len(p.data)
 }
 
 // lit consumes s if the input continues with it.
@@ -179,31 +194,13 @@ func (p *cursor) lit(s string) bool {
 }
 
 // skipObject moves past a JSON object that is known to be valid JSON
-// (strings may hold escapes and braces); it only balances brackets.
+// (strings may hold escapes and braces).
 func (p *cursor) skipObject() bool {
-	d := p.data
-	if p.i >= len(d) || d[p.i] != '{' {
-		return false
+	end, ok := p.objectEnd(math.MaxInt)
+	if ok {
+		p.i = end
 	}
-	depth := 0
-	for j := p.i; j < len(d); j++ {
-		switch d[j] {
-		case '"':
-			for j++; j < len(d) && d[j] != '"'; j++ {
-				if d[j] == '\\' {
-					j++
-				}
-			}
-		case '{', '[':
-			depth++
-		case '}', ']':
-			if depth--; depth == 0 {
-				p.i = j + 1
-				return true
-			}
-		}
-	}
-	return false
+	return ok
 }
 
 // RejectedError reads a rejected reply without details, as MarshalReply (or
@@ -214,20 +211,7 @@ func (p *cursor) skipObject() bool {
 // caller then decodes the reply with encoding/json.
 func RejectedError(raw []byte) (code string, members []byte, ok bool) {
 	p := fastParser{cursor{data: raw}}
-	if !p.lit(`{"v":`) {
-		return "", nil, false
-	}
-	if _, ok := p.int(); !ok {
-		return "", nil, false
-	}
-	for _, key := range [...]string{`,"request_id":`, `,"calendar_id":`, `,"type":`} {
-		if p.lit(key) {
-			if _, ok := p.str(); !ok {
-				return "", nil, false
-			}
-		}
-	}
-	if !p.lit(`,"outcome":"rejected",`) {
+	if _, ok := p.replyHead(); !ok || !p.lit(`,"outcome":"rejected",`) {
 		return "", nil, false
 	}
 	start := p.i
@@ -245,10 +229,7 @@ func RejectedError(raw []byte) (code string, members []byte, ok bool) {
 		return "", nil, false
 	}
 	members = raw[start:p.i]
-	if !p.lit(`,"seq":`) {
-		return "", nil, false
-	}
-	if _, ok := p.int(); !ok || !p.lit("}") || p.i != len(raw) {
+	if !p.replyTail() {
 		return "", nil, false
 	}
 	return string(c), members, true
