@@ -35,7 +35,10 @@ type NodeConfig struct {
 	// commit; both survive a process crash, and an index left by a session
 	// that died before a reboot is rebuilt from the stream.
 	SyncAlways bool
-	// Partitions is the number of partitions (and writer goroutines).
+	// Partitions is the number of partitions (and writer goroutines). 0
+	// takes the existing command stream's count, or for a new stream
+	// DefaultPartitions (embedded server) or DefaultClusterPartitions
+	// (with NATSURL).
 	Partitions int
 	// Replicas of the command and event streams when they are created.
 	Replicas int
@@ -93,8 +96,8 @@ func IndexFile(dataDir string) string { return filepath.Join(dataDir, "index.db"
 // and starts one writer goroutine per partition. Partitions catch up in the
 // background; Ready reports when they have.
 func StartNode(cfg NodeConfig) (_ *Node, err error) {
-	if cfg.Partitions < 1 || cfg.Partitions > 1024 {
-		return nil, fmt.Errorf("queue: partitions must be 1..1024, got %d", cfg.Partitions)
+	if cfg.Partitions < 0 || cfg.Partitions > 1024 {
+		return nil, fmt.Errorf("queue: partitions must be 1..1024 (or 0: the stream's), got %d", cfg.Partitions)
 	}
 	if cfg.Replicas < 1 {
 		cfg.Replicas = 1
@@ -154,6 +157,11 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	if cfg.Partitions == 0 {
+		if cfg.Partitions, err = defaultPartitions(ctx, n.JS, cfg.NATSURL != ""); err != nil {
+			return nil, err
+		}
+	}
 	scfg := StreamConfig(cfg.Partitions, cfg.Replicas)
 	if cfg.DuplicateWindow > 0 {
 		scfg.Duplicates = cfg.DuplicateWindow

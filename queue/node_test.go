@@ -364,3 +364,56 @@ func TestSubmitWithoutStream(t *testing.T) {
 		t.Fatalf("submit without a stream: %v (ctx %v)", err, ctx.Err())
 	}
 }
+
+// TestPartitionsDefaultAndAdopted: without a configured count a new stream
+// gets DefaultPartitions, and an existing stream keeps its own count (an
+// index built with 8 partitions is served as it was); an explicit count
+// that differs from the stream's still refuses to start.
+func TestPartitionsDefaultAndAdopted(t *testing.T) {
+	start := func(dir string, partitions int) (*queue.Node, error) {
+		return queue.StartNode(queue.NodeConfig{DataDir: dir, Partitions: partitions, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	}
+	checkTransform := func(n *queue.Node, want int) {
+		t.Helper()
+		s, err := n.JS.Stream(context.Background(), queue.StreamName)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := s.CachedInfo().Config.SubjectTransform.Destination; !strings.Contains(got, fmt.Sprintf("{{partition(%d,1)}}", want)) || len(n.Parts) != want {
+			t.Fatalf("%d writers, transform %q; want %d partitions", len(n.Parts), got, want)
+		}
+	}
+
+	n, err := start(t.TempDir(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkTransform(n, queue.DefaultPartitions)
+	stopNode(t, n)
+
+	dir := t.TempDir()
+	if n, err = start(dir, 8); err != nil {
+		t.Fatal(err)
+	}
+	queuetest.CheckFor(t, 20*time.Second, n.Ready)
+	for c := 0; c < 16; c++ {
+		submit(t, n, upsert(fmt.Sprintf("cal%d", c)))
+	}
+	want := digestOf(t, n.Store)
+	stopNode(t, n)
+	if n, err = start(dir, 0); err != nil {
+		t.Fatal(err)
+	}
+	checkTransform(n, 8)
+	queuetest.CheckFor(t, 20*time.Second, n.Ready)
+	if got := digestOf(t, n.Store); got.Total != want.Total || len(got.Applied) != len(want.Applied) {
+		t.Fatalf("index changed when the stream's partition count was adopted: %v vs %v", got.Applied, want.Applied)
+	}
+	stopNode(t, n)
+	if n, err = start(dir, 4); !errors.Is(err, queue.ErrPartitionMismatch) {
+		if n != nil {
+			n.Close()
+		}
+		t.Fatalf("explicit 4 partitions on an 8-partition stream: %v", err)
+	}
+}

@@ -92,7 +92,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&c.httpAddr, "http-addr", "127.0.0.1:8080", "HTTP listen address")
 	fs.StringVar(&c.natsURL, "nats-url", "", "external NATS JetStream server URL(s), comma-separated; empty starts an embedded server")
 	fs.StringVar(&c.natsListen, "nats-listen", "127.0.0.1:4222", "client address of the embedded NATS server, for importers and admins; empty = in-process only")
-	fs.IntVar(&c.partitions, "partitions", 8, "number of partitions (fixed when the stream is created)")
+	fs.IntVar(&c.partitions, "partitions", 0, "number of partitions, fixed when the stream is created; 0 = the existing stream's, or for a new stream 2 (embedded server) or 8 (with --nats-url)")
 	fs.DurationVar(&c.replyTimeout, "reply-timeout", 5*time.Second, "how long a write waits for its outcome before answering 202 with a Location")
 	fs.StringVar(&c.sync, "sync", "interval", "embedded JetStream durability: interval (fsync every 2 min; survives process crashes) or always (fsync every message; survives power loss, slower)")
 	fs.StringVar(&c.logFormat, "log-format", "text", "log format: text or json")
@@ -222,7 +222,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	log.Info("http listening", "addr", ln.Addr().String(), "partitions", c.partitions, "data_dir", c.dataDir)
+	log.Info("http listening", "addr", ln.Addr().String(), "partitions", len(node.Parts), "data_dir", c.dataDir)
 	served := make(chan error, 1)
 	go func() { served <- api.App().Listener(ln) }()
 
