@@ -23,9 +23,10 @@ import (
 // cost of a commit is mostly the pages it rewrites and its fsync, which
 // grow far slower than the commands it carries. 2048 gave ~20% more
 // catch-up throughput than 512 (BenchmarkWritersCatchUp, 3 A/B pairs);
-// 8192 no clear further gain. The price is memory while catching up: the
-// dirty pages of one commit (8 partitions × 2048 commands over 10,000
-// calendars: ~150 MB) live until it is written.
+// 8192 no clear further gain (measured with 8 partitions). The price is
+// memory while catching up: the dirty pages of one commit (up to partitions
+// × 2048 commands; with 8 partitions over 10,000 calendars ~150 MB, with
+// the embedded default of 2 a quarter of that) live until it is written.
 const MaxBatch = 2048
 
 // Partition is the single writer of one partition: one goroutine that takes
