@@ -35,80 +35,38 @@ import (
 func parseCommandFast(data []byte, c *Command) bool {
 	p := fastParser{cursor{data: data}}
 	p.ws()
-	if !p.consume('{') {
-		return false
-	}
-	p.ws()
-	if !p.consume('}') {
-		var seen uint
-		for {
-			key, ok := p.str()
-			if !ok {
-				return false
+	ok := p.object(func(key []byte) (uint, bool) {
+		var ok bool
+		switch string(key) {
+		case "v":
+			c.V, ok = p.int()
+			return 1 << 0, ok
+		case "type":
+			var s []byte
+			if s, ok = p.str(); ok {
+				c.Type = commandType(s)
 			}
-			p.ws()
-			if !p.consume(':') {
-				return false
-			}
-			p.ws()
-			var bit uint
-			switch string(key) {
-			case "v":
-				bit = 1 << 0
-			case "type":
-				bit = 1 << 1
-			case "request_id":
-				bit = 1 << 2
-			case "calendar_id":
-				bit = 1 << 3
-			case "booking_id":
-				bit = 1 << 4
-			case "booking":
-				bit = 1 << 5
-			case "reschedule":
-				bit = 1 << 6
-			default:
-				return false
-			}
-			if seen&bit != 0 {
-				return false // encoding/json merges repeated keys; leave that to it
-			}
-			seen |= bit
-			switch bit {
-			case 1 << 0:
-				c.V, ok = p.int()
-			case 1 << 1:
-				var s []byte
-				if s, ok = p.str(); ok {
-					c.Type = commandType(s)
-				}
-			case 1 << 2:
-				c.RequestID, ok = p.string()
-			case 1 << 3:
-				c.CalendarID, ok = p.string()
-			case 1 << 4:
-				c.BookingID, ok = p.string()
-			case 1 << 5:
-				c.Booking, ok = p.booking()
-			case 1 << 6:
-				c.Reschedule, ok = p.interval()
-			}
-			if !ok {
-				return false
-			}
-			p.ws()
-			if p.consume(',') {
-				p.ws()
-				continue
-			}
-			if !p.consume('}') {
-				return false
-			}
-			break
+			return 1 << 1, ok
+		case "request_id":
+			c.RequestID, ok = p.string()
+			return 1 << 2, ok
+		case "calendar_id":
+			c.CalendarID, ok = p.string()
+			return 1 << 3, ok
+		case "booking_id":
+			c.BookingID, ok = p.string()
+			return 1 << 4, ok
+		case "booking":
+			c.Booking, ok = p.booking()
+			return 1 << 5, ok
+		case "reschedule":
+			c.Reschedule, ok = p.interval()
+			return 1 << 6, ok
 		}
-	}
+		return 0, false
+	})
 	p.ws()
-	return p.i == len(p.data)
+	return ok && p.i == len(p.data)
 }
 
 // commandType returns s as a string, without allocating for the known
