@@ -373,14 +373,26 @@ func newBooking(d *Decoded, cal *data.Calendar, status string) data.Booking {
 	}
 }
 
-func createBooking(tx *data.Tx, d *Decoded) (Reply, error) {
+// bookable decides whether d, a booking.create, may be booked at d.At: rej
+// is its refusal (no calendar, a rule, a conflict) or nil. It only reads, so
+// Refused answers from it too.
+func bookable(tx *data.Tx, d *Decoded) (cal data.Calendar, rej *Reply, err error) {
 	cal, loc, rej, err := calendarFor(tx, d)
 	if rej != nil || err != nil {
-		return deref(rej), err
+		return cal, rej, err
 	}
 	spec := d.Cmd.Booking
 	if v := check(tx, &cal, loc, data.Interval{Start: spec.Start, End: spec.End}, d.At, ""); v.code != "" {
-		return d.refuse(v), nil
+		r := d.refuse(v)
+		return cal, &r, nil
+	}
+	return cal, nil, nil
+}
+
+func createBooking(tx *data.Tx, d *Decoded) (Reply, error) {
+	cal, rej, err := bookable(tx, d)
+	if rej != nil || err != nil {
+		return deref(rej), err
 	}
 	bk := newBooking(d, &cal, data.StatusConfirmed)
 	if err := tx.PutBooking(bk); err != nil {

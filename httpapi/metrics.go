@@ -27,6 +27,7 @@ type Metrics struct {
 	httpRequests *prometheus.CounterVec
 	httpDuration *prometheus.HistogramVec
 	commands     *prometheus.CounterVec
+	refused      *prometheus.CounterVec // answered from the index, not logged
 	batchSize    *prometheus.HistogramVec
 	applyLatency *prometheus.HistogramVec
 	eventFails   *prometheus.CounterVec
@@ -55,6 +56,10 @@ func NewMetrics() *Metrics {
 		Name: "bookline_commands_total",
 		Help: "Commands decided by the partition writers (redeliveries excluded), by type, outcome (accepted, rejected) and reason (the rejection code, none when accepted).",
 	}, []string{"type", "outcome", "reason"})
+	m.refused = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "bookline_refused_from_index_total",
+		Help: "Bookings without an Idempotency-Key that the committed index already refused, answered without logging a command (not in bookline_commands_total nor in the event stream), by type and reason.",
+	}, []string{"type", "reason"})
 	m.batchSize = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "bookline_partition_batch_size",
 		Help:    "Messages applied per committed batch, by partition.",
@@ -74,7 +79,7 @@ func NewMetrics() *Metrics {
 		Help: "Failed Google Calendar calls of the sync, by reason (rate_limited, server_error, timeout, network, unauthorized, invalid_grant, forbidden, calendar_not_found, credentials, bad_request, other).",
 	}, []string{"reason"})
 	m.reg.MustRegister(m.syncFails)
-	m.reg.MustRegister(m.httpRequests, m.httpDuration, m.commands, m.batchSize, m.applyLatency, m.eventFails,
+	m.reg.MustRegister(m.httpRequests, m.httpDuration, m.commands, m.refused, m.batchSize, m.applyLatency, m.eventFails,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -67,6 +67,18 @@ type Config struct {
 	// bucket size (default: RateLimit rounded up).
 	RateLimit float64
 	RateBurst int
+	// LogEveryBooking sends every booking through the log, also one
+	// without an Idempotency-Key that the committed index already refuses
+	// (see Refuser); by default such a booking is answered from the index.
+	LogEveryBooking bool
+}
+
+// Refuser is implemented by backends that can answer a valid booking.create
+// from the committed index when the index already refuses it (queue.Node):
+// reply is the writer's rejection and code its rejection code, "" when only
+// the writer can decide.
+type Refuser interface {
+	Refused(cmd *actor.Command) (reply []byte, code string, err error)
 }
 
 // Limits of the API.
@@ -376,6 +388,9 @@ func (s *Server) submit(c *fiber.Ctx, cmd *actor.Command) error {
 	if errs := cmd.Validate(); len(errs) > 0 {
 		return invalid(errs...)
 	}
+	if reply, ok := s.refused(c, cmd); ok {
+		return s.writeReply(c, reply)
+	}
 	ctx, cancel := context.WithTimeout(queue.WithTraceID(context.Background(), requestIDOf(c)), s.cfg.ReplyTimeout)
 	defer cancel()
 	reply, err := s.backend.Submit(ctx, cmd, cmd.Fingerprint())
@@ -390,6 +405,35 @@ func (s *Server) submit(c *fiber.Ctx, cmd *actor.Command) error {
 		return err
 	}
 	return s.writeReply(c, reply)
+}
+
+// refused answers a booking without an Idempotency-Key from the committed
+// index when the index already refuses it: a slot that is taken, a rule, a
+// missing calendar. Nothing is logged for it. That is safe because the
+// answer is true of the state at the moment it was read, the request changes
+// nothing, and nobody can ask about it again: its request id was made up
+// here and is never shown. A booking with a key always goes through the log,
+// so that every retry gets the one recorded answer. Only a refusal is
+// answered here, never an acceptance, so this cannot double-book. When the
+// index cannot tell, or reading it fails, the booking goes to the log.
+func (s *Server) refused(c *fiber.Ctx, cmd *actor.Command) ([]byte, bool) {
+	if s.cfg.LogEveryBooking || cmd.Type != actor.TypeBookingCreate || c.Get("Idempotency-Key") != "" {
+		return nil, false
+	}
+	rf, ok := s.backend.(Refuser)
+	if !ok {
+		return nil, false
+	}
+	reply, code, err := rf.Refused(cmd)
+	if err != nil {
+		s.log.Warn("reading the index before logging a booking failed; logging it", "trace_id", requestIDOf(c), "err", err)
+		return nil, false
+	}
+	if code == "" {
+		return nil, false
+	}
+	s.metrics.refused.WithLabelValues(cmd.Type, code).Inc()
+	return reply, true
 }
 
 // writeReply answers with a decided outcome. The status and body depend only

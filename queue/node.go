@@ -268,6 +268,28 @@ func (n *Node) recorded(cmd *actor.Command, fingerprint string) (reply []byte, o
 	return reply, ok, err
 }
 
+// Refused answers a valid booking.create from the index alone when the
+// committed state refuses it now (see actor.Refused): the rejection and its
+// code; code is "" when only the writer can decide it. The caller must only ask for a command that
+// cannot be asked about again (one without an idempotency key). It never
+// refuses in cluster mode, where another instance may have decided more
+// than this index holds, nor on a partition that is still catching up, whose
+// index may lack what was answered before a restart.
+func (n *Node) Refused(cmd *actor.Command) (reply []byte, code string, err error) {
+	if n.cluster != nil || len(n.Parts) == 0 || !actor.ValidCalendarID(cmd.CalendarID) {
+		return nil, "", nil
+	}
+	if !n.Parts[PartitionOf(cmd.CalendarID, len(n.Parts))].CaughtUp() {
+		return nil, "", nil
+	}
+	now := time.Now()
+	err = n.Store.View(func(tx *data.Tx) error {
+		reply, code, err = actor.Refused(tx, cmd, now)
+		return err
+	})
+	return reply, code, err
+}
+
 // Lookup reads the recorded reply of a request id, if it was decided.
 func (n *Node) Lookup(calID, reqID string) (reply []byte, ok bool, err error) {
 	err = n.Store.View(func(tx *data.Tx) error {

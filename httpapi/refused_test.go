@@ -1,0 +1,84 @@
+package httpapi_test
+
+import (
+	"bytes"
+	"context"
+	"testing"
+	"time"
+
+	"github.com/bookline/bookline/httpapi"
+	"github.com/bookline/bookline/queue"
+)
+
+// logged is how many commands the stream holds.
+func (h *harness) logged() uint64 {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	stream, err := h.node.JS.Stream(ctx, queue.StreamName)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	info, err := stream.Info(ctx)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return info.State.Msgs
+}
+
+// A booking without an Idempotency-Key that the committed index refuses is
+// answered from the index, with the body the writer gives, and is not
+// logged; with a key it goes through the log and its answer is recorded.
+func TestRefusedFromIndex(t *testing.T) {
+	h := start(t, "", options{partitions: 2})
+	h.createCalendar("cal", "UTC")
+	first := h.do("POST", "/v1/calendars/cal/bookings", bookingBody(base, time.Hour, "ann"))
+	h.mustStatus(first, 201)
+	var ann booking
+	first.json(t, &ann)
+	before := h.logged()
+
+	overlap := bookingBody(base.Add(30*time.Minute), time.Hour, "bob")
+	keyless := h.do("POST", "/v1/calendars/cal/bookings", overlap)
+	h.mustStatus(keyless, 409)
+	keyed := h.do("POST", "/v1/calendars/cal/bookings", overlap, "Idempotency-Key", "bob-1")
+	h.mustStatus(keyed, 409)
+	if !bytes.Equal(keyless.Body, keyed.Body) || keyless.errorCode(t) != "slot_taken" {
+		t.Fatalf("from the index: %s\nfrom the writer: %s", keyless.Body, keyed.Body)
+	}
+	ghost := h.do("POST", "/v1/calendars/ghost/bookings", overlap)
+	if ghost.Status != 404 || ghost.errorCode(t) != "calendar_not_found" {
+		t.Fatalf("ghost: %d %s", ghost.Status, ghost.Body)
+	}
+	if got := h.logged(); got != before+1 {
+		t.Fatalf("%d commands logged, want 1 (the keyed one)", got-before)
+	}
+
+	// The slot is freed: a keyless booking is accepted (by the writer),
+	// while the keyed one keeps its recorded answer.
+	h.mustStatus(h.do("DELETE", "/v1/calendars/cal/bookings/"+ann.ID, nil), 200)
+	if r := h.do("POST", "/v1/calendars/cal/bookings", overlap, "Idempotency-Key", "bob-1"); r.Status != 409 || !bytes.Equal(r.Body, keyed.Body) {
+		t.Fatalf("keyed retry after the cancel: %d %s", r.Status, r.Body)
+	}
+	h.mustStatus(h.do("POST", "/v1/calendars/cal/bookings", overlap), 201)
+
+	text := string(h.do("GET", "/metrics", nil).Body)
+	for reason, want := range map[string]float64{"slot_taken": 1, "calendar_not_found": 1} {
+		if got, _ := metricValue(text, "bookline_refused_from_index_total", map[string]string{"type": "booking.create", "reason": reason}); got != want {
+			t.Errorf("refused from the index, %s: %v, want %v", reason, got, want)
+		}
+	}
+}
+
+// With LogEveryBooking (serve --log-every-booking) every booking is logged.
+func TestLogEveryBooking(t *testing.T) {
+	h := start(t, "", options{partitions: 2, api: func(c *httpapi.Config) { c.LogEveryBooking = true }})
+	h.createCalendar("cal", "UTC")
+	h.mustStatus(h.do("POST", "/v1/calendars/cal/bookings", bookingBody(base, time.Hour, "ann")), 201)
+	before := h.logged()
+	h.mustStatus(h.do("POST", "/v1/calendars/cal/bookings", bookingBody(base, time.Hour, "bob")), 409)
+	h.mustStatus(h.do("POST", "/v1/calendars/ghost/bookings", bookingBody(base, time.Hour, "bob")), 404)
+	if got := h.logged(); got != before+2 {
+		t.Fatalf("%d commands logged, want 2", got-before)
+	}
+}
