@@ -270,11 +270,12 @@ func (n *Node) recorded(cmd *actor.Command, fingerprint string) (reply []byte, o
 
 // Refused answers a valid booking.create from the index alone when the
 // committed state refuses it now (see actor.Refused): the rejection and its
-// code; code is "" when only the writer can decide it. The caller must only ask for a command that
-// cannot be asked about again (one without an idempotency key). It never
-// refuses in cluster mode, where another instance may have decided more
-// than this index holds, nor on a partition that is still catching up, whose
-// index may lack what was answered before a restart.
+// code; code is "" when only the writer can decide it. The caller must only
+// ask for a command that cannot be asked about again (one without an
+// idempotency key). It never refuses in cluster mode, where another instance
+// may have decided more than this index holds, nor on a partition that is
+// still catching up, whose index may lack what was answered before a
+// restart.
 func (n *Node) Refused(cmd *actor.Command) (reply []byte, code string, err error) {
 	if n.cluster != nil || len(n.Parts) == 0 || !actor.ValidCalendarID(cmd.CalendarID) {
 		return nil, "", nil
