@@ -375,7 +375,7 @@ func newBooking(d *Decoded, cal *data.Calendar, status string) data.Booking {
 
 // bookable decides whether d, a booking.create, may be booked at d.At: rej
 // is its refusal (no calendar, a rule, a conflict) or nil. It only reads, so
-// Refused answers from it too.
+// Refused answers from it too (and from holdable for a hold.create).
 func bookable(tx *data.Tx, d *Decoded) (cal data.Calendar, rej *Reply, err error) {
 	cal, loc, rej, err := calendarFor(tx, d)
 	if rej != nil || err != nil {
@@ -406,13 +406,15 @@ func createBooking(tx *data.Tx, d *Decoded) (Reply, error) {
 	return r, nil
 }
 
-func createHold(tx *data.Tx, d *Decoded) (Reply, error) {
+// holdable is bookable for a hold.create: the calendar and the hold's ttl,
+// or its refusal (also a ttl over the calendar's maximum).
+func holdable(tx *data.Tx, d *Decoded) (cal data.Calendar, ttl time.Duration, rej *Reply, err error) {
 	cal, loc, rej, err := calendarFor(tx, d)
 	if rej != nil || err != nil {
-		return deref(rej), err
+		return cal, 0, rej, err
 	}
 	spec := d.Cmd.Booking
-	ttl := DefaultHoldTTL
+	ttl = DefaultHoldTTL
 	if spec.TTLSeconds > 0 {
 		ttl = time.Duration(spec.TTLSeconds) * time.Second
 	}
@@ -423,10 +425,19 @@ func createHold(tx *data.Tx, d *Decoded) (Reply, error) {
 	if ttl > maxTTL {
 		r := d.reject(CodeInvalidRequest, "invalid command")
 		r.Details = []FieldError{{Field: "ttl", Message: fmt.Sprintf("must be at most %s for this calendar", maxTTL)}}
-		return r, nil
+		return cal, 0, &r, nil
 	}
 	if v := check(tx, &cal, loc, data.Interval{Start: spec.Start, End: spec.End}, d.At, ""); v.code != "" {
-		return d.refuse(v), nil
+		r := d.refuse(v)
+		return cal, 0, &r, nil
+	}
+	return cal, ttl, nil, nil
+}
+
+func createHold(tx *data.Tx, d *Decoded) (Reply, error) {
+	cal, ttl, rej, err := holdable(tx, d)
+	if rej != nil || err != nil {
+		return deref(rej), err
 	}
 	bk := newBooking(d, &cal, data.StatusHeld)
 	exp := d.At.Add(ttl)

@@ -6,13 +6,13 @@ import (
 	"github.com/bookline/bookline/data"
 )
 
-// Refused answers a booking.create from the committed index alone, when the
-// index already refuses it at now: the calendar does not exist, a rule of
-// the calendar forbids the interval, or it conflicts with bookings (or busy
-// time) that are committed. reply is the rejection the writer would have
-// given at now, with seq 0 (it was not logged), and code its rejection code;
-// code is "" when the command might be accepted, or is not a booking.create:
-// only the writer can accept.
+// Refused answers a booking.create or hold.create from the committed index
+// alone, when the index already refuses it at now: the calendar does not
+// exist, a rule of the calendar forbids the interval (or the hold's ttl), or
+// it conflicts with bookings, live holds or busy time that are committed.
+// reply is the rejection the writer would have given at now, with seq 0 (it
+// was not logged), and code its rejection code; code is "" when the command
+// might be accepted, or is of another type: only the writer can accept.
 //
 // It decides with the writer's own functions, so it cannot refuse what the
 // writer would accept in the same state. Answering without the log is only
@@ -21,11 +21,17 @@ import (
 // not behind the log for the calendar's partition. cmd must be valid
 // (Validate).
 func Refused(tx *data.Tx, cmd *Command, now time.Time) (reply []byte, code string, err error) {
-	if cmd.Type != TypeBookingCreate || cmd.Booking == nil {
+	if cmd.Booking == nil {
 		return nil, "", nil
 	}
 	d := &Decoded{At: now, Cmd: *cmd}
-	_, rej, err := bookable(tx, d)
+	var rej *Reply
+	switch cmd.Type {
+	case TypeBookingCreate:
+		_, rej, err = bookable(tx, d)
+	case TypeHoldCreate:
+		_, _, rej, err = holdable(tx, d)
+	}
 	if rej == nil || err != nil {
 		return nil, "", err
 	}

@@ -29,7 +29,7 @@ func TestRefusedAgreesWithWriter(t *testing.T) {
 		{BufferBeforeMinutes: 15, BufferAfterMinutes: 10},
 		{Capacity: 2},
 		{WeeklyHours: open, SlotStepMinutes: 15, MinNoticeMinutes: 120, HorizonDays: 3, MaxDurationMinutes: 180},
-		{Capacity: 3, BufferAfterMinutes: 30, AllowedDurationsMinutes: []int{30, 60, 90}},
+		{Capacity: 3, BufferAfterMinutes: 30, AllowedDurationsMinutes: []int{30, 60, 90}, MaxHoldTTLSeconds: 3600},
 	}
 	cals := []string{"p0", "p1", "p2", "p3", "p4"}
 	now := time.Date(2026, 3, 2, 6, 0, 0, 0, time.UTC) // a Monday
@@ -40,6 +40,49 @@ func TestRefusedAgreesWithWriter(t *testing.T) {
 	calOf := map[string]string{}
 	codes := map[string]int{}
 	accepted := 0
+	// both asks Refused, then the writer, and compares their answers.
+	both := func(i int, cmd actor.Command) {
+		t.Helper()
+		cmd.V, cmd.RequestID = actor.SchemaVersion, fmt.Sprintf("b-%d", i)
+		if errs := cmd.Validate(); len(errs) > 0 {
+			t.Fatalf("generated an invalid command: %v", errs)
+		}
+		var refusal []byte
+		var code string
+		err := h.s.View(func(tx *data.Tx) error {
+			var err error
+			refusal, code, err = actor.Refused(tx, &cmd, now)
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := h.do(now, cmd)
+		if got.Outcome == actor.OutcomeAccepted {
+			if code != "" {
+				t.Fatalf("command %d (%s): Refused refused (%s) what the writer accepted", i, cmd.Type, refusal)
+			}
+			accepted++
+			ids = append(ids, got.Booking.ID)
+			calOf[got.Booking.ID] = cmd.CalendarID
+			return
+		}
+		if code != got.Code {
+			t.Fatalf("command %d (%s): Refused gave code %q, the writer %q (%s)", i, cmd.Type, code, got.Code, got.Message)
+		}
+		var pre actor.Reply
+		if err := json.Unmarshal(refusal, &pre); err != nil {
+			t.Fatal(err)
+		}
+		if pre.Seq != 0 {
+			t.Fatalf("refusal from the index has seq %d", pre.Seq)
+		}
+		pre.Seq = got.Seq
+		if a, b := mustJSON(t, pre), mustJSON(t, got); a != b {
+			t.Fatalf("command %d (%s): Refused answered\n%s\nthe writer\n%s", i, cmd.Type, a, b)
+		}
+		codes[cmd.Type+" "+code]++
+	}
 	for i := range 3000 {
 		now = now.Add(time.Duration(r.IntN(20*60)) * time.Second)
 		cal := cals[r.IntN(len(cals))]
@@ -50,54 +93,12 @@ func TestRefusedAgreesWithWriter(t *testing.T) {
 		dur := time.Duration(15*(1+r.IntN(8))) * time.Minute
 		switch x := r.IntN(100); {
 		case x < 60:
-			cmd := bookingCmd(cal, start, dur)
-			cmd.V, cmd.RequestID = actor.SchemaVersion, fmt.Sprintf("b-%d", i)
-			if errs := cmd.Validate(); len(errs) > 0 {
-				t.Fatalf("generated an invalid command: %v", errs)
-			}
-			var refusal []byte
-			var code string
-			err := h.s.View(func(tx *data.Tx) error {
-				var err error
-				refusal, code, err = actor.Refused(tx, &cmd, now)
-				return err
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			got := h.do(now, cmd)
-			if got.Outcome == actor.OutcomeAccepted {
-				if code != "" {
-					t.Fatalf("command %d: Refused refused (%s) what the writer accepted", i, refusal)
-				}
-				accepted++
-				ids = append(ids, got.Booking.ID)
-				calOf[got.Booking.ID] = cal
-				continue
-			}
-			if code != got.Code {
-				t.Fatalf("command %d: Refused gave code %q, the writer %q (%s)", i, code, got.Code, got.Message)
-			}
-			var pre actor.Reply
-			if err := json.Unmarshal(refusal, &pre); err != nil {
-				t.Fatal(err)
-			}
-			if pre.Seq != 0 {
-				t.Fatalf("refusal from the index has seq %d", pre.Seq)
-			}
-			pre.Seq = got.Seq
-			if a, b := mustJSON(t, pre), mustJSON(t, got); a != b {
-				t.Fatalf("command %d: Refused answered\n%s\nthe writer\n%s", i, a, b)
-			}
-			codes[code]++
+			both(i, bookingCmd(cal, start, dur))
 		case x < 72:
 			cmd := bookingCmd(cal, start, dur)
 			cmd.Type = actor.TypeHoldCreate
-			cmd.Booking.TTLSeconds = 60 * (1 + r.IntN(30))
-			if got := h.do(now, cmd); got.Outcome == actor.OutcomeAccepted {
-				ids = append(ids, got.Booking.ID)
-				calOf[got.Booking.ID] = cal
-			}
+			cmd.Booking.TTLSeconds = 60 * (1 + r.IntN(90)) // over the maximum of p4 (an hour) too
+			both(i, cmd)
 		case x < 85 && len(ids) > 0:
 			id := ids[r.IntN(len(ids))]
 			typ := actor.TypeBookingCancel
@@ -122,7 +123,12 @@ func TestRefusedAgreesWithWriter(t *testing.T) {
 	t.Logf("accepted %d, refused by code %v", accepted, codes)
 	for _, c := range []string{actor.CodeSlotTaken, actor.CodeBufferConflict, actor.CodeExternalBusy, actor.CodeCalendarNotFound,
 		actor.CodeOutsideHours, actor.CodeTooSoon, actor.CodeTooFar, actor.CodeDurationNotAllowed} {
-		if codes[c] < 3 {
+		if c := actor.TypeBookingCreate + " " + c; codes[c] < 3 {
+			t.Errorf("the log refused %q only %d times: it does not exercise Refused", c, codes[c])
+		}
+	}
+	for _, c := range []string{actor.CodeSlotTaken, actor.CodeCalendarNotFound, actor.CodeInvalidRequest} {
+		if c := actor.TypeHoldCreate + " " + c; codes[c] < 3 {
 			t.Errorf("the log refused %q only %d times: it does not exercise Refused", c, codes[c])
 		}
 	}
@@ -131,26 +137,30 @@ func TestRefusedAgreesWithWriter(t *testing.T) {
 	}
 }
 
-// TestRefusedOnlyBookings: other commands are left to the writer.
-func TestRefusedOnlyBookings(t *testing.T) {
+// TestRefusedOnlyCreates: commands other than booking.create and hold.create
+// are left to the writer, even where it refuses them.
+func TestRefusedOnlyCreates(t *testing.T) {
 	h := newRuleHarness(t)
 	now := time.Date(2026, 3, 2, 6, 0, 0, 0, time.UTC)
 	start := now.Add(time.Hour)
-	// A hold on a missing calendar would be refused by the writer, but
-	// Refused decides booking.create only.
-	hold := bookingCmd("none", start, time.Hour)
-	hold.V, hold.RequestID, hold.Type = actor.SchemaVersion, "h1", actor.TypeHoldCreate
-	err := h.s.View(func(tx *data.Tx) error {
-		reply, code, err := actor.Refused(tx, &hold, now)
-		if code != "" || reply != nil {
-			t.Errorf("hold.create: %q %q", reply, code)
+	for _, cmd := range []actor.Command{
+		{Type: actor.TypeBookingCancel, CalendarID: "none", BookingID: actor.BookingID("none", "x")},
+		{Type: actor.TypeHoldConfirm, CalendarID: "none", BookingID: actor.BookingID("none", "x")},
+		{Type: actor.TypeBookingReschedule, CalendarID: "none", BookingID: actor.BookingID("none", "x"), Booking: &actor.BookingSpec{Start: start, End: start.Add(time.Hour)}},
+	} {
+		cmd.V, cmd.RequestID = actor.SchemaVersion, "q-"+cmd.Type
+		err := h.s.View(func(tx *data.Tx) error {
+			reply, code, err := actor.Refused(tx, &cmd, now)
+			if code != "" || reply != nil {
+				t.Errorf("%s: %q %q", cmd.Type, reply, code)
+			}
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
 		}
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := h.do(now, hold); got.Code != actor.CodeCalendarNotFound {
-		t.Fatalf("writer: %+v", got)
+		if got := h.do(now, cmd); got.Outcome != actor.OutcomeRejected {
+			t.Fatalf("%s: the writer %+v", cmd.Type, got)
+		}
 	}
 }

@@ -58,7 +58,7 @@ func NewMetrics() *Metrics {
 	}, []string{"type", "outcome", "reason"})
 	m.refused = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "bookline_refused_from_index_total",
-		Help: "Bookings without an Idempotency-Key that the committed index already refused, answered without logging a command (not in bookline_commands_total nor in the event stream), by type and reason.",
+		Help: "Bookings and holds without an Idempotency-Key that the committed index already refused, answered without logging a command (not in bookline_commands_total nor in the event stream), by type and reason.",
 	}, []string{"type", "reason"})
 	m.batchSize = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "bookline_partition_batch_size",

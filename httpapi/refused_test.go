@@ -3,6 +3,7 @@ package httpapi_test
 import (
 	"bytes"
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -26,9 +27,9 @@ func (h *harness) logged() uint64 {
 	return info.State.Msgs
 }
 
-// A booking without an Idempotency-Key that the committed index refuses is
-// answered from the index, with the body the writer gives, and is not
-// logged; with a key it goes through the log and its answer is recorded.
+// A booking or hold without an Idempotency-Key that the committed index
+// refuses is answered from the index, with the body the writer gives, and is
+// not logged; with a key it goes through the log and its answer is recorded.
 func TestRefusedFromIndex(t *testing.T) {
 	h := start(t, "", options{partitions: 2})
 	h.createCalendar("cal", "UTC")
@@ -50,8 +51,21 @@ func TestRefusedFromIndex(t *testing.T) {
 	if ghost.Status != 404 || ghost.errorCode(t) != "calendar_not_found" {
 		t.Fatalf("ghost: %d %s", ghost.Status, ghost.Body)
 	}
-	if got := h.logged(); got != before+1 {
-		t.Fatalf("%d commands logged, want 1 (the keyed one)", got-before)
+	// Holds too.
+	hold := bookingBody(base.Add(30*time.Minute), time.Hour, "cy")
+	hold["ttl"] = "2m"
+	keylessHold := h.do("POST", "/v1/calendars/cal/holds", hold)
+	keyedHold := h.do("POST", "/v1/calendars/cal/holds", hold, "Idempotency-Key", "cy-1")
+	if keylessHold.Status != 409 || !bytes.Equal(keylessHold.Body, keyedHold.Body) {
+		t.Fatalf("hold from the index: %d %s\nfrom the writer: %d %s", keylessHold.Status, keylessHold.Body, keyedHold.Status, keyedHold.Body)
+	}
+	hold["ttl"] = "2h" // over the default maximum of an hour: the writer's 400
+	longHold := h.do("POST", "/v1/calendars/cal/holds", hold)
+	if longHold.Status != 400 || longHold.errorCode(t) != "invalid_request" || !strings.Contains(string(longHold.Body), `"field":"ttl"`) {
+		t.Fatalf("long hold: %d %s", longHold.Status, longHold.Body)
+	}
+	if got := h.logged(); got != before+2 {
+		t.Fatalf("%d commands logged, want 2 (the keyed ones)", got-before)
 	}
 
 	// The slot is freed: a keyless booking is accepted (by the writer),
@@ -63,9 +77,12 @@ func TestRefusedFromIndex(t *testing.T) {
 	h.mustStatus(h.do("POST", "/v1/calendars/cal/bookings", overlap), 201)
 
 	text := string(h.do("GET", "/metrics", nil).Body)
-	for reason, want := range map[string]float64{"slot_taken": 1, "calendar_not_found": 1} {
-		if got, _ := metricValue(text, "bookline_refused_from_index_total", map[string]string{"type": "booking.create", "reason": reason}); got != want {
-			t.Errorf("refused from the index, %s: %v, want %v", reason, got, want)
+	for _, c := range []struct {
+		typ, reason string
+		want        float64
+	}{{"booking.create", "slot_taken", 1}, {"booking.create", "calendar_not_found", 1}, {"hold.create", "slot_taken", 1}, {"hold.create", "invalid_request", 1}} {
+		if got, _ := metricValue(text, "bookline_refused_from_index_total", map[string]string{"type": c.typ, "reason": c.reason}); got != c.want {
+			t.Errorf("refused from the index, %s %s: %v, want %v", c.typ, c.reason, got, c.want)
 		}
 	}
 }

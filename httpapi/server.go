@@ -67,14 +67,16 @@ type Config struct {
 	// bucket size (default: RateLimit rounded up).
 	RateLimit float64
 	RateBurst int
-	// LogEveryBooking sends every booking through the log, also one
-	// without an Idempotency-Key that the committed index already refuses
-	// (see Refuser); by default such a booking is answered from the index.
+	// LogEveryBooking sends every booking and hold through the log, also
+	// one without an Idempotency-Key that the committed index already
+	// refuses (see Refuser); by default such a request is answered from
+	// the index.
 	LogEveryBooking bool
 }
 
 // Refuser is implemented by backends that can answer a valid booking.create
-// from the committed index when the index already refuses it (queue.Node):
+// or hold.create from the committed index when the index already refuses it
+// (queue.Node):
 // reply is the writer's rejection and code its rejection code, "" when only
 // the writer can decide.
 type Refuser interface {
@@ -407,9 +409,9 @@ func (s *Server) submit(c *fiber.Ctx, cmd *actor.Command) error {
 	return s.writeReply(c, reply)
 }
 
-// refused answers a booking without an Idempotency-Key from the committed
-// index when the index already refuses it: a slot that is taken, a rule, a
-// missing calendar. Nothing is logged for it. That is safe because the
+// refused answers a booking or hold without an Idempotency-Key from the
+// committed index when the index already refuses it: a slot that is taken, a
+// rule, a missing calendar. Nothing is logged for it. That is safe because the
 // answer is true of the state at the moment it was read, the request changes
 // nothing, and nobody can ask about it again: its request id was made up
 // here and is never shown. A booking with a key always goes through the log,
@@ -417,7 +419,7 @@ func (s *Server) submit(c *fiber.Ctx, cmd *actor.Command) error {
 // answered here, never an acceptance, so this cannot double-book. When the
 // index cannot tell, or reading it fails, the booking goes to the log.
 func (s *Server) refused(c *fiber.Ctx, cmd *actor.Command) ([]byte, bool) {
-	if s.cfg.LogEveryBooking || cmd.Type != actor.TypeBookingCreate || c.Get("Idempotency-Key") != "" {
+	if s.cfg.LogEveryBooking || (cmd.Type != actor.TypeBookingCreate && cmd.Type != actor.TypeHoldCreate) || c.Get("Idempotency-Key") != "" {
 		return nil, false
 	}
 	rf, ok := s.backend.(Refuser)

@@ -268,8 +268,8 @@ func (n *Node) recorded(cmd *actor.Command, fingerprint string) (reply []byte, o
 	return reply, ok, err
 }
 
-// Refused answers a valid booking.create from the index alone when the
-// committed state refuses it now (see actor.Refused): the rejection and its
+// Refused answers a valid booking.create or hold.create from the index alone
+// when the committed state refuses it now (see actor.Refused): the rejection and its
 // code; code is "" when only the writer can decide it. The caller must only
 // ask for a command that cannot be asked about again (one without an
 // idempotency key). It never refuses in cluster mode, where another instance

@@ -114,7 +114,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&c.maxListLimit, "max-list-limit", httpapi.MaxListLimit, "largest page size (limit) of a booking list")
 	fs.Float64Var(&c.rateLimit, "rate-limit", 100, "requests per second allowed per API key (no limit when running open on loopback without keys); more answers 429 rate_limited with Retry-After (0 = no limit)")
 	fs.IntVar(&c.rateBurst, "rate-burst", 200, "requests a key may make at once before --rate-limit applies")
-	fs.BoolVar(&c.logEvery, "log-every-booking", false, "send every booking through the log; by default a booking without an Idempotency-Key that the committed index already refuses (slot taken, a rule, no such calendar) is answered from the index and not logged (no command, no outcome event)")
+	fs.BoolVar(&c.logEvery, "log-every-booking", false, "send every booking and hold through the log; by default one without an Idempotency-Key that the committed index already refuses (slot taken, a rule, no such calendar) is answered from the index and not logged (no command, no outcome event)")
 
 	fs.DurationVar(&c.readTimeout, "http-read-timeout", 30*time.Second, "time to read a whole request; slower clients get 408 request_timeout")
 	fs.DurationVar(&c.writeTimeout, "http-write-timeout", 30*time.Second, "time to answer a request, from the end of reading it (must exceed --reply-timeout)")
