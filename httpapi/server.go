@@ -76,9 +76,8 @@ type Config struct {
 
 // Refuser is implemented by backends that can answer a valid booking.create
 // or hold.create from the committed index when the index already refuses it
-// (queue.Node):
-// reply is the writer's rejection and code its rejection code, "" when only
-// the writer can decide.
+// (queue.Node): reply is the writer's rejection and code its rejection code,
+// "" when only the writer can decide.
 type Refuser interface {
 	Refused(cmd *actor.Command) (reply []byte, code string, err error)
 }
@@ -414,10 +413,10 @@ func (s *Server) submit(c *fiber.Ctx, cmd *actor.Command) error {
 // rule, a missing calendar. Nothing is logged for it. That is safe because the
 // answer is true of the state at the moment it was read, the request changes
 // nothing, and nobody can ask about it again: its request id was made up
-// here and is never shown. A booking with a key always goes through the log,
+// here and is never shown. A request with a key always goes through the log,
 // so that every retry gets the one recorded answer. Only a refusal is
 // answered here, never an acceptance, so this cannot double-book. When the
-// index cannot tell, or reading it fails, the booking goes to the log.
+// index cannot tell, or reading it fails, the request goes to the log.
 func (s *Server) refused(c *fiber.Ctx, cmd *actor.Command) ([]byte, bool) {
 	if s.cfg.LogEveryBooking || (cmd.Type != actor.TypeBookingCreate && cmd.Type != actor.TypeHoldCreate) || c.Get("Idempotency-Key") != "" {
 		return nil, false
