@@ -50,6 +50,11 @@ type Store struct {
 	reqs chan *commitReq
 	quit chan struct{}
 	done chan struct{}
+	// committed carries committed groups, in commit order, to the
+	// goroutine that waits for their conditions (see durable.go).
+	committed chan *committedGroup
+	waiting   atomic.Uint64 // groups sent to committed and not answered yet
+	vis       visibility
 
 	closeOnce sync.Once
 	closeErr  error
@@ -80,6 +85,9 @@ type commitReq struct {
 	fn     func(*Tx) error
 	err    chan error
 	nosync bool
+	// durable, when set, must return nil before the caller is answered
+	// and the transaction is shown to readers (see CommitDurable).
+	durable func() error
 }
 
 // Open opens (or creates) the index file at path; every commit is fsynced.
@@ -147,8 +155,18 @@ func OpenWith(path string, opt Options) (*Store, error) {
 		return nil, err
 	}
 	// bbolt's sync flags are set per commit by commitGroup.
-	s := &Store{db: db, reqs: make(chan *commitReq, 256), quit: make(chan struct{}), done: make(chan struct{}), noSync: opt.NoSync, discarded: why}
-	go s.commitLoop()
+	s := &Store{db: db, reqs: make(chan *commitReq, 256), quit: make(chan struct{}), done: make(chan struct{}),
+		committed: make(chan *committedGroup, 64), noSync: opt.NoSync, discarded: why}
+	s.vis.init(db)
+	loopDone := make(chan struct{})
+	go func() {
+		defer close(loopDone)
+		s.commitLoop()
+	}()
+	go func() {
+		defer close(s.done)
+		s.answerLoop(loopDone)
+	}()
 	return s, nil
 }
 
@@ -184,9 +202,16 @@ func (s *Store) Discarded() string { return s.discarded }
 // (false with Options.NoSync).
 func (s *Store) Synced() bool { return !s.noSync }
 
-// View runs fn in a read-only transaction.
+// View runs fn in a read-only transaction. It sees only transactions whose
+// CommitDurable conditions have returned: when the newest commit is not
+// durable yet, View waits for it (at most one sync of the log).
 func (s *Store) View(fn func(*Tx) error) error {
-	return s.db.View(func(btx *bolt.Tx) error { return fn(&Tx{tx: btx, cals: &s.cals}) })
+	return s.db.View(func(btx *bolt.Tx) error {
+		if err := s.vis.wait(uint64(btx.ID())); err != nil {
+			return err
+		}
+		return fn(&Tx{tx: btx, cals: &s.cals})
+	})
 }
 
 // Commit runs fn inside a read-write transaction and returns once that
@@ -198,7 +223,22 @@ func (s *Store) View(fn func(*Tx) error) error {
 // it must derive all its output from the transaction, not accumulate it.
 // If fn returns an error, nothing it wrote is kept and Commit returns that
 // error.
-func (s *Store) Commit(fn func(*Tx) error) error { return s.commit(fn, false) }
+func (s *Store) Commit(fn func(*Tx) error) error { return s.commit(fn, false, nil) }
+
+// CommitDurable is Commit for writes derived from a log that must be
+// durable before anyone hears of them: it returns once the transaction is
+// committed and durable (the fsync of the log that fn's decisions derive
+// from) has returned nil. The commit loop does not wait for durable: it
+// builds and commits the next groups meanwhile, and a separate goroutine
+// answers the groups in commit order as their conditions return. Until
+// then no reader sees the transaction (View waits), so nothing decided from
+// a log entry that a power loss could still take is shown to anyone. If
+// durable fails, CommitDurable returns its error, and every later commit
+// and every View of a later state fail with it too: the transaction is in
+// the index but must never be read. A nil durable makes it Commit.
+func (s *Store) CommitDurable(durable func() error, fn func(*Tx) error) error {
+	return s.commit(fn, false, durable)
+}
 
 // CommitUnsynced is Commit without the fsync: it returns once the
 // transaction is written to the file (the OS's page cache), so a process
@@ -207,9 +247,51 @@ func (s *Store) Commit(fn func(*Tx) error) error { return s.commit(fn, false) }
 // not finish (replay); finish such a build with a Commit, whose fsync
 // covers the earlier pages too. A group holding any Commit call is fsynced
 // as usual.
-func (s *Store) CommitUnsynced(fn func(*Tx) error) error { return s.commit(fn, true) }
+func (s *Store) CommitUnsynced(fn func(*Tx) error) error { return s.commit(fn, true, nil) }
 
-func (s *Store) commit(fn func(*Tx) error, nosync bool) error {
+// CommitDurableAsync is CommitDurable without the wait: it queues fn and
+// returns the channel its answer arrives on (read it with Await). Calls from
+// one goroutine are applied in the order they were made, so a caller may
+// queue its next function before the previous one is committed.
+func (s *Store) CommitDurableAsync(durable func() error, fn func(*Tx) error) <-chan error {
+	r := &commitReq{fn: fn, err: make(chan error, 1), durable: durable}
+	select {
+	case <-s.quit:
+		r.err <- ErrClosed
+		return r.err
+	default:
+	}
+	select {
+	case s.reqs <- r:
+	case <-s.quit:
+		r.err <- ErrClosed
+	}
+	return r.err
+}
+
+// Await waits for the answer of CommitDurableAsync.
+func (s *Store) Await(answer <-chan error) error {
+	select {
+	case err := <-answer:
+		return err
+	case <-s.done:
+		// The commit loop answers everything it took before done is
+		// closed; a request still queued when Close raced with it was
+		// never run.
+		select {
+		case err := <-answer:
+			return err
+		default:
+			return ErrClosed
+		}
+	}
+}
+
+// Done is closed once the store has stopped committing (after Close): an
+// answer still missing then never comes (see Await).
+func (s *Store) Done() <-chan struct{} { return s.done }
+
+func (s *Store) commit(fn func(*Tx) error, nosync bool, durable func() error) error {
 	// Checked first because a select with both cases ready picks one at
 	// random: without this, a Commit after Close could enqueue anyway.
 	select {
@@ -217,26 +299,13 @@ func (s *Store) commit(fn func(*Tx) error, nosync bool) error {
 		return ErrClosed
 	default:
 	}
-	r := &commitReq{fn: fn, err: make(chan error, 1), nosync: nosync}
+	r := &commitReq{fn: fn, err: make(chan error, 1), nosync: nosync, durable: durable}
 	select {
 	case s.reqs <- r:
 	case <-s.quit:
 		return ErrClosed
 	}
-	select {
-	case err := <-r.err:
-		return err
-	case <-s.done:
-		// The commit loop has exited. It answers everything it took before
-		// it closes done, so an answer, if any, is already there; a request
-		// still in the queue (Close raced with this call) was never run.
-		select {
-		case err := <-r.err:
-			return err
-		default:
-			return ErrClosed
-		}
-	}
+	return s.Await(r.err)
 }
 
 // initialMmapSize is the address space mapped for the index at Open.
@@ -246,7 +315,6 @@ const initialMmapSize = 1 << 30
 const maxGroup = 64
 
 func (s *Store) commitLoop() {
-	defer close(s.done)
 	group := make([]*commitReq, 0, maxGroup)
 	for {
 		var first *commitReq
@@ -279,7 +347,9 @@ func (s *Store) commitLoop() {
 
 // commitGroup applies every request of group in one transaction. A request
 // whose function fails is answered with its error and dropped; the others are
-// re-run in a fresh transaction so that the failed one leaves no writes.
+// re-run in a fresh transaction so that the failed one leaves no writes. The
+// committed group goes to answerLoop, which answers it once its conditions
+// (CommitDurable) hold.
 func (s *Store) commitGroup(group []*commitReq) {
 	for len(group) > 0 {
 		btx, err := s.db.Begin(true)
@@ -313,16 +383,18 @@ func (s *Store) commitGroup(group []*commitReq) {
 		}
 		nosync = nosync || s.noSync
 		s.db.NoSync, s.db.NoGrowSync = nosync, nosync
+		txid := uint64(btx.ID())
 		began := time.Now()
-		err = btx.Commit()
-		if err == nil {
-			s.commitNs.Add(uint64(time.Since(began)))
-			s.commits.Add(1)
-			s.grouped.Add(uint64(len(group)))
+		if err = btx.Commit(); err != nil {
+			for _, r := range group {
+				r.err <- err
+			}
+			return
 		}
-		for _, r := range group {
-			r.err <- err
-		}
+		s.commitNs.Add(uint64(time.Since(began)))
+		s.commits.Add(1)
+		s.grouped.Add(uint64(len(group)))
+		s.committedTx(txid, group)
 		return
 	}
 }
