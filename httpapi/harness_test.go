@@ -31,7 +31,7 @@ type options struct {
 	partitions      int
 	replyTimeout    time.Duration
 	duplicateWindow time.Duration
-	syncAlways      bool
+	syncInterval    bool
 	// api adjusts the API's configuration (keys, limits); its Logger, when
 	// set, also receives the node's logs.
 	api func(*httpapi.Config)
@@ -54,7 +54,7 @@ func start(t testing.TB, dir string, o options) *harness {
 	if o.api != nil {
 		o.api(&cfg)
 	}
-	node, err := queue.StartNode(queue.NodeConfig{DataDir: dir, Partitions: o.partitions, DuplicateWindow: o.duplicateWindow, SyncAlways: o.syncAlways, Logger: cfg.Logger, Observer: cfg.Metrics})
+	node, err := queue.StartNode(queue.NodeConfig{DataDir: dir, Partitions: o.partitions, DuplicateWindow: o.duplicateWindow, SyncInterval: o.syncInterval, Logger: cfg.Logger, Observer: cfg.Metrics})
 	if err != nil {
 		t.Fatalf("start node: %v", err)
 	}

@@ -191,7 +191,11 @@ var (
 	descOutbox = prometheus.NewDesc("bookline_outbox_pending_events",
 		"Outcome events committed to the outbox and not yet published to the event stream (counted up to 10000).", nil, nil)
 	descCommits = prometheus.NewDesc("bookline_index_commits_total",
-		"bbolt read-write transactions committed by the group commit (one fsync each).", nil, nil)
+		"bbolt read-write transactions committed by the group commit (fsynced only in cluster mode: with the embedded server the stream is the durable record).", nil, nil)
+	descLogSyncs = prometheus.NewDesc("bookline_log_syncs_total",
+		"fdatasyncs of the embedded stream's new messages, one per group of commits that waited for it (default --sync always).", []string{"stream"}, nil)
+	descLogSyncSeconds = prometheus.NewDesc("bookline_log_sync_seconds_total",
+		"Time spent in those syncs.", []string{"stream"}, nil)
 	descCommitCalls = prometheus.NewDesc("bookline_index_commit_calls_total",
 		"Store.Commit calls carried by those transactions.", nil, nil)
 	descCommitSeconds = prometheus.NewDesc("bookline_index_commit_seconds_total",
@@ -201,7 +205,7 @@ var (
 )
 
 func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descApplied, descCaughtUp, descPending, descAckPending, descOutbox, descCommits, descCommitCalls, descCommitSeconds, descReady} {
+	for _, d := range []*prometheus.Desc{descApplied, descCaughtUp, descPending, descAckPending, descOutbox, descCommits, descCommitCalls, descCommitSeconds, descLogSyncs, descLogSyncSeconds, descReady} {
 		ch <- d
 	}
 }
@@ -225,6 +229,10 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descCommits, prometheus.CounterValue, float64(cs.Commits))
 	ch <- prometheus.MustNewConstMetric(descCommitCalls, prometheus.CounterValue, float64(cs.Calls))
 	ch <- prometheus.MustNewConstMetric(descCommitSeconds, prometheus.CounterValue, cs.InCommit.Seconds())
+	for _, ls := range c.n.LogSyncStats() {
+		ch <- prometheus.MustNewConstMetric(descLogSyncs, prometheus.CounterValue, float64(ls.Syncs), ls.Stream)
+		ch <- prometheus.MustNewConstMetric(descLogSyncSeconds, prometheus.CounterValue, ls.Took.Seconds(), ls.Stream)
+	}
 	ready := c.n.Ready() == nil && c.n.View(func(*data.Tx) error { return nil }) == nil
 	ch <- prometheus.MustNewConstMetric(descReady, prometheus.GaugeValue, b2f(ready))
 }

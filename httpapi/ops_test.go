@@ -395,6 +395,10 @@ func TestMetricsAfterWorkload(t *testing.T) {
 			t.Errorf("metric %s missing", name)
 		}
 	}
+	// The default mode syncs the command stream per group commit.
+	if v, ok := metricValue(text, "bookline_log_syncs_total", map[string]string{"stream": "BOOKLINE_CMD"}); !ok || v == 0 {
+		t.Errorf("command stream syncs %v %v, want some", v, ok)
+	}
 	// Raw paths never become labels.
 	if strings.Contains(text, `route="/v1/calendars/m1`) {
 		t.Error("raw path used as a route label")

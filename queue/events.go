@@ -63,6 +63,10 @@ type eventPublisher struct {
 	kick  chan struct{}
 	// failed, when set, is told the reason of every failed drain (metrics).
 	failed func(reason string)
+	// logSync, when set, makes the acknowledged events durable in the
+	// event stream before their outbox entries are deleted: otherwise a
+	// power loss could take both.
+	logSync *logSync
 }
 
 func newEventPublisher(js jetstream.JetStream, store *data.Store, log *slog.Logger) *eventPublisher {
@@ -165,7 +169,11 @@ acks:
 		}
 	}
 	if len(done) > 0 {
-		if err := e.store.Commit(func(tx *data.Tx) error { return tx.DeleteEvents(done) }); err != nil {
+		var durable func() error
+		if e.logSync != nil {
+			durable = e.logSync.Request()
+		}
+		if err := e.store.CommitDurable(durable, func(tx *data.Tx) error { return tx.DeleteEvents(done) }); err != nil {
 			return 0, err
 		}
 	}

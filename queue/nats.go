@@ -21,12 +21,13 @@ type EmbeddedConfig struct {
 	// Listen is host:port for outside clients (importers, admins); empty
 	// means in-process connections only. Port 0 picks a free port.
 	Listen string
-	// SyncAlways makes JetStream fsync every message before acknowledging
-	// it (durable against power loss, much slower). Otherwise JetStream
-	// fsyncs every SyncInterval (default 2 min) and survives process
-	// crashes through the OS page cache.
-	SyncAlways bool
 }
+
+// The embedded server keeps JetStream's own fsync schedule (every 2
+// minutes): durability against power loss comes from the node, which syncs
+// the streams' files once per group commit (logsync.go), not from the
+// server's SyncAlways, which fsyncs every message on its own under the
+// stream's lock.
 
 // StartEmbedded starts a JetStream-enabled NATS server inside this process.
 func StartEmbedded(cfg EmbeddedConfig) (*server.Server, error) {
@@ -34,7 +35,6 @@ func StartEmbedded(cfg EmbeddedConfig) (*server.Server, error) {
 		ServerName: "bookline-embedded",
 		JetStream:  true,
 		StoreDir:   cfg.StoreDir,
-		SyncAlways: cfg.SyncAlways,
 		NoSigs:     true,
 		NoLog:      true,
 		MaxPayload: MaxMessageBytes,

@@ -29,12 +29,17 @@ type NodeConfig struct {
 	// NATSListen is the embedded server's client address ("" = in-process
 	// only).
 	NATSListen string
-	// SyncAlways makes the embedded JetStream fsync every message and the
-	// index every group commit. Without it (the default, --sync interval)
-	// the embedded stream fsyncs every 2 minutes and the index never per
-	// commit; both survive a process crash, and an index left by a session
-	// that died before a reboot is rebuilt from the stream.
-	SyncAlways bool
+	// SyncInterval is the opt-out from power-loss durability (--sync
+	// interval). By default (false) every group commit makes the embedded
+	// stream's new messages and then the index durable (fdatasync) before
+	// anything is answered: a decided answer survives a power loss. With
+	// SyncInterval the embedded stream is fsynced every 2 minutes and the
+	// index never per commit; both survive a process crash, a power loss
+	// may take the last minutes of commands, and an index left by a session
+	// that died before a reboot is rebuilt from the stream. It has no
+	// effect with NATSURL: the cluster's replication is the durability, and
+	// the index is fsynced per commit.
+	SyncInterval bool
 	// Partitions is the number of partitions (and writer goroutines). 0
 	// takes the existing command stream's count, or for a new stream
 	// DefaultPartitions (embedded server) or DefaultClusterPartitions
@@ -78,8 +83,11 @@ type Node struct {
 
 	ns      *server.Server
 	cluster *clusterMode // nil: the only instance (embedded server)
-	events  *eventPublisher
-	holds   *holdExpirer
+	// cmdSync and evtSync make the embedded streams' writes durable per
+	// group commit (nil with --sync interval and in cluster mode).
+	cmdSync, evtSync *logSync
+	events           *eventPublisher
+	holds            *holdExpirer
 	// Google mirrors bookings to linked Google calendars and imports their
 	// busy time (queue/google.go).
 	Google *calendarsync.Syncer
@@ -127,7 +135,7 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 		}
 	}()
 	if cfg.NATSURL == "" {
-		n.ns, err = StartEmbedded(EmbeddedConfig{StoreDir: StoreDirFor(cfg.DataDir), Listen: cfg.NATSListen, SyncAlways: cfg.SyncAlways})
+		n.ns, err = StartEmbedded(EmbeddedConfig{StoreDir: StoreDirFor(cfg.DataDir), Listen: cfg.NATSListen})
 		if err != nil {
 			return nil, err
 		}
@@ -141,13 +149,16 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 	if n.JS, err = jetstream.New(n.NC); err != nil {
 		return nil, err
 	}
-	// The index is fsynced per commit exactly when the stream it derives
-	// from is: with the embedded server and --sync interval neither is
-	// (both survive kill -9 through the page cache; after a power loss
-	// the stream keeps what it synced and the index is rebuilt from it).
-	// In cluster mode the stream's durability is replication, so the
-	// index, which this instance alone holds, keeps its fsyncs.
-	noSync := cfg.NATSURL == "" && !cfg.SyncAlways
+	// With the embedded server the index is never fsynced per commit.
+	// The stream is the durable record: by default its new messages are
+	// synced once per group commit before anything decided from them is
+	// answered or shown (logsync.go, data.Store.CommitDurable), and the
+	// index can be rebuilt from it. Both survive kill -9 through the page
+	// cache; after a power loss the index, which may then be torn, is
+	// discarded and rebuilt from the stream (see data.Options.NoSync). In
+	// cluster mode the stream's durability is replication, so the index,
+	// which this instance alone holds, keeps its fsyncs.
+	noSync := cfg.NATSURL == ""
 	if n.Store, err = data.OpenWith(IndexFile(cfg.DataDir), data.Options{NoSync: noSync}); err != nil {
 		return nil, err
 	}
@@ -179,7 +190,19 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 	if _, err = reconcileIndex(ctx, stream, n.Store, cfg.Partitions, cfg.Logger); err != nil {
 		return nil, err
 	}
+	if cfg.NATSURL == "" && !cfg.SyncInterval {
+		// What earlier sessions (maybe with --sync interval) and the
+		// stream creation wrote is made durable once, before anything is
+		// answered; from here on each group commit syncs what is new.
+		store := StoreDirFor(cfg.DataDir)
+		if err = syncTree(filepath.Join(store, server.JetStreamStoreDir), filepath.Clean(cfg.DataDir)); err != nil {
+			return nil, fmt.Errorf("queue: sync the stream store: %w", err)
+		}
+		n.cmdSync = newLogSync(streamMsgsDir(store, StreamName), cfg.Logger.With("component", "logsync", "stream", StreamName))
+		n.evtSync = newLogSync(streamMsgsDir(store, EventStreamName), cfg.Logger.With("component", "logsync", "stream", EventStreamName))
+	}
 	n.events = newEventPublisher(n.JS, n.Store, cfg.Logger)
+	n.events.logSync = n.evtSync
 	every := cfg.HoldExpiryInterval
 	if every <= 0 {
 		every = time.Second
@@ -195,6 +218,7 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 	for i := 0; i < cfg.Partitions; i++ {
 		p := NewPartition(i, n.NC, n.JS, n.Store, cfg.Logger)
 		p.committed = n.committed
+		p.logSync = n.cmdSync
 		if n.cluster != nil {
 			p.cluster, p.reads = n.cluster, make(chan catchRequest)
 		}
@@ -320,12 +344,43 @@ func (n *Node) Ready() error {
 	if !n.NC.IsConnected() {
 		return fmt.Errorf("%w: nats %s", ErrNotReady, n.NC.Status())
 	}
+	for _, l := range []*logSync{n.cmdSync, n.evtSync} {
+		if l == nil {
+			continue
+		}
+		if err := l.Err(); err != nil {
+			return fmt.Errorf("%w: %v", ErrNotReady, err)
+		}
+	}
 	for _, p := range n.Parts {
 		if !p.CaughtUp() {
 			return fmt.Errorf("%w: partition %d catching up (applied seq %d)", ErrNotReady, p.ID, p.AppliedSeq())
 		}
 	}
 	return nil
+}
+
+// LogSyncStat counts the syncs of one embedded stream's files.
+type LogSyncStat struct {
+	Stream string
+	Syncs  uint64
+	Took   time.Duration
+}
+
+// LogSyncStats reports the per-group-commit syncs of the embedded streams;
+// none with --sync interval or in cluster mode.
+func (n *Node) LogSyncStats() []LogSyncStat {
+	var out []LogSyncStat
+	for _, l := range []struct {
+		name string
+		s    *logSync
+	}{{StreamName, n.cmdSync}, {EventStreamName, n.evtSync}} {
+		if l.s != nil {
+			syncs, took := l.s.Stats()
+			out = append(out, LogSyncStat{Stream: l.name, Syncs: syncs, Took: took})
+		}
+	}
+	return out
 }
 
 // ClientURL is the URL outside clients (importers) reach the embedded
@@ -347,6 +402,12 @@ func (n *Node) Close() error {
 	}
 	if n.Store != nil {
 		errs = append(errs, n.Store.Close())
+	}
+	// After the store: its last commit may still wait for a sync.
+	for _, l := range []*logSync{n.cmdSync, n.evtSync} {
+		if l != nil {
+			l.Close()
+		}
 	}
 	if n.NC != nil {
 		n.NC.Close()

@@ -27,10 +27,21 @@ import (
 
 func startNode(t *testing.T, dir string, logs io.Writer) *queue.Node {
 	t.Helper()
+	return startNodeWith(t, queue.NodeConfig{DataDir: dir}, logs)
+}
+
+// startNodeWith starts a node with cfg (4 partitions unless set) and waits
+// until it is ready.
+func startNodeWith(t *testing.T, cfg queue.NodeConfig, logs io.Writer) *queue.Node {
+	t.Helper()
 	if logs == nil {
 		logs = io.Discard
 	}
-	n, err := queue.StartNode(queue.NodeConfig{DataDir: dir, Partitions: 4, Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	if cfg.Partitions == 0 {
+		cfg.Partitions = 4
+	}
+	cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	n, err := queue.StartNode(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -267,9 +278,10 @@ func TestIndexAheadOfStreamIsRebuilt(t *testing.T) {
 // aside and rebuild the same state from the stream.
 func TestIndexOfUncleanRebootIsRebuilt(t *testing.T) {
 	dir := t.TempDir()
-	n := startNode(t, dir, nil)
+	cfg := queue.NodeConfig{DataDir: dir, SyncInterval: true}
+	n := startNodeWith(t, cfg, nil)
 	if n.Store.Synced() {
-		t.Fatal("the default (embedded, --sync interval) index should not fsync per commit")
+		t.Fatal("with --sync interval the embedded index should not fsync per commit")
 	}
 	accepted, _ := workload(t, n, "before", 60)
 	want := digestOf(t, n.Store)
@@ -290,7 +302,7 @@ func TestIndexOfUncleanRebootIsRebuilt(t *testing.T) {
 	}
 
 	logs := &queuetest.SyncBuffer{}
-	n = startNode(t, dir, logs)
+	n = startNodeWith(t, cfg, logs)
 	if !bytes.Contains([]byte(logs.String()), []byte("INDEX DISCARDED")) {
 		t.Fatalf("no loud discard message in logs:\n%s", logs.String())
 	}

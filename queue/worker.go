@@ -46,6 +46,12 @@ type Partition struct {
 	// observe, when set, is told about every committed batch (metrics; see
 	// Observer in observe.go).
 	observe func(BatchStats)
+	// logSync, when set, makes the stream's messages durable before the
+	// batch that decided them is answered or shown (see logsync.go).
+	logSync *logSync
+	// submitted is the last stream sequence of the batches handed to the
+	// store (see submit).
+	submitted uint64
 
 	// Cluster mode (cluster.go); nil when this instance is the only one.
 	cluster *clusterMode
@@ -129,6 +135,7 @@ func (p *Partition) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	p.submitted = p.applied.Load()
 	if backlog == 0 {
 		p.caughtUp.Store(true)
 	}
@@ -171,20 +178,82 @@ func (p *Partition) run(ctx context.Context) error {
 	}()
 
 	var seen uint64 // messages handled since start, for catch-up
-	batch := make([]jetstream.Msg, 0, MaxBatch)
+	// Batches submitted to the store and not yet answered, oldest first.
+	// In embedded mode a partition keeps up to maxInFlight of them: it
+	// decodes and submits the next batch while the previous one waits
+	// for its log sync, so the shared commit loop always has work. In
+	// cluster mode it applies one at a time: closing gaps and catch-up
+	// reads need the applied sequence of everything before them.
+	maxInFlight := maxBatchesInFlight
+	if p.cluster != nil {
+		maxInFlight = 1
+	}
+	var flight []*inFlight
+	finishHead := func(err error) error {
+		b := flight[0]
+		flight[0] = nil
+		flight = flight[1:]
+		if err != nil {
+			return err
+		}
+		if err := p.finish(b); err != nil {
+			return err
+		}
+		seen += uint64(len(b.msgs))
+		if !p.caughtUp.Load() && seen >= backlog {
+			p.caughtUp.Store(true)
+			p.log.Info("partition caught up", "applied_seq", p.applied.Load(), "replayed", seen)
+		}
+		return nil
+	}
+	// drain answers every batch in flight (on the way out or before a
+	// catch-up); the first error stops it.
+	drain := func() error {
+		for len(flight) > 0 {
+			if err := finishHead(p.store.Await(flight[0].done)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	for {
+		var headDone <-chan error
+		if len(flight) > 0 {
+			headDone = flight[0].done
+		}
+		in := msgs
+		if len(flight) >= maxInFlight {
+			in = nil // wait for the oldest batch first
+		}
+		var batch []jetstream.Msg
 		select {
 		case <-ctx.Done():
+			// Batches already submitted are committed by now or soon:
+			// answer and ack them rather than leave them to redelivery.
+			if err := drain(); err != nil && !errors.Is(err, data.ErrClosed) {
+				p.log.Warn("finishing the batches in flight", "err", err)
+			}
 			return nil
+		case <-p.store.Done():
+			return data.ErrClosed
 		case r := <-p.reads: // cluster mode only (nil channel otherwise)
+			if err := drain(); err != nil {
+				return err
+			}
 			err := p.catchUp(ctx, r.to, "read")
 			r.done <- err
 			if errors.Is(err, data.ErrClosed) {
 				return err
 			}
 			continue
-		case m := <-msgs:
-			batch = append(batch[:0], m)
+		case err := <-headDone:
+			if err := finishHead(err); err != nil {
+				return err
+			}
+			continue
+		case m := <-in:
+			batch = make([]jetstream.Msg, 1, min(MaxBatch, len(msgs)+1))
+			batch[0] = m
 		}
 	fill:
 		for len(batch) < MaxBatch {
@@ -200,49 +269,77 @@ func (p *Partition) run(ctx context.Context) error {
 				return err
 			}
 		}
-		err := p.apply(batch)
-		n := len(batch)
-		// The batch's backing array is reused: drop the messages it
-		// points at, or an idle partition would keep its last batch
-		// (up to MaxBatch messages with their headers) alive.
-		clear(batch)
+		b, err := p.submit(batch)
 		if err != nil {
 			return err
 		}
-		seen += uint64(n)
-		if !p.caughtUp.Load() && seen >= backlog {
-			p.caughtUp.Store(true)
-			p.log.Info("partition caught up", "applied_seq", p.applied.Load(), "replayed", seen)
-		}
+		flight = append(flight, b)
 	}
 }
 
-// apply decodes the batch (in this goroutine, in parallel with the other
-// partitions), has it decided and committed in the store's next group
-// commit, then replies and acks.
-func (p *Partition) apply(batch []jetstream.Msg) error {
+// maxBatchesInFlight bounds the batches one partition has submitted to the
+// store and not yet answered (embedded mode).
+const maxBatchesInFlight = 4
+
+// inFlight is a batch submitted to the store's group commit.
+type inFlight struct {
+	msgs []jetstream.Msg
+	in   []actor.Decoded
+	out  *[]actor.Output // set by the commit function
+	done <-chan error    // the commit's answer
+}
+
+// errPredecessorLost is what a batch's commit function returns when the
+// batch submitted before it was not applied (its commit failed): the
+// partition starts over from the index's applied sequence.
+var errPredecessorLost = errors.New("queue: the previous batch of the partition was not applied")
+
+// submit decodes the batch (in this goroutine, in parallel with the other
+// partitions) and hands it to the store's next group commit without waiting
+// for it. Its messages are in the stream's files already (see logsync.go):
+// the sync that covers them is requested first, runs while the batch is
+// decoded and decided, and the batch is answered only once it returned.
+func (p *Partition) submit(batch []jetstream.Msg) (*inFlight, error) {
+	var durable func() error
+	if p.logSync != nil {
+		durable = p.logSync.Request()
+	}
 	in := make([]actor.Decoded, len(batch))
+	var last uint64
 	for i, m := range batch {
 		meta, err := m.Metadata()
 		if err != nil {
-			return fmt.Errorf("queue: message metadata: %w", err)
+			return nil, fmt.Errorf("queue: message metadata: %w", err)
 		}
+		seq := meta.Sequence.Stream
+		last = seq
 		in[i] = actor.Decode(actor.Input{
-			Seq:             meta.Sequence.Stream,
+			Seq:             seq,
 			At:              meta.Timestamp,
 			SubjectCalendar: calendarOfStoredSubject(m.Subject()),
 			Data:            m.Data(),
 		})
 	}
-	var out []actor.Output
-	err := p.store.Commit(func(tx *data.Tx) error {
+	// The batch before this one ended at p.submitted; if its commit
+	// failed, this one must not be applied on top of the gap.
+	prev := p.submitted
+	p.submitted = max(p.submitted, last)
+	out := new([]actor.Output)
+	done := p.store.CommitDurableAsync(durable, func(tx *data.Tx) error {
+		if prev > 0 && tx.AppliedSeq(p.ID) < prev {
+			return errPredecessorLost
+		}
 		var err error
-		out, err = actor.ApplyDeferred(tx, p.ID, in)
+		*out, err = actor.ApplyDeferred(tx, p.ID, in)
 		return err
 	})
-	if err != nil {
-		return err
-	}
+	return &inFlight{msgs: batch, in: in, out: out, done: done}, nil
+}
+
+// finish answers a committed batch: replies to every command that asked for
+// one, then acks the batch.
+func (p *Partition) finish(b *inFlight) error {
+	batch, in, out := b.msgs, b.in, *b.out
 	// JSON for the replies is encoded here, after the commit, in this
 	// partition's goroutine: not inside the transaction all partitions share.
 	if err := actor.Render(out); err != nil {

@@ -95,7 +95,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&c.natsListen, "nats-listen", "127.0.0.1:4222", "client address of the embedded NATS server, for importers and admins; empty = in-process only")
 	fs.IntVar(&c.partitions, "partitions", 0, "number of partitions, fixed when the stream is created; 0 = the existing stream's, or for a new stream 2 (embedded server) or 8 (with --nats-url)")
 	fs.DurationVar(&c.replyTimeout, "reply-timeout", 5*time.Second, "how long a write waits for its outcome before answering 202 with a Location")
-	fs.StringVar(&c.sync, "sync", "interval", "embedded JetStream durability: interval (fsync every 2 min; survives process crashes) or always (fsync every message; survives power loss, slower)")
+	fs.StringVar(&c.sync, "sync", "always", "durability with the embedded server: always (an answer is sent once its command and decision are on disk: one fsync of the stream and the index per group commit; survives power loss) or interval (the stream is fsynced every 2 min and the index not per commit: survives a process crash, a power loss can take the last minutes of answered commands)")
 	fs.StringVar(&c.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug (adds one line per HTTP request), info, warn, error")
 
@@ -171,16 +171,16 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 	metrics := httpapi.NewMetrics()
 	node, err := queue.StartNode(queue.NodeConfig{
-		DataDir:     c.dataDir,
-		NATSURL:     c.natsURL,
-		NATSListen:  c.natsListen,
-		SyncAlways:  c.sync == "always",
-		Partitions:  c.partitions,
-		Replicas:    c.replicas,
-		NATSOptions: natsOpts,
-		Logger:      log,
-		Observer:    metrics,
-		Google:      c.googleConfig(),
+		DataDir:      c.dataDir,
+		NATSURL:      c.natsURL,
+		NATSListen:   c.natsListen,
+		SyncInterval: c.sync == "interval",
+		Partitions:   c.partitions,
+		Replicas:     c.replicas,
+		NATSOptions:  natsOpts,
+		Logger:       log,
+		Observer:     metrics,
+		Google:       c.googleConfig(),
 
 		InstanceID:      c.instanceID,
 		TakeoverTimeout: c.takeoverTimeout,

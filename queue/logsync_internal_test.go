@@ -1,0 +1,106 @@
+package queue
+
+import (
+	"errors"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+)
+
+func writeBlock(t *testing.T, dir string, idx int, data string) {
+	t.Helper()
+	f, err := os.OpenFile(filepath.Join(dir, strconv.Itoa(idx)+".blk"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteString(data); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestLogSyncFollowsNewBlocks: the syncer keeps the newest block open and
+// moves on when the server starts a new one, whether or not the directory's
+// timestamp changed.
+func TestLogSyncFollowsNewBlocks(t *testing.T) {
+	dir := t.TempDir()
+	l := newLogSync(dir, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	defer l.Close()
+	// An empty stream has no block yet.
+	if err := l.Request()(); err != nil {
+		t.Fatalf("sync of an empty stream: %v", err)
+	}
+	writeBlock(t, dir, 1, "first")
+	if err := l.Request()(); err != nil {
+		t.Fatal(err)
+	}
+	writeBlock(t, dir, 1, "more")
+	writeBlock(t, dir, 2, "second")
+	writeBlock(t, dir, 3, "third")
+	if err := l.Request()(); err != nil {
+		t.Fatal(err)
+	}
+	if l.curIdx != 3 {
+		t.Fatalf("newest block %d, want 3", l.curIdx)
+	}
+	// A new block whose creation the directory's mtime does not show (same
+	// timestamp granularity tick): the name check still finds it.
+	mod := l.dirMod
+	writeBlock(t, dir, 4, "fourth")
+	if err := os.Chtimes(dir, mod, mod); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Request()(); err != nil {
+		t.Fatal(err)
+	}
+	if l.curIdx != 4 {
+		t.Fatalf("newest block %d after an unannounced new block, want 4", l.curIdx)
+	}
+	if n, _ := l.Stats(); n < 4 {
+		t.Errorf("%d syncs counted, want at least 4", n)
+	}
+}
+
+// TestLogSyncFailureSticks: after a failed sync every waiter gets the error,
+// also for syncs requested later, and the syncer reports it.
+func TestLogSyncFailureSticks(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "msgs")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	l := newLogSync(dir, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	defer l.Close()
+	if err := l.Request()(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(dir); err != nil {
+		t.Fatal(err)
+	}
+	first := l.Request()()
+	if first == nil {
+		t.Fatal("a sync of a directory that is gone succeeded")
+	}
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Request()(); err == nil || err.Error() != first.Error() {
+		t.Fatalf("a later sync = %v, want the first failure again (%v)", err, first)
+	}
+	if l.Err() == nil {
+		t.Error("Err is nil after a failed sync")
+	}
+}
+
+// TestLogSyncClose: a waiter whose sync never ran learns that it did not.
+func TestLogSyncClose(t *testing.T) {
+	l := newLogSync(t.TempDir(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	l.Close()
+	if err := l.Request()(); !errors.Is(err, ErrLogSyncClosed) {
+		t.Fatalf("wait after Close = %v, want ErrLogSyncClosed", err)
+	}
+}
