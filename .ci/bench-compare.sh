@@ -1,25 +1,67 @@
 #!/usr/bin/env bash
 # make bench-compare: bookline against the PostgreSQL comparison baseline
 # (cmd/pgbaseline), side by side on loopback, with `bookline bench` as the
-# load generator. Builds both, starts bookline on the embedded default
-# (temp data dir, free ports), installs PostgreSQL from the distribution's
+# load generator. Builds both, installs PostgreSQL from the distribution's
 # packages when it is missing (Debian/Ubuntu: apt-get install postgresql),
-# runs a private PostgreSQL cluster in a temp dir (fsync on: default
-# durability), and runs every scenario against both in alternation
-# (A B A B ...), each run on fresh state. Prints a table of medians and
-# ratios and writes it, with the machine and the commit, into
-# docs/benchmarks.md between the RESULTS markers. Everything it started is
-# stopped at the end.
+# and compares targets of equal durability:
 #
-# Knobs (environment): ROUNDS (3), DURATION (10s, measured), WARMUP (2s),
-# CLIENTS (64), SCENARIOS ("uniform hot mixed"), TARGETS ("bookline pg
-# pg-lockonly bookline-always": bookline; the baseline; the baseline without
-# its lock-free conflict pre-check; bookline with --sync always, the row with
-# the baseline's durability against power loss),
-# RSS_BOOKINGS
-# (1000000 commands imported to measure bookline's RSS; 0 skips), RSS_SETTLE
-# (60: seconds idle after the import before RSS is read a second time), OUT
-# (docs/benchmarks.md), GO (go).
+#   bookline           serve --sync always (the default): an answer waits for
+#                      one fsync per group commit of the stream's files and
+#                      the index; survives power loss
+#   pg                 the baseline on a private PostgreSQL cluster with
+#                      fsync=on, synchronous_commit=on (PostgreSQL's default);
+#                      survives power loss
+#   bookline-interval  serve --sync interval: written to the OS before the
+#                      answer, fsynced every 2 minutes; survives kill -9, not
+#                      power loss
+#   pg-nofsync         the same baseline on a second cluster with fsync=off
+#                      and synchronous_commit=$PG_NOFSYNC_SYNCHRONOUS_COMMIT
+#                      (see that knob)
+#   pg-lockonly        the baseline without its lock-free conflict pre-check
+#                      (always locks the calendar row first), on the fsync=on
+#                      cluster
+#
+# The clusters' settings are given on postgres' command line and checked
+# with SHOW when they start and before every run against them.
+#
+# Steps: (1) pool tuning: for each PostgreSQL target, a short `uniform` run
+# (CLIENTS clients) with pgbaseline --max-conns 16, 32 and 64; the fastest
+# size is used for all of that target's runs. (2) Closed loop: every scenario
+# against every target, CLIENTS clients, targets alternating (A B A B ...),
+# ROUNDS rounds. (3) Open loop: `uniform` at fixed arrival rates (RATES)
+# against bookline, bookline-interval, pg and pg-nofsync, latency measured
+# from each request's due time, ROUNDS rounds alternating. Every run is on
+# fresh state (bookline: a new data dir; the baseline: tables recreated,
+# and a CHECKPOINT before and after the run so that no run pays for the
+# previous one's dirty pages) and ends with the audit. (4) bookline's RSS
+# after importing RSS_BOOKINGS commands (default bookline). Prints tables of
+# medians and ratios, rows of equal durability first, and writes them, with
+# the machine and the commit, into docs/benchmarks.md between the RESULTS
+# markers. Everything it started is stopped at the end.
+#
+# Knobs (environment):
+#   ROUNDS (3)            rounds of every closed- and open-loop run
+#   DURATION (10s)        measured time per run; WARMUP (2s) before it
+#   CLIENTS (64)          closed-loop clients (and the pool tuning's)
+#   SCENARIOS ("uniform hot mixed")
+#   TARGETS ("bookline pg bookline-interval pg-nofsync pg-lockonly")
+#   RATES ("1000 2000 4000")  open-loop arrival rates, requests/s; "" skips
+#   TUNE_CONNS ("16 32 64")   pool sizes tried per PostgreSQL target; one
+#                         value skips the tuning and uses it
+#   TUNE_DURATION (5s)    measured time of each tuning run
+#   PG_NOFSYNC_SYNCHRONOUS_COMMIT (off)  pg-nofsync's synchronous_commit.
+#                         off: commits are not even written to the OS before
+#                         the answer (a PostgreSQL crash can lose the last
+#                         ~3 x wal_writer_delay of them), a little weaker
+#                         than --sync interval, so the row favours
+#                         PostgreSQL; on: written to the OS first, exactly
+#                         --sync interval's class
+#   RSS_BOOKINGS (1000000) commands imported to measure bookline's RSS; 0 skips
+#   RSS_SETTLE (60)       seconds idle after the import before RSS is read again
+#   OUT (docs/benchmarks.md), GO (go)
+#
+# Quick smoke run (about 3 minutes; do not commit its docs/benchmarks.md):
+#   ROUNDS=1 DURATION=3s WARMUP=1s TUNE_DURATION=2s RSS_BOOKINGS=0 RATES=1000 make bench-compare
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -28,7 +70,11 @@ DURATION=${DURATION:-10s}
 WARMUP=${WARMUP:-2s}
 CLIENTS=${CLIENTS:-64}
 SCENARIOS=${SCENARIOS:-"uniform hot mixed"}
-TARGETS=${TARGETS:-"bookline pg pg-lockonly bookline-always"}
+TARGETS=${TARGETS:-"bookline pg bookline-interval pg-nofsync pg-lockonly"}
+RATES=${RATES-"1000 2000 4000"}
+TUNE_CONNS=${TUNE_CONNS:-"16 32 64"}
+TUNE_DURATION=${TUNE_DURATION:-5s}
+PG_NOFSYNC_SYNCHRONOUS_COMMIT=${PG_NOFSYNC_SYNCHRONOUS_COMMIT:-off}
 RSS_BOOKINGS=${RSS_BOOKINGS:-1000000}
 RSS_SETTLE=${RSS_SETTLE:-60}
 OUT=${OUT:-docs/benchmarks.md}
@@ -38,12 +84,25 @@ RESULTS=bin/bench-results
 log() { printf '%s bench-compare: %s\n' "$(date +%T)" "$*" >&2; }
 die() { log "$*"; exit 1; }
 
+for t in $TARGETS; do
+	case $t in bookline | bookline-interval | pg | pg-nofsync | pg-lockonly) ;; *) die "unknown target $t" ;; esac
+done
+case $PG_NOFSYNC_SYNCHRONOUS_COMMIT in on | off) ;; *) die "PG_NOFSYNC_SYNCHRONOUS_COMMIT must be on or off" ;; esac
+has_target() { [[ " $TARGETS " == *" $1 "* ]]; }
+# The open loop runs the four targets of the durability pairs.
+OPEN_TARGETS=""
+for t in bookline pg bookline-interval pg-nofsync; do
+	has_target "$t" && OPEN_TARGETS="$OPEN_TARGETS $t"
+done
+[ -n "$RATES" ] || OPEN_TARGETS=""
+
 WORK=$(mktemp -d /tmp/bench-compare.XXXXXX)
 chmod 755 "$WORK"
 SERVER_PID=""
-PG_PID=""
+SERVER_DIR=""
 PGBIN=""
 AS_PG=()
+declare -A PG_PORT PG_PID POOL TUNE_LINE
 
 stop_server() {
 	if [ -n "$SERVER_PID" ]; then
@@ -51,13 +110,18 @@ stop_server() {
 		wait "$SERVER_PID" 2>/dev/null || true
 		SERVER_PID=""
 	fi
+	if [ -n "$SERVER_DIR" ]; then
+		rm -rf "$SERVER_DIR"
+		SERVER_DIR=""
+	fi
 }
 cleanup() {
 	stop_server
-	if [ -n "$PG_PID" ]; then
-		"${AS_PG[@]}" "$PGBIN/pg_ctl" -D "$WORK/pg" -m fast -w stop >/dev/null 2>&1 || kill "$PG_PID" 2>/dev/null || true
-		wait "$PG_PID" 2>/dev/null || true
-	fi
+	local c
+	for c in "${!PG_PID[@]}"; do
+		"${AS_PG[@]}" "$PGBIN/pg_ctl" -D "$WORK/$c" -m fast -w stop >/dev/null 2>&1 || kill "${PG_PID[$c]}" 2>/dev/null || true
+		wait "${PG_PID[$c]}" 2>/dev/null || true
+	done
 	rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -107,8 +171,8 @@ if [ -z "$PGBIN" ] || [ ! -x "$PGBIN/postgres" ]; then
 	need_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null
 	PGBIN=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
 fi
-# The Debian package starts a cluster of its own on 5432; ours is separate
-# (own data dir and port) and does not touch it.
+# The Debian package starts a cluster of its own on 5432; ours are separate
+# (own data dirs and ports) and do not touch it.
 if [ "$(id -u)" = 0 ]; then
 	id postgres >/dev/null 2>&1 || die "running as root needs the postgres user (created by the postgresql package)"
 	AS_PG=(runuser -u postgres --)
@@ -120,32 +184,73 @@ rm -f "$RESULTS"/*.json
 $GO build -o bin/bookline ./cmd/bookline
 $GO build -o bin/pgbaseline ./cmd/pgbaseline
 
+# On tmpfs an fsync costs nothing and the durability rows would compare
+# nothing: say where the data lives.
+FS_TYPE=$(findmnt -n -o FSTYPE --target "$WORK" 2>/dev/null || stat -f -c %T "$WORK")
+[ "$FS_TYPE" = tmpfs ] && log "WARNING: $WORK is on tmpfs: fsync is free there, the durability comparison is void"
+
 # --- PostgreSQL ----------------------------------------------------------------
-PGPORT=$(freeport)
-mkdir -p "$WORK/pg" "$WORK/pgsock"
-[ "$(id -u)" = 0 ] && chown postgres "$WORK/pg" "$WORK/pgsock"
-"${AS_PG[@]}" "$PGBIN/initdb" -D "$WORK/pg" -U postgres -A trust -E UTF8 >"$WORK/initdb.log" 2>&1 || { cat "$WORK/initdb.log"; die "initdb failed"; }
-# Defaults except memory and connections: fsync and synchronous_commit stay
-# on (a 201 is durable, as in bookline).
-"${AS_PG[@]}" "$PGBIN/postgres" -D "$WORK/pg" -p "$PGPORT" -c listen_addresses=127.0.0.1 \
-	-c unix_socket_directories="$WORK/pgsock" -c shared_buffers=256MB -c max_connections=200 \
-	-c fsync=on -c synchronous_commit=on >"$WORK/pg.log" 2>&1 &
-PG_PID=$!
-for _ in $(seq 100); do
-	"$PGBIN/pg_isready" -q -h 127.0.0.1 -p "$PGPORT" && break
-	sleep 0.1
+# cluster_of prints the cluster a PostgreSQL target runs on.
+cluster_of() {
+	case $1 in pg-nofsync) echo nofsync ;; *) echo fsync ;; esac
+}
+# durability_of prints the fsync and synchronous_commit a cluster must have.
+durability_of() {
+	case $1 in nofsync) echo "off $PG_NOFSYNC_SYNCHRONOUS_COMMIT" ;; *) echo "on on" ;; esac
+}
+psql_on() { # cluster sql...
+	local c=$1
+	shift
+	"$PGBIN/psql" -X -q -h 127.0.0.1 -p "${PG_PORT[$c]}" -U postgres -d postgres -Atc "$*"
+}
+# check_durability fails unless the cluster runs with the settings its
+# targets are reported with (a fresh session, so what the baseline's new
+# connections get).
+check_durability() {
+	local c=$1 want got
+	want=$(durability_of "$c")
+	got=$(psql_on "$c" "SELECT current_setting('fsync') || ' ' || current_setting('synchronous_commit')")
+	[ "$got" = "$want" ] || die "PostgreSQL cluster $c: fsync synchronous_commit = '$got', want '$want'"
+}
+
+start_cluster() { # name
+	local c=$1 port fsync sc
+	read -r fsync sc <<<"$(durability_of "$c")"
+	port=$(freeport)
+	mkdir -p "$WORK/$c" "$WORK/$c-sock"
+	[ "$(id -u)" = 0 ] && chown postgres "$WORK/$c" "$WORK/$c-sock"
+	"${AS_PG[@]}" "$PGBIN/initdb" -D "$WORK/$c" -U postgres -A trust -E UTF8 >"$WORK/initdb-$c.log" 2>&1 || { cat "$WORK/initdb-$c.log"; die "initdb failed"; }
+	# Defaults except memory, connections and the durability under test.
+	# Settings on the command line override postgresql.conf and ALTER
+	# SYSTEM, so nothing else can change them.
+	"${AS_PG[@]}" "$PGBIN/postgres" -D "$WORK/$c" -p "$port" -c listen_addresses=127.0.0.1 \
+		-c unix_socket_directories="$WORK/$c-sock" -c shared_buffers=256MB -c max_connections=200 \
+		-c fsync="$fsync" -c synchronous_commit="$sc" >"$WORK/pg-$c.log" 2>&1 &
+	PG_PID[$c]=$!
+	PG_PORT[$c]=$port
+	for _ in $(seq 100); do
+		"$PGBIN/pg_isready" -q -h 127.0.0.1 -p "$port" && break
+		sleep 0.1
+	done
+	"$PGBIN/pg_isready" -q -h 127.0.0.1 -p "$port" || { cat "$WORK/pg-$c.log"; die "PostgreSQL ($c) did not start"; }
+	check_durability "$c"
+	log "PostgreSQL cluster $c on 127.0.0.1:$port: fsync=$fsync synchronous_commit=$sc"
+}
+
+NEED_FSYNC="" NEED_NOFSYNC=""
+for t in $TARGETS; do
+	case $t in pg | pg-lockonly) NEED_FSYNC=1 ;; pg-nofsync) NEED_NOFSYNC=1 ;; esac
 done
-"$PGBIN/pg_isready" -q -h 127.0.0.1 -p "$PGPORT" || { cat "$WORK/pg.log"; die "PostgreSQL did not start"; }
 PG_VERSION=$("$PGBIN/postgres" --version)
-DSN="postgres://postgres@127.0.0.1:$PGPORT/postgres?sslmode=disable"
-log "$PG_VERSION on 127.0.0.1:$PGPORT"
+[ -n "$NEED_FSYNC" ] && start_cluster fsync
+[ -n "$NEED_NOFSYNC" ] && start_cluster nofsync
 
 # --- servers -------------------------------------------------------------------
 # start_target starts a fresh server for one run and sets URL.
-start_target() {
+start_target() { # target [max-conns]
 	local attempt
 	for attempt in 1 2 3; do
-		start_target_once "$1" && return 0
+		start_target_once "$@" && return 0
 		# It exited before answering (a port taken between freeport and
 		# bind, say): show why and try again on other ports.
 		wait "$SERVER_PID" 2>/dev/null || true
@@ -161,53 +266,111 @@ start_target_once() {
 	port=$(freeport)
 	URL="http://127.0.0.1:$port"
 	case "$1" in
-	bookline | bookline-always)
-		local dir sync=interval
-		[ "$1" = bookline-always ] && sync=always
-		dir=$(mktemp -d "$WORK/bookline.XXXXXX")
+	bookline | bookline-interval)
+		# --sync always is the default; it is given anyway so that the
+		# row means the same whatever binary runs it.
+		local sync=always
+		[ "$1" = bookline-interval ] && sync=interval
+		SERVER_DIR=$(mktemp -d "$WORK/bookline.XXXXXX")
 		NATS_PORT=$(freeport)
 		while [ "$NATS_PORT" = "$port" ]; do NATS_PORT=$(freeport); done
 		# The rate limit (per client IP when no API keys are set) would
 		# throttle a load test from one address: off, as a benchmark needs.
-		BOOKLINE_RATE_LIMIT=0 ./bin/bookline serve --data-dir "$dir" --http-addr "127.0.0.1:$port" \
+		BOOKLINE_RATE_LIMIT=0 ./bin/bookline serve --data-dir "$SERVER_DIR" --http-addr "127.0.0.1:$port" \
 			--nats-listen "127.0.0.1:$NATS_PORT" --sync "$sync" --log-level warn >>"$WORK/bookline.log" 2>&1 &
 		;;
-	pg | pg-lockonly)
-		local lockonly=false
+	pg | pg-nofsync | pg-lockonly)
+		local lockonly=false c conns=${2:-${POOL[$1]}}
 		[ "$1" = pg-lockonly ] && lockonly=true
-		./bin/pgbaseline --dsn "$DSN" --http-addr "127.0.0.1:$port" --reset --lock-only="$lockonly" >>"$WORK/pgbaseline.log" 2>&1 &
+		c=$(cluster_of "$1")
+		check_durability "$c"
+		./bin/pgbaseline --dsn "postgres://postgres@127.0.0.1:${PG_PORT[$c]}/postgres?sslmode=disable" \
+			--http-addr "127.0.0.1:$port" --reset --lock-only="$lockonly" --max-conns "$conns" >>"$WORK/pgbaseline.log" 2>&1 &
 		;;
-	*) die "unknown target $1" ;;
 	esac
 	SERVER_PID=$!
-	wait_http "$URL/healthz" 60 "$SERVER_PID"
+	wait_http "$URL/healthz" 60 "$SERVER_PID" || return 1
+	case "$1" in pg*) psql_on "$(cluster_of "$1")" CHECKPOINT || die "CHECKPOINT failed" ;; esac
 }
 
-run_one() { # target scenario round
-	local target=$1 scenario=$2 round=$3 out
-	out="$RESULTS/$scenario-$target-$round.json"
-	start_target "$target"
-	log "round $round: $scenario against $target ($URL)"
-	if ! ./bin/bookline bench --url "$URL" --scenario "$scenario" --clients "$CLIENTS" --duration "$DURATION" \
-		--warmup "$WARMUP" --calendar-prefix "r$round" --json >"$out" 2>"$WORK/bench.err"; then
-		cat "$WORK/bench.err" >&2
-		jq -r '.audit.problems[]?' "$out" >&2 || true
-		AUDIT_FAILED="$AUDIT_FAILED $scenario/$target/$round"
-	fi
-	jq -r '"  \(.req_per_s|floor) req/s, p50 \(.latency.p50_ms) ms, p99 \(.latency.p99_ms) ms, audit ok: \(.audit.ok)"' "$out" >&2
+# stop_target stops the run's server; a cluster's dirty pages are written
+# now, not by a timed checkpoint during the next target's run.
+stop_target() {
 	stop_server
+	case "$1" in pg*) psql_on "$(cluster_of "$1")" CHECKPOINT || die "CHECKPOINT failed" ;; esac
 }
 
 AUDIT_FAILED=""
+# bench target out [bench flags...]: one run on a fresh server.
+bench() {
+	local target=$1 out=$2 conns=()
+	shift 2
+	if [ "${1:-}" = --max-conns ]; then
+		conns=("$2")
+		shift 2
+	fi
+	start_target "$target" "${conns[@]}"
+	log "$(basename "$out" .json) ($URL)"
+	if ! ./bin/bookline bench --url "$URL" --json "$@" >"$out" 2>"$WORK/bench.err"; then
+		cat "$WORK/bench.err" >&2
+		jq -r '.audit.problems[]?' "$out" >&2 || true
+		AUDIT_FAILED="$AUDIT_FAILED $(basename "$out" .json)"
+	fi
+	jq -r '"  \(.req_per_s|floor) req/s, p50 \(.latency.p50_ms) ms, p99 \(.latency.p99_ms) ms" +
+		(if .open_loop then ", sent \(.open_loop.sent_per_s|floor)/s, late \(.open_loop.late), dropped \(.open_loop.dropped)" else "" end) +
+		", audit ok: \(.audit.ok)"' "$out" >&2
+	stop_target "$target"
+}
+
 LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 START=$(date +%s)
+
+# --- pool tuning -----------------------------------------------------------------
+for target in $TARGETS; do
+	case $target in pg*) ;; *) continue ;; esac
+	read -ra sizes <<<"$TUNE_CONNS"
+	if [ "${#sizes[@]}" = 1 ]; then
+		POOL[$target]=${sizes[0]}
+		TUNE_LINE[$target]="${sizes[0]} (not tuned)"
+		continue
+	fi
+	best="" best_rate=0 line=""
+	for conns in "${sizes[@]}"; do
+		out="$RESULTS/tune-$target-$conns.json"
+		bench "$target" "$out" --max-conns "$conns" --scenario uniform --clients "$CLIENTS" --duration "$TUNE_DURATION" \
+			--warmup "$WARMUP" --calendar-prefix "t$conns"
+		rate=$(jq -r '.req_per_s|floor' "$out")
+		line="$line${line:+, }$conns: $rate"
+		if [ "$rate" -gt "$best_rate" ]; then
+			best=$conns best_rate=$rate
+		fi
+	done
+	POOL[$target]=$best
+	TUNE_LINE[$target]="**$best** ($line req/s)"
+	log "$target: pool of $best connections ($line req/s)"
+done
+
+# --- closed loop -------------------------------------------------------------------
 for scenario in $SCENARIOS; do
 	for round in $(seq "$ROUNDS"); do
 		for target in $TARGETS; do
-			run_one "$target" "$scenario" "$round"
+			bench "$target" "$RESULTS/$scenario-$target-$round.json" --scenario "$scenario" --clients "$CLIENTS" \
+				--duration "$DURATION" --warmup "$WARMUP" --calendar-prefix "r$round"
 		done
 	done
 done
+
+# --- open loop -----------------------------------------------------------------------
+if [ -n "$OPEN_TARGETS" ]; then
+	for rate in $RATES; do
+		for round in $(seq "$ROUNDS"); do
+			for target in $OPEN_TARGETS; do
+				bench "$target" "$RESULTS/open$rate-$target-$round.json" --scenario uniform --rate "$rate" --clients "$CLIENTS" \
+					--duration "$DURATION" --warmup "$WARMUP" --calendar-prefix "o$round"
+			done
+		done
+	done
+fi
 
 # --- RSS after 1M bookings ------------------------------------------------------
 RSS_LINE="not measured (RSS_BOOKINGS=0)"
@@ -235,64 +398,135 @@ if [ "$RSS_BOOKINGS" -gt 0 ]; then
 		RSS_LINE="$RSS_LINE; ${RSS_SETTLE} s later, idle: $((rss_kb / 1024)) MB VmRSS ($((anon_kb / 1024)) MB anonymous, $((file_kb / 1024)) MB file-backed)"
 	fi
 	log "bookline RSS: $RSS_LINE"
-	stop_server
+	stop_target bookline
 fi
 ELAPSED=$(($(date +%s) - START))
 
-# --- table ---------------------------------------------------------------------
-# med FILES... JQPATH: the median of a number over runs (mean of the middle
-# two for an even count).
+# --- tables --------------------------------------------------------------------
+# runs PREFIX TARGET: the result files of one target's rounds (none: empty).
+runs() {
+	compgen -G "$RESULTS/$1-$2-[0-9]*.json" || true
+}
+# med JQPATH FILES...: the median of a number over runs (mean of the middle
+# two for an even count); null without runs.
 med() {
 	local path=$1
 	shift
+	[ $# -gt 0 ] || { echo null; return; }
 	jq -s "[.[] | $path] | sort | if length == 0 then null elif length % 2 == 1 then .[length/2|floor] else (.[length/2-1] + .[length/2]) / 2 end" "$@"
 }
-fmt() { printf '%.*f' "$1" "$2"; }
-ratio() { jq -n --argjson a "$1" --argjson b "$2" 'if $b == 0 then "n/a" else (($a / $b) * 100 | round / 100 | tostring) + "x" end' -r; }
+num() { # decimals value: "-" for null
+	if [ "$2" = null ]; then echo -; else printf '%.*f' "$1" "$2"; fi
+}
+ratio() { # a b: a / b as "1.23x"
+	jq -n --argjson a "$1" --argjson b "$2" -r 'if $a == null or $b == null or $b == 0 then "-" else (($a / $b) * 100 | round / 100 | tostring) + "x" end'
+}
+
+label() {
+	case $1 in
+	bookline) echo "bookline (\`--sync always\`, default)" ;;
+	bookline-interval) echo "bookline \`--sync interval\`" ;;
+	pg) echo "PostgreSQL fsync=on" ;;
+	pg-nofsync) echo "PostgreSQL fsync=off, synchronous_commit=$PG_NOFSYNC_SYNCHRONOUS_COMMIT" ;;
+	pg-lockonly) echo "pg-lockonly (fsync=on)" ;;
+	esac
+}
 
 TABLE=$(mktemp "$WORK/table.XXXXXX")
 {
-	echo "| scenario ($CLIENTS clients) | bookline req/s | baseline req/s | throughput ratio | bookline p50 ms | baseline p50 ms | bookline p99 ms | baseline p99 ms | p99 ratio (baseline / bookline) |"
-	echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+	echo "**Equal durability, closed loop ($CLIENTS clients).** Ratios: bookline / PostgreSQL for throughput,"
+	echo "PostgreSQL / bookline for p99 (above 1x = bookline better)."
+	echo
+	echo "| scenario | durability: bookline vs PostgreSQL | bookline req/s | PostgreSQL req/s | throughput ratio | bookline p50 ms | PostgreSQL p50 ms | bookline p99 ms | PostgreSQL p99 ms | p99 ratio |"
+	echo "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
 	for scenario in $SCENARIOS; do
-		b=("$RESULTS/$scenario-bookline-"[0-9]*.json)
-		p=("$RESULTS/$scenario-pg-"[0-9]*.json)
-		bt=$(med .req_per_s "${b[@]}") pt=$(med .req_per_s "${p[@]}")
-		b50=$(med .latency.p50_ms "${b[@]}") p50=$(med .latency.p50_ms "${p[@]}")
-		b99=$(med .latency.p99_ms "${b[@]}") p99=$(med .latency.p99_ms "${p[@]}")
-		echo "| $scenario | $(fmt 0 "$bt") | $(fmt 0 "$pt") | $(ratio "$bt" "$pt") | $(fmt 2 "$b50") | $(fmt 2 "$p50") | $(fmt 2 "$b99") | $(fmt 2 "$p99") | $(ratio "$p99" "$b99") |"
+		for pair in "bookline pg power loss: default vs fsync=on" "bookline-interval pg-nofsync kill -9 only: \`--sync interval\` vs fsync=off"; do
+			read -r b p desc <<<"$pair"
+			if ! has_target "$b" || ! has_target "$p"; then continue; fi
+			mapfile -t bf < <(runs "$scenario" "$b")
+			mapfile -t pf < <(runs "$scenario" "$p")
+			bt=$(med .req_per_s "${bf[@]}") pt=$(med .req_per_s "${pf[@]}")
+			b99=$(med .latency.p99_ms "${bf[@]}") p99=$(med .latency.p99_ms "${pf[@]}")
+			echo "| $scenario | $desc | $(num 0 "$bt") | $(num 0 "$pt") | $(ratio "$bt" "$pt") | $(num 2 "$(med .latency.p50_ms "${bf[@]}")") | $(num 2 "$(med .latency.p50_ms "${pf[@]}")") | $(num 2 "$b99") | $(num 2 "$p99") | $(ratio "$p99" "$b99") |"
+		done
 	done
-	extra=""
-	for target in $TARGETS; do
-		case $target in bookline | pg) ;; *) extra="$extra $target" ;; esac
-	done
-	if [ -n "$extra" ]; then
+	if { has_target bookline && has_target bookline-interval; } || { has_target pg && has_target pg-nofsync; }; then
 		echo
-		echo "Other variants (pg-lockonly: the baseline always locking the calendar row first, as in the"
-		echo "field notes, without the lock-free conflict pre-check; bookline-always: bookline with \`--sync always\`):"
+		echo "**The cost of durability** (closed loop): each system with its power-loss-durable setting against its"
+		echo "kill -9-only one; throughput ratio durable / not, p99 ratio durable / not."
 		echo
-		echo "| scenario | target | req/s | p50 ms | p99 ms | bookline / it, throughput | it / bookline, p99 |"
-		echo "| --- | --- | ---: | ---: | ---: | ---: | ---: |"
+		echo "| scenario | system | durable req/s | not req/s | throughput ratio | durable p99 ms | not p99 ms | p99 ratio |"
+		echo "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"
 		for scenario in $SCENARIOS; do
-			b=("$RESULTS/$scenario-bookline-"[0-9]*.json)
-			bt=$(med .req_per_s "${b[@]}") b99=$(med .latency.p99_ms "${b[@]}")
-			for target in $extra; do
-				a=("$RESULTS/$scenario-$target-"[0-9]*.json)
-				at=$(med .req_per_s "${a[@]}") a99=$(med .latency.p99_ms "${a[@]}")
-				echo "| $scenario | $target | $(fmt 0 "$at") | $(fmt 2 "$(med .latency.p50_ms "${a[@]}")") | $(fmt 2 "$a99") | $(ratio "$bt" "$at") | $(ratio "$a99" "$b99") |"
+			for pair in "bookline bookline-interval bookline: default / \`--sync interval\`" "pg pg-nofsync PostgreSQL: fsync=on / fsync=off"; do
+				read -r d n desc <<<"$pair"
+				if ! has_target "$d" || ! has_target "$n"; then continue; fi
+				mapfile -t df < <(runs "$scenario" "$d")
+				mapfile -t nf < <(runs "$scenario" "$n")
+				dt=$(med .req_per_s "${df[@]}") nt=$(med .req_per_s "${nf[@]}")
+				d99=$(med .latency.p99_ms "${df[@]}") n99=$(med .latency.p99_ms "${nf[@]}")
+				echo "| $scenario | $desc | $(num 0 "$dt") | $(num 0 "$nt") | $(ratio "$dt" "$nt") | $(num 2 "$d99") | $(num 2 "$n99") | $(ratio "$d99" "$n99") |"
 			done
 		done
+	fi
+	if [ -n "$OPEN_TARGETS" ]; then
+		echo
+		echo "**Open loop, \`uniform\` at fixed arrival rates:** requests sent on a fixed schedule whatever the answers"
+		echo "do, latency measured from each request's due time (\`bookline bench --rate\`; at most one second's"
+		echo "worth in flight). achieved: answers per second; late: requests that could not be sent when due"
+		echo "because that many were outstanding; dropped: still unsent when the schedule ended. Medians over the"
+		echo "rounds; p99 ratio PostgreSQL / bookline of equal durability."
+		echo
+		echo "| arrival rate /s | target | achieved req/s | p50 ms | p99 ms | late | dropped | p99 ratio |"
+		echo "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |"
+		for rate in $RATES; do
+			for target in $OPEN_TARGETS; do
+				mapfile -t f < <(runs "open$rate" "$target")
+				a99=$(med .latency.p99_ms "${f[@]}")
+				r=""
+				case $target in pg) pair=bookline ;; pg-nofsync) pair=bookline-interval ;; *) pair="" ;; esac
+				if [ -n "$pair" ] && has_target "$pair"; then
+					mapfile -t pf < <(runs "open$rate" "$pair")
+					r=$(ratio "$a99" "$(med .latency.p99_ms "${pf[@]}")")
+				fi
+				echo "| $rate | $(label "$target") | $(num 0 "$(med .req_per_s "${f[@]}")") | $(num 2 "$(med .latency.p50_ms "${f[@]}")") | $(num 2 "$a99") | $(num 0 "$(med .open_loop.late "${f[@]}")") | $(num 0 "$(med .open_loop.dropped "${f[@]}")") | $r |"
+			done
+		done
+	fi
+	if has_target pg-lockonly && has_target bookline; then
+		echo
+		echo "**pg-lockonly**: the baseline always locking the calendar row first, as in the field notes, without"
+		echo "the lock-free conflict pre-check (fsync=on), against bookline's default:"
+		echo
+		echo "| scenario | req/s | p50 ms | p99 ms | bookline / it, throughput | it / bookline, p99 |"
+		echo "| --- | ---: | ---: | ---: | ---: | ---: |"
+		for scenario in $SCENARIOS; do
+			mapfile -t bf < <(runs "$scenario" bookline)
+			mapfile -t af < <(runs "$scenario" pg-lockonly)
+			bt=$(med .req_per_s "${bf[@]}") b99=$(med .latency.p99_ms "${bf[@]}")
+			at=$(med .req_per_s "${af[@]}") a99=$(med .latency.p99_ms "${af[@]}")
+			echo "| $scenario | $(num 0 "$at") | $(num 2 "$(med .latency.p50_ms "${af[@]}")") | $(num 2 "$a99") | $(ratio "$bt" "$at") | $(ratio "$a99" "$b99") |"
+		done
+	fi
+	pools=""
+	for target in $TARGETS; do
+		[ -n "${TUNE_LINE[$target]:-}" ] && pools="$pools${pools:+; }$target ${TUNE_LINE[$target]}"
+	done
+	if [ -n "$pools" ]; then
+		echo
+		echo "PostgreSQL pool sizes (pgbaseline \`--max-conns\`, the fastest of \`uniform\` at $CLIENTS clients for $TUNE_DURATION"
+		echo "per size, one run each): $pools."
 	fi
 } >"$TABLE"
 
 RUNS=$(mktemp "$WORK/runs.XXXXXX")
 {
-	echo "| run | req/s | p50 ms | p95 ms | p99 ms | max ms | statuses | audit |"
-	echo "| --- | ---: | ---: | ---: | ---: | ---: | --- | --- |"
+	echo "| run | req/s | p50 ms | p95 ms | p99 ms | max ms | open loop: sent/s, late, dropped, peak in flight | statuses | audit |"
+	echo "| --- | ---: | ---: | ---: | ---: | ---: | --- | --- | --- |"
 	for f in "$RESULTS"/*.json; do
 		[[ $f == *import-bookline-rss* ]] && continue
 		jq -r --arg run "$(basename "$f" .json)" \
-			'"| \($run) | \(.req_per_s|floor) | \(.latency.p50_ms) | \(.latency.p95_ms) | \(.latency.p99_ms) | \(.latency.max_ms) | \(.status|to_entries|map("\(.key): \(.value)")|join(", ")) | \(if .audit.ok then "ok" else "FAILED" end) (\(.audit.listed) listed) |"' "$f"
+			'"| \($run) | \(.req_per_s|floor) | \(.latency.p50_ms) | \(.latency.p95_ms) | \(.latency.p99_ms) | \(.latency.max_ms) | \(if .open_loop then "\(.open_loop.sent_per_s|floor), \(.open_loop.late), \(.open_loop.dropped), \(.open_loop.peak_in_flight)" else "" end) | \(.status|to_entries|map("\(.key): \(.value)")|join(", ")) | \(if .audit.ok then "ok" else "FAILED" end) (\(.audit.listed) listed) |"' "$f"
 	done
 } >"$RUNS"
 
@@ -309,16 +543,17 @@ SECTION=$(mktemp "$WORK/section.XXXXXX")
 	echo "<!-- BEGIN RESULTS (written by .ci/bench-compare.sh; edit outside the markers) -->"
 	echo "Measured $(date -u +%Y-%m-%dT%H:%MZ) by \`make bench-compare\` at commit \`$COMMIT\`$DIRTY."
 	echo
-	echo "Machine: $(nproc) CPUs ($CPU), $MEM RAM, $(uname -sr); $($GO version | cut -d' ' -f3); $PG_VERSION."
+	echo "Machine: $(nproc) CPUs ($CPU), $MEM RAM, $(uname -sr); $($GO version | cut -d' ' -f3); $PG_VERSION; data directories on $FS_TYPE."
 	echo "Load average before the runs: $LOAD_BEFORE; after: $(cut -d' ' -f1-3 /proc/loadavg) (other work on the machine skews the numbers)."
-	echo "Load generator on the same machine. $ROUNDS rounds per scenario, targets alternating ($TARGETS), $WARMUP warm-up"
-	echo "then $DURATION measured per run, each run on a fresh server (bookline: new data dir; baseline: tables recreated)."
-	echo "Medians over the rounds; ratios are bookline / baseline for throughput and baseline / bookline for p99"
-	echo "(above 1x = bookline better). Total run time ${ELAPSED}s."
+	echo "Load generator on the same machine. $ROUNDS rounds, targets alternating ($TARGETS), $WARMUP warm-up"
+	echo "then $DURATION measured per run, each run on a fresh server (bookline: new data dir; baseline: tables recreated,"
+	echo "CHECKPOINT before and after). Medians over the rounds. Total run time ${ELAPSED}s."
 	echo
-	echo "Durability: bookline runs its default \`--sync interval\` (a confirmed booking survives \`kill -9\`; after a"
-	echo "power loss the stream's last unsynced commands can be lost), the baseline runs fsync=on and synchronous_commit=on"
-	echo "(survives power loss). bookline-always (\`--sync always\`) is the row with the baseline's durability."
+	echo "Durability: bookline's default \`--sync always\` answers after one fsync per group commit of the stream's"
+	echo "files and the index, PostgreSQL with fsync=on and synchronous_commit=on after its WAL flush: both survive"
+	echo "power loss. \`--sync interval\` answers once the stream and the index are written to the OS (fsync every"
+	echo "2 minutes), PostgreSQL with fsync=off never fsyncs (synchronous_commit=$PG_NOFSYNC_SYNCHRONOUS_COMMIT): both survive"
+	echo "\`kill -9\`, not power loss."
 	echo
 	cat "$TABLE"
 	echo

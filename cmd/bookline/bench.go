@@ -39,9 +39,25 @@ Scenarios:
            command stream (--nats-url), like bookline import; bookline only.
            Throughput only: replies are matched, not timed.
 
+By default the load is a closed loop: each of --clients clients sends its
+next request when the previous one is answered, so a slow server is sent
+less (and its latency looks better than its users would see it). --rate N
+makes it an open loop instead: request i is due at start + i/N seconds,
+whatever happened to the requests before it; each is sent by a goroutine of
+its own, and its latency is measured from the time it was due, so waiting
+that the schedule forced on it counts (no coordinated omission). At most
+--max-in-flight requests are outstanding; a request that finds that many
+when it is due, or becomes due while the generator waits for a free slot,
+is sent as soon as one frees and counted as late; requests still waiting
+when the schedule ends are not sent and counted as dropped. The report has
+the target and the achieved rate, late, dropped and the generator's own
+send lag (time from due to sent). Open loop works for uniform, hot and
+mixed.
+
 Latency percentiles are exact (every sample is kept, nearest-rank). Requests
 of the --warmup period are excluded from the statistics. --seed fixes every
-client's random sequence, so runs are comparable.
+client's random sequence (in open loop: every request's), so runs are
+comparable.
 
 The audit lists every calendar's bookings (following next_cursor) and fails
 when two confirmed bookings overlap, a booking answered 201 is missing, or a
@@ -64,6 +80,8 @@ type benchConfig struct {
 	prefix          string
 	apiKey          string
 	timeout         time.Duration
+	rate            float64 // requests per second; 0 = closed loop
+	maxInFlight     int     // open loop: bound on outstanding requests
 }
 
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -72,7 +90,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&c.url, "url", "http://127.0.0.1:8080", "base URL of the server under test")
 	fs.StringVar(&c.natsURL, "nats-url", "nats://127.0.0.1:4222", "NATS server URL for --scenario import")
 	fs.StringVar(&c.scenario, "scenario", "uniform", "uniform, hot, mixed or import")
-	fs.IntVar(&c.clients, "clients", 64, "concurrent clients (import: publishes in flight = 16 x clients)")
+	fs.IntVar(&c.clients, "clients", 64, "concurrent clients of the closed loop (import: publishes in flight = 16 x clients; with --rate: only how many calendars are created at once)")
 	fs.IntVar(&c.calendars, "calendars", 0, "calendars to spread the load over; 0 = 100 (uniform, mixed), 1 (hot), 1000 (import)")
 	fs.IntVar(&c.days, "days", 0, "days of the booking horizon per calendar, from 2030-01-01; 0 = 365 (hot: 1)")
 	fs.DurationVar(&c.duration, "duration", 10*time.Second, "measured duration (after the warm-up); ignored when --requests is set")
@@ -84,6 +102,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&c.prefix, "calendar-prefix", "bench", "calendar ids are <prefix>-<n>; use a new prefix for a run on fresh calendars")
 	fs.StringVar(&c.apiKey, "api-key", "", "API key sent as Authorization: Bearer (when the target requires one)")
 	fs.DurationVar(&c.timeout, "timeout", 30*time.Second, "per-request timeout")
+	fs.Float64Var(&c.rate, "rate", 0, "open loop: requests per second on a fixed schedule, latency measured from each request's due time; 0 = closed loop with --clients")
+	fs.IntVar(&c.maxInFlight, "max-in-flight", 0, "open loop: most requests outstanding at once (each needs a connection); 0 = one second's worth at --rate, at least 64")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -150,6 +170,15 @@ func (c *benchConfig) normalise() error {
 		return errors.New("--warmup must not be negative")
 	case c.timeout <= 0:
 		return errors.New("--timeout must be positive")
+	case c.rate < 0 || math.IsNaN(c.rate) || math.IsInf(c.rate, 0):
+		return errors.New("--rate must be a non-negative number of requests per second")
+	case c.rate > 0 && c.scenario == "import":
+		return errors.New("--rate applies to uniform, hot and mixed, not import")
+	case c.maxInFlight < 0:
+		return errors.New("--max-in-flight must not be negative")
+	}
+	if c.rate > 0 && c.maxInFlight == 0 {
+		c.maxInFlight = max(64, int(math.Ceil(c.rate)))
 	}
 	if !actor.ValidCalendarID(c.calendarID(c.calendars - 1)) {
 		return fmt.Errorf("--calendar-prefix %q: calendar ids must match [A-Za-z0-9_-]{1,64}", c.prefix)
@@ -171,8 +200,11 @@ const slot = 15 * time.Minute
 
 // BenchResult is the machine-readable outcome of one run (--json).
 type BenchResult struct {
-	Scenario   string  `json:"scenario"`
-	URL        string  `json:"url"`
+	Scenario string `json:"scenario"`
+	URL      string `json:"url"`
+	// Mode is "closed" (--clients, each waits for its answer) or "open"
+	// (--rate, requests sent on a fixed schedule; see OpenLoop).
+	Mode       string  `json:"mode"`
 	Clients    int     `json:"clients"`
 	Calendars  int     `json:"calendars"`
 	Seed       uint64  `json:"seed"`
@@ -188,7 +220,9 @@ type BenchResult struct {
 	Ops map[string]*OpStats `json:"ops"`
 	// Status counts every measured answer by HTTP status ("error" = no answer).
 	Status map[string]int `json:"status"`
-	Audit  AuditResult    `json:"audit"`
+	// OpenLoop is the schedule's account (open loop only).
+	OpenLoop *OpenLoopStats `json:"open_loop,omitempty"`
+	Audit    AuditResult    `json:"audit"`
 }
 
 // OpStats are one operation's numbers.
@@ -258,17 +292,39 @@ func latencyStats(samples []time.Duration) *LatencyStats {
 	}
 }
 
-// benchClient is one simulated client. Its fields are its own until the run
-// ends; the run merges them afterwards.
+// benchState is what a client knows of its own bookings, which later
+// requests (mixed) and the audit use.
+type benchState struct {
+	customer string
+	created  map[string]map[string]bool // calendar -> booking ids answered 201 (all phases)
+	live     []ownBooking               // own confirmed bookings, for cancel and get
+	cancel   map[string]map[string]bool // calendar -> booking ids cancelled with 200
+}
+
+func newBenchState(customer string) benchState {
+	return benchState{customer: customer, created: map[string]map[string]bool{}, cancel: map[string]map[string]bool{}}
+}
+
+// benchClient is one simulated client of the closed loop. Its fields are its
+// own until the run ends; the run merges them afterwards.
 type benchClient struct {
-	id      int
-	rng     *rand.Rand
+	id  int
+	rng *rand.Rand
+	benchState
 	samples map[string][]time.Duration // op -> latencies (measured only)
 	status  map[string]map[string]int  // op -> status -> count (measured only)
-	created map[string]map[string]bool // calendar -> booking ids answered 201 (all phases)
-	live    []ownBooking               // own confirmed bookings, for cancel and get
-	cancel  map[string]map[string]bool // calendar -> booking ids cancelled with 200
 	buf     []byte
+}
+
+// count records one measured answer.
+func (cl *benchClient) count(op, status string, latency time.Duration) {
+	cl.samples[op] = append(cl.samples[op], latency)
+	m := cl.status[op]
+	if m == nil {
+		m = map[string]int{}
+		cl.status[op] = m
+	}
+	m[status]++
 }
 
 type ownBooking struct{ cal, id string }
@@ -286,10 +342,17 @@ type benchRun struct {
 // generator shares the machine with the server it measures, and net/http's
 // client took about a quarter of the CPU at 5k requests/s, CPU the server
 // under test then did not have (both targets are driven the same way).
+// Every outstanding request needs a connection of its own (HTTP/1.1), so
+// the pool is as large as the load can have in flight, and the audit's 16
+// on top.
 func newBenchHTTPClient(c benchConfig) *fasthttp.Client {
+	conns := c.clients
+	if c.rate > 0 {
+		conns = c.maxInFlight
+	}
 	return &fasthttp.Client{
 		Name:                          "bookline-bench",
-		MaxConnsPerHost:               c.clients + 16,
+		MaxConnsPerHost:               conns + 16,
 		MaxIdleConnDuration:           90 * time.Second,
 		ReadTimeout:                   c.timeout,
 		WriteTimeout:                  c.timeout,
@@ -310,15 +373,47 @@ func runBenchScenario(ctx context.Context, c benchConfig) (*BenchResult, error) 
 			return nil, err
 		}
 	}
+	var (
+		clients   []*benchClient
+		measureAt time.Time
+		open      *OpenLoopStats
+	)
+	if c.rate > 0 {
+		clients, measureAt, open = r.runOpen(ctx)
+	} else {
+		clients, measureAt = r.runClosed(ctx)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	res := r.summarise(clients, measureAt)
+	res.OpenLoop = open
+	if open != nil {
+		res.Mode = "open"
+		open.AchievedPerS = res.Throughput
+	}
+	created := map[string]map[string]bool{}
+	cancelled := map[string]map[string]bool{}
+	for _, cl := range clients {
+		mergeSets(created, cl.created)
+		mergeSets(cancelled, cl.cancel)
+	}
+	res.Audit = r.audit(ctx, created, cancelled)
+	return res, nil
+}
+
+// runClosed runs the closed loop: --clients clients, each sending its next
+// request when the previous one is answered.
+func (r *benchRun) runClosed(ctx context.Context) ([]*benchClient, time.Time) {
+	c := r.c
 	clients := make([]*benchClient, c.clients)
 	for i := range clients {
 		clients[i] = &benchClient{
-			id:      i,
-			rng:     rand.New(rand.NewPCG(c.seed, uint64(i)+1)),
-			samples: map[string][]time.Duration{},
-			status:  map[string]map[string]int{},
-			created: map[string]map[string]bool{},
-			cancel:  map[string]map[string]bool{},
+			id:         i,
+			rng:        rand.New(rand.NewPCG(c.seed, uint64(i)+1)),
+			benchState: newBenchState("bench-client-" + strconv.Itoa(i)),
+			samples:    map[string][]time.Duration{},
+			status:     map[string]map[string]int{},
 		}
 	}
 	start := time.Now()
@@ -338,18 +433,20 @@ func runBenchScenario(ctx context.Context, c benchConfig) (*BenchResult, error) 
 		}()
 	}
 	wg.Wait()
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
+	return clients, measureAt
+}
+
+// summarise merges the clients' measured answers into a result (without
+// the audit): measured from measureAt to the last measured answer.
+func (r *benchRun) summarise(clients []*benchClient, measureAt time.Time) *BenchResult {
+	c := r.c
 	end := time.Unix(0, r.lastDone.Load())
 	if end.Before(measureAt) {
 		end = measureAt
 	}
-	res := &BenchResult{Scenario: c.scenario, URL: c.url, Clients: c.clients, Calendars: c.calendars, Seed: c.seed,
+	res := &BenchResult{Scenario: c.scenario, URL: c.url, Mode: "closed", Clients: c.clients, Calendars: c.calendars, Seed: c.seed,
 		Seconds: end.Sub(measureAt).Seconds(), Ops: map[string]*OpStats{}, Status: map[string]int{}}
 	var all []time.Duration
-	created := map[string]map[string]bool{}
-	cancelled := map[string]map[string]bool{}
 	for _, cl := range clients {
 		for op, s := range cl.samples {
 			o := res.Ops[op]
@@ -369,8 +466,6 @@ func runBenchScenario(ctx context.Context, c benchConfig) (*BenchResult, error) 
 				}
 			}
 		}
-		mergeSets(created, cl.created)
-		mergeSets(cancelled, cl.cancel)
 	}
 	for op, o := range res.Ops {
 		var s []time.Duration
@@ -385,8 +480,7 @@ func runBenchScenario(ctx context.Context, c benchConfig) (*BenchResult, error) 
 		res.Throughput = float64(res.Requests) / res.Seconds
 		res.Bookings201PerS /= res.Seconds
 	}
-	res.Audit = r.audit(ctx, created, cancelled)
-	return res, nil
+	return res
 }
 
 func mergeSets(dst, src map[string]map[string]bool) {
@@ -488,41 +582,110 @@ func (r *benchRun) loop(ctx context.Context, cl *benchClient) {
 		if !ok {
 			return
 		}
-		op, status := r.step(ctx, cl)
+		req := r.plan(cl.rng, &cl.benchState, cl.buf[:0])
+		cl.buf = req.body
+		st, body, err := r.do(ctx, req.method, req.path, req.body)
+		r.record(&cl.benchState, &req, st, body, err)
 		if !measured {
 			continue
 		}
 		t1 := time.Now()
-		cl.samples[op] = append(cl.samples[op], t1.Sub(t0))
-		m := cl.status[op]
-		if m == nil {
-			m = map[string]int{}
-			cl.status[op] = m
-		}
-		m[status]++
-		for { // lastDone = max(lastDone, t1)
-			last := r.lastDone.Load()
-			if t1.UnixNano() <= last || r.lastDone.CompareAndSwap(last, t1.UnixNano()) {
-				break
-			}
+		cl.count(req.op, statusString(st, err), t1.Sub(t0))
+		r.doneAt(t1)
+	}
+}
+
+// doneAt notes a measured answer at t: the measured window ends at the last.
+func (r *benchRun) doneAt(t time.Time) {
+	for { // lastDone = max(lastDone, t)
+		last := r.lastDone.Load()
+		if t.UnixNano() <= last || r.lastDone.CompareAndSwap(last, t.UnixNano()) {
+			return
 		}
 	}
 }
 
-// step performs one operation of the scenario and returns its name and the
-// answer's status ("error" when there was none).
-func (r *benchRun) step(ctx context.Context, cl *benchClient) (op, status string) {
+// benchRequest is one operation of a scenario, planned before it is sent.
+type benchRequest struct {
+	op     string // "book", "cancel", "list" or "get"
+	method string
+	path   string
+	body   []byte
+	cal    string
+	own    ownBooking // the booking cancelled or read
+}
+
+// plan draws the next operation of the scenario from rng and st; a booking's
+// body is appended to buf. A cancel takes its booking out of st.live at
+// once, so that no other request of an open loop cancels it too; record
+// puts it back if the cancel fails.
+func (r *benchRun) plan(rng *rand.Rand, st *benchState, buf []byte) benchRequest {
 	if r.c.scenario == "mixed" {
-		switch p := cl.rng.IntN(100); {
-		case p < 15 && len(cl.live) > 0:
-			return "cancel", r.cancelOne(ctx, cl)
-		case p < 30 && len(cl.live) > 0:
-			return "get", r.getOne(ctx, cl)
+		switch p := rng.IntN(100); {
+		case p < 15 && len(st.live) > 0:
+			i := rng.IntN(len(st.live))
+			b := st.live[i]
+			st.live[i] = st.live[len(st.live)-1]
+			st.live = st.live[:len(st.live)-1]
+			return benchRequest{op: "cancel", method: http.MethodDelete, path: "/v1/calendars/" + b.cal + "/bookings/" + b.id, cal: b.cal, own: b}
+		case p < 30 && len(st.live) > 0:
+			b := st.live[rng.IntN(len(st.live))]
+			return benchRequest{op: "get", method: http.MethodGet, path: "/v1/calendars/" + b.cal + "/bookings/" + b.id, cal: b.cal, own: b}
 		case p < 50:
-			return "list", r.listDay(ctx, cl)
+			cal := r.c.calendarID(rng.IntN(r.c.calendars))
+			from := benchEpoch.Add(time.Duration(rng.IntN(r.c.days)) * 24 * time.Hour)
+			q := "?from=" + from.Format(time.RFC3339) + "&to=" + from.Add(24*time.Hour).Format(time.RFC3339) + "&limit=100"
+			return benchRequest{op: "list", method: http.MethodGet, path: "/v1/calendars/" + cal + "/bookings" + q, cal: cal}
 		}
 	}
-	return "book", r.book(ctx, cl)
+	cal := r.c.calendarID(rng.IntN(r.c.calendars))
+	start, end := r.interval(rng)
+	b := append(buf, `{"start":"`...)
+	b = start.AppendFormat(b, time.RFC3339)
+	b = append(b, `","end":"`...)
+	b = end.AppendFormat(b, time.RFC3339)
+	b = append(b, `","customer":"`...)
+	b = append(b, st.customer...)
+	b = append(b, `"}`...)
+	return benchRequest{op: "book", method: http.MethodPost, path: "/v1/calendars/" + cal + "/bookings", body: b, cal: cal}
+}
+
+// record applies an answer to st: bookings answered 201 are expected in the
+// audit (and, in mixed, may be cancelled or read later), bookings cancelled
+// with 200 must be gone.
+func (r *benchRun) record(st *benchState, req *benchRequest, status int, body []byte, err error) {
+	switch req.op {
+	case "book":
+		if err != nil || status != http.StatusCreated {
+			return
+		}
+		var bk struct {
+			ID string `json:"id"`
+		}
+		if json.Unmarshal(body, &bk) != nil || bk.ID == "" {
+			return
+		}
+		addToSet(st.created, req.cal, bk.ID)
+		if r.c.scenario == "mixed" {
+			st.live = append(st.live, ownBooking{req.cal, bk.ID})
+		}
+	case "cancel":
+		if err != nil || status != http.StatusOK {
+			st.live = append(st.live, req.own)
+			return
+		}
+		delete(st.created[req.cal], req.own.id)
+		addToSet(st.cancel, req.cal, req.own.id)
+	}
+}
+
+func addToSet(sets map[string]map[string]bool, cal, id string) {
+	set := sets[cal]
+	if set == nil {
+		set = map[string]bool{}
+		sets[cal] = set
+	}
+	set[id] = true
 }
 
 func statusString(st int, err error) string {
@@ -539,69 +702,6 @@ func (r *benchRun) interval(rng *rand.Rand) (time.Time, time.Time) {
 	s := rng.IntN(max(slots-n, 1))
 	start := benchEpoch.Add(time.Duration(s) * slot)
 	return start, start.Add(time.Duration(n) * slot)
-}
-
-func (r *benchRun) book(ctx context.Context, cl *benchClient) string {
-	cal := r.c.calendarID(cl.rng.IntN(r.c.calendars))
-	start, end := r.interval(cl.rng)
-	b := append(cl.buf[:0], `{"start":"`...)
-	b = start.AppendFormat(b, time.RFC3339)
-	b = append(b, `","end":"`...)
-	b = end.AppendFormat(b, time.RFC3339)
-	b = append(b, `","customer":"bench-client-`...)
-	b = strconv.AppendInt(b, int64(cl.id), 10)
-	b = append(b, `"}`...)
-	cl.buf = b
-	st, body, err := r.do(ctx, http.MethodPost, "/v1/calendars/"+cal+"/bookings", b)
-	if err == nil && st == http.StatusCreated {
-		var bk struct {
-			ID string `json:"id"`
-		}
-		if json.Unmarshal(body, &bk) == nil && bk.ID != "" {
-			set := cl.created[cal]
-			if set == nil {
-				set = map[string]bool{}
-				cl.created[cal] = set
-			}
-			set[bk.ID] = true
-			if r.c.scenario == "mixed" {
-				cl.live = append(cl.live, ownBooking{cal, bk.ID})
-			}
-		}
-	}
-	return statusString(st, err)
-}
-
-func (r *benchRun) cancelOne(ctx context.Context, cl *benchClient) string {
-	i := cl.rng.IntN(len(cl.live))
-	b := cl.live[i]
-	st, _, err := r.do(ctx, http.MethodDelete, "/v1/calendars/"+b.cal+"/bookings/"+b.id, nil)
-	if err == nil && st == http.StatusOK {
-		cl.live[i] = cl.live[len(cl.live)-1]
-		cl.live = cl.live[:len(cl.live)-1]
-		delete(cl.created[b.cal], b.id)
-		set := cl.cancel[b.cal]
-		if set == nil {
-			set = map[string]bool{}
-			cl.cancel[b.cal] = set
-		}
-		set[b.id] = true
-	}
-	return statusString(st, err)
-}
-
-func (r *benchRun) getOne(ctx context.Context, cl *benchClient) string {
-	b := cl.live[cl.rng.IntN(len(cl.live))]
-	st, _, err := r.do(ctx, http.MethodGet, "/v1/calendars/"+b.cal+"/bookings/"+b.id, nil)
-	return statusString(st, err)
-}
-
-func (r *benchRun) listDay(ctx context.Context, cl *benchClient) string {
-	cal := r.c.calendarID(cl.rng.IntN(r.c.calendars))
-	from := benchEpoch.Add(time.Duration(cl.rng.IntN(r.c.days)) * 24 * time.Hour)
-	q := "?from=" + from.Format(time.RFC3339) + "&to=" + from.Add(24*time.Hour).Format(time.RFC3339) + "&limit=100"
-	st, _, err := r.do(ctx, http.MethodGet, "/v1/calendars/"+cal+"/bookings"+q, nil)
-	return statusString(st, err)
 }
 
 type listedBooking struct {
@@ -808,15 +908,26 @@ func runImportBench(ctx context.Context, c benchConfig) (*BenchResult, error) {
 }
 
 func printBenchResult(w io.Writer, res *BenchResult) {
-	fmt.Fprintf(w, "scenario   %s against %s: %d clients, %d calendars, seed %d\n", res.Scenario, res.URL, res.Clients, res.Calendars, res.Seed)
-	fmt.Fprintf(w, "throughput %.0f req/s (%d requests in %.2fs), %.0f bookings created/s\n", res.Throughput, res.Requests, res.Seconds, res.Bookings201PerS)
 	lat := func(l *LatencyStats) string {
 		if l == nil {
 			return "n/a"
 		}
 		return fmt.Sprintf("p50 %.2fms  p95 %.2fms  p99 %.2fms  max %.2fms  mean %.2fms", l.P50, l.P95, l.P99, l.Max, l.Mean)
 	}
-	fmt.Fprintf(w, "latency    %s\n", lat(res.Latency))
+	if o := res.OpenLoop; o != nil {
+		fmt.Fprintf(w, "scenario   %s against %s: open loop at %g req/s (at most %d in flight), %d calendars, seed %d\n",
+			res.Scenario, res.URL, o.TargetPerS, o.MaxInFlight, res.Calendars, res.Seed)
+	} else {
+		fmt.Fprintf(w, "scenario   %s against %s: %d clients, %d calendars, seed %d\n", res.Scenario, res.URL, res.Clients, res.Calendars, res.Seed)
+	}
+	fmt.Fprintf(w, "throughput %.0f req/s (%d requests in %.2fs), %.0f bookings created/s\n", res.Throughput, res.Requests, res.Seconds, res.Bookings201PerS)
+	if o := res.OpenLoop; o != nil {
+		fmt.Fprintf(w, "schedule   %d due, %d sent (%.0f/s), %d late, %d dropped, peak %d in flight; send lag %s\n",
+			o.Scheduled, o.Sent, o.SentPerS, o.Late, o.Dropped, o.PeakInFlight, lat(o.SendLag))
+		fmt.Fprintf(w, "latency    %s (from each request's due time)\n", lat(res.Latency))
+	} else {
+		fmt.Fprintf(w, "latency    %s\n", lat(res.Latency))
+	}
 	fmt.Fprintf(w, "status     %s\n", countString(res.Status))
 	if len(res.Ops) > 1 {
 		ops := make([]string, 0, len(res.Ops))

@@ -173,6 +173,37 @@ func TestBenchSmoke(t *testing.T) {
 		})
 	}
 
+	// The open loop in every booking scenario: everything due is sent and
+	// the audit holds (no timing assertions: the machine may be slow).
+	for _, sc := range []string{"uniform", "hot", "mixed"} {
+		t.Run("open-"+sc, func(t *testing.T) {
+			args := []string{"bench", "--url", url, "--scenario", sc, "--rate", "200", "--warmup", "200ms",
+				"--duration", "1s", "--calendar-prefix", "smoke-open-" + sc, "--json"}
+			if sc != "hot" {
+				args = append(args, "--calendars", "5", "--days", "2")
+			}
+			var out, errb bytes.Buffer
+			code := Main(context.Background(), args, &out, &errb)
+			var res BenchResult
+			if err := json.Unmarshal(out.Bytes(), &res); err != nil {
+				t.Fatalf("exit %d, report does not parse: %v\nstdout: %s\nstderr: %s", code, err, out.String(), errb.String())
+			}
+			if code != 0 || !res.Audit.OK {
+				t.Fatalf("exit %d, audit %+v\nstderr: %s", code, res.Audit, errb.String())
+			}
+			o := res.OpenLoop
+			if res.Mode != "open" || o == nil || o.TargetPerS != 200 || o.Scheduled != 200 || o.Sent+o.Dropped != 200 || res.Requests != o.Sent {
+				t.Fatalf("mode %q, requests %d, open loop %+v", res.Mode, res.Requests, o)
+			}
+			if res.Latency == nil || res.Audit.Listed == 0 {
+				t.Errorf("latency %+v, audit %+v", res.Latency, res.Audit)
+			}
+			if sc == "mixed" && (res.Ops["book"] == nil || res.Ops["list"] == nil) {
+				t.Errorf("mixed: ops %v", res.Ops)
+			}
+		})
+	}
+
 	// The text report, and --requests instead of --duration.
 	var out, errb bytes.Buffer
 	if code := Main(context.Background(), []string{"bench", "--url", url, "--scenario", "uniform", "--clients", "4",
@@ -182,6 +213,17 @@ func TestBenchSmoke(t *testing.T) {
 	for _, want := range []string{"throughput", "p99", "audit      ok", "200 requests"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("text report lacks %q:\n%s", want, out.String())
+		}
+	}
+
+	out.Reset()
+	if code := Main(context.Background(), []string{"bench", "--url", url, "--scenario", "uniform", "--rate", "100",
+		"--calendars", "3", "--warmup", "0s", "--requests", "50", "--calendar-prefix", "smoke-open-text"}, &out, &errb); code != 0 {
+		t.Fatalf("exit %d\n%s\n%s", code, out.String(), errb.String())
+	}
+	for _, want := range []string{"open loop at 100 req/s", "50 due, 50 sent", "late", "from each request's due time", "audit      ok"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("open-loop text report lacks %q:\n%s", want, out.String())
 		}
 	}
 }

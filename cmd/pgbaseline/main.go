@@ -34,13 +34,22 @@
 // Not implemented (bookline features outside the comparison): Idempotency-Key,
 // 202 pending answers, request lookups, events, API keys.
 //
-// It uses net/http rather than Fiber on purpose: it is what a typical
-// "just use PostgreSQL" service would be written with, and its per-request
-// cost is small next to a database round trip and commit, so it does not
-// decide the comparison (bookline's own routes run on Fiber).
+// It serves over Fiber (fasthttp), the HTTP stack of bookline's own API, so
+// that the comparison measures the storage designs and not two HTTP servers:
+// on a small machine shared with the load generator, net/http's per-request
+// CPU is CPU the database then lacks. Fiber runs each request on a goroutine
+// of its own and the handlers block on pgx's pool and round trips, which is
+// what goroutines are for; every request gets a deadline (--request-timeout),
+// so a stuck database cannot hold connections and goroutines forever.
+//
+// Values Fiber hands out (path parameters, query values, the body) alias
+// fasthttp's buffers and are valid only until the handler returns; the
+// handlers use them only inside the call (pgx encodes its arguments before
+// the query returns, and the answer is encoded before the handler returns).
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/base32"
@@ -51,7 +60,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"regexp"
@@ -62,6 +70,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/gofiber/fiber/v2"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -134,20 +143,22 @@ END $$;
 `
 
 type config struct {
-	dsn      string
-	addr     string
-	maxConns int
-	reset    bool
-	lockOnly bool
+	dsn            string
+	addr           string
+	maxConns       int
+	reset          bool
+	lockOnly       bool
+	requestTimeout time.Duration
 }
 
 func main() {
 	var c config
 	flag.StringVar(&c.dsn, "dsn", envOr("PGBASELINE_DSN", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"), "PostgreSQL connection string (env PGBASELINE_DSN)")
 	flag.StringVar(&c.addr, "http-addr", envOr("PGBASELINE_HTTP_ADDR", "127.0.0.1:8090"), "HTTP listen address (env PGBASELINE_HTTP_ADDR)")
-	flag.IntVar(&c.maxConns, "max-conns", 64, "connection pool size; at least the number of concurrent clients, so no request queues for a connection (PostgreSQL groups concurrent commits into one WAL flush; 64 measured best for 64 clients on 2 cores)")
+	flag.IntVar(&c.maxConns, "max-conns", 64, "connection pool size (pgx); requests beyond it wait for a connection. The best size depends on the machine and the load: make bench-compare tries 16, 32 and 64 and uses the fastest")
 	flag.BoolVar(&c.reset, "reset", false, "drop and recreate the tables at start")
 	flag.BoolVar(&c.lockOnly, "lock-only", false, "always take the calendar lock first (FIELD-NOTES' variant), without the lock-free conflict pre-check")
+	flag.DurationVar(&c.requestTimeout, "request-timeout", 30*time.Second, "deadline of one request's database work (waiting for a pooled connection included)")
 	flag.Parse()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -166,6 +177,12 @@ func envOr(name, def string) string {
 }
 
 func run(ctx context.Context, c config, log *slog.Logger) error {
+	if c.maxConns < 1 {
+		return errors.New("--max-conns must be at least 1")
+	}
+	if c.requestTimeout <= 0 {
+		return errors.New("--request-timeout must be positive")
+	}
 	pc, err := pgxpool.ParseConfig(c.dsn)
 	if err != nil {
 		return err
@@ -185,44 +202,67 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 	if _, err := pool.Exec(ctx, schema); err != nil {
 		return fmt.Errorf("schema: %w", err)
 	}
-	srv := &http.Server{
-		Handler:           (&server{db: pool, log: log, precheck: !c.lockOnly}).mux(),
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
+	// The durability the answers have is the server's: say which, so that a
+	// benchmark's log shows what was compared.
+	var fsync, syncCommit string
+	if err := pool.QueryRow(ctx, `SELECT current_setting('fsync'), current_setting('synchronous_commit')`).Scan(&fsync, &syncCommit); err != nil {
+		return fmt.Errorf("read durability settings: %w", err)
 	}
+	s := &server{db: pool, log: log, precheck: !c.lockOnly, timeout: c.requestTimeout}
+	app := s.app()
 	ln, err := net.Listen("tcp", c.addr)
 	if err != nil {
 		return err
 	}
-	log.Info("pgbaseline (comparison baseline, not bookline) listening", "addr", ln.Addr().String(), "max_conns", c.maxConns, "lock_only", c.lockOnly)
+	log.Info("pgbaseline (comparison baseline, not bookline) listening", "addr", ln.Addr().String(),
+		"max_conns", c.maxConns, "lock_only", c.lockOnly, "fsync", fsync, "synchronous_commit", syncCommit)
 	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
+	go func() { served <- app.Listener(ln) }()
 	select {
 	case err := <-served:
 		return err
 	case <-ctx.Done():
 	}
-	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	return srv.Shutdown(sctx)
+	return app.ShutdownWithTimeout(10 * time.Second)
 }
 
 type server struct {
 	db       *pgxpool.Pool
 	log      *slog.Logger
 	precheck bool // answer visible conflicts before taking the calendar lock
+	timeout  time.Duration
 }
 
-func (s *server) mux() *http.ServeMux {
-	m := http.NewServeMux()
-	m.HandleFunc("GET /healthz", s.healthz)
-	m.HandleFunc("PUT /v1/calendars/{cal}", s.putCalendar)
-	m.HandleFunc("GET /v1/calendars/{cal}", s.getCalendar)
-	m.HandleFunc("POST /v1/calendars/{cal}/bookings", s.createBooking)
-	m.HandleFunc("GET /v1/calendars/{cal}/bookings", s.listBookings)
-	m.HandleFunc("GET /v1/calendars/{cal}/bookings/{id}", s.getBooking)
-	m.HandleFunc("DELETE /v1/calendars/{cal}/bookings/{id}", s.cancelBooking)
-	return m
+// app builds the Fiber application: bookline's routes and limits.
+func (s *server) app() *fiber.App {
+	app := fiber.New(fiber.Config{
+		AppName:               "pgbaseline",
+		BodyLimit:             maxBody,
+		ErrorHandler:          s.errorHandler,
+		DisableStartupMessage: true,
+		ReadTimeout:           30 * time.Second,
+		WriteTimeout:          30 * time.Second,
+		IdleTimeout:           2 * time.Minute,
+	})
+	app.Use(s.deadline)
+	app.Get("/healthz", s.healthz)
+	app.Put("/v1/calendars/:cal", s.putCalendar)
+	app.Get("/v1/calendars/:cal", s.getCalendar)
+	app.Post("/v1/calendars/:cal/bookings", s.createBooking)
+	app.Get("/v1/calendars/:cal/bookings", s.listBookings)
+	app.Get("/v1/calendars/:cal/bookings/:id", s.getBooking)
+	app.Delete("/v1/calendars/:cal/bookings/:id", s.cancelBooking)
+	return app
+}
+
+// deadline gives the request's database work a context with a deadline:
+// fasthttp's request context is not cancelled when a client goes away, so
+// without it a request waiting for a pooled connection could wait forever.
+func (s *server) deadline(c *fiber.Ctx) error {
+	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+	defer cancel()
+	c.SetUserContext(ctx)
+	return c.Next()
 }
 
 // Model and error shapes: the same JSON as bookline's.
@@ -270,30 +310,37 @@ func (e *apiError) Error() string { return e.Code + ": " + e.Message }
 var (
 	errCalendarNotFound = &apiError{status: 404, Code: "calendar_not_found", Message: "calendar not found"}
 	errBookingNotFound  = &apiError{status: 404, Code: "booking_not_found", Message: "booking not found"}
+	errSlotTaken        = &apiError{status: 409, Code: "slot_taken", Message: "the requested interval overlaps a confirmed booking"}
 )
 
 func invalid(d ...fieldError) *apiError {
 	return &apiError{status: 400, Code: "invalid_request", Message: "the request is invalid", Details: d}
 }
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		status, b = 500, []byte(`{"error":{"code":"internal","message":"internal error"}}`)
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
-	w.WriteHeader(status)
-	_, _ = w.Write(b)
-}
-
-func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
+// errorHandler turns what a handler (or Fiber itself: unknown route, body
+// too large, malformed request) returns into bookline's error shape. Only
+// internal errors are logged; their detail is not shown.
+func (s *server) errorHandler(c *fiber.Ctx, err error) error {
 	var ae *apiError
-	if !errors.As(err, &ae) {
-		s.log.Error("internal", "method", r.Method, "path", r.URL.Path, "err", err)
+	var fe *fiber.Error
+	switch {
+	case errors.As(err, &ae):
+	case errors.As(err, &fe) && fe.Code < 500:
+		switch fe.Code {
+		case fiber.StatusNotFound:
+			ae = &apiError{status: fe.Code, Code: "not_found", Message: "no such route"}
+		case fiber.StatusMethodNotAllowed:
+			ae = &apiError{status: fe.Code, Code: "method_not_allowed", Message: "method not allowed on this route"}
+		case fiber.StatusRequestEntityTooLarge:
+			ae = &apiError{status: fe.Code, Code: "payload_too_large", Message: "the request body is too large"}
+		default:
+			ae = &apiError{status: fe.Code, Code: "invalid_request", Message: fe.Message}
+		}
+	default:
+		s.log.Error("internal", "method", c.Method(), "path", c.Path(), "err", err)
 		ae = &apiError{status: 500, Code: "internal", Message: "internal error"}
 	}
-	writeJSON(w, ae.status, map[string]*apiError{"error": ae})
+	return c.Status(ae.status).JSON(map[string]*apiError{"error": ae})
 }
 
 // Validation: the same rules as bookline's.
@@ -306,21 +353,18 @@ const (
 	maxDuration = 7 * 24 * time.Hour
 )
 
-func calendarID(r *http.Request) (string, error) {
-	id := r.PathValue("cal")
+func calendarID(c *fiber.Ctx) (string, error) {
+	id := c.Params("cal")
 	if !idRe.MatchString(id) {
 		return "", invalid(fieldError{"calendarId", "must match [A-Za-z0-9_-]{1,64}"})
 	}
 	return id, nil
 }
 
-func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
-	if err := dec.Decode(v); err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return &apiError{status: 413, Code: "payload_too_large", Message: "the request body is too large"}
-		}
+// decodeBody decodes the first JSON value of the body, as a json.Decoder on
+// the request stream would (Fiber has already refused bodies over maxBody).
+func decodeBody(c *fiber.Ctx, v any) error {
+	if err := json.NewDecoder(bytes.NewReader(c.Body())).Decode(v); err != nil {
 		return invalid(fieldError{"body", "invalid JSON: " + err.Error()})
 	}
 	return nil
@@ -339,76 +383,68 @@ func parseTime(field, v string, bad *[]fieldError) time.Time {
 	return t.UTC()
 }
 
-func (s *server) healthz(w http.ResponseWriter, r *http.Request) {
-	if err := s.db.Ping(r.Context()); err != nil {
-		writeJSON(w, 503, map[string]string{"status": "unavailable"})
-		return
+func (s *server) healthz(c *fiber.Ctx) error {
+	if err := s.db.Ping(c.UserContext()); err != nil {
+		return c.Status(503).JSON(map[string]string{"status": "unavailable"})
 	}
-	writeJSON(w, 200, map[string]string{"status": "ok"})
+	return c.JSON(map[string]string{"status": "ok"})
 }
 
-func (s *server) putCalendar(w http.ResponseWriter, r *http.Request) {
-	id, err := calendarID(r)
+func (s *server) putCalendar(c *fiber.Ctx) error {
+	id, err := calendarID(c)
 	if err != nil {
-		s.fail(w, r, err)
-		return
+		return err
 	}
 	var req struct {
 		Name     string `json:"name"`
 		Timezone string `json:"timezone"`
 	}
-	if err := decodeBody(w, r, &req); err != nil {
-		s.fail(w, r, err)
-		return
+	if err := decodeBody(c, &req); err != nil {
+		return err
 	}
 	if req.Timezone == "" {
 		req.Timezone = "UTC"
 	}
 	if _, err := time.LoadLocation(req.Timezone); err != nil || req.Timezone == "Local" {
-		s.fail(w, r, invalid(fieldError{"timezone", "must be an IANA time zone name, e.g. Europe/Berlin"}))
-		return
+		return invalid(fieldError{"timezone", "must be an IANA time zone name, e.g. Europe/Berlin"})
 	}
 	if utf8.RuneCountInString(req.Name) > 200 {
-		s.fail(w, r, invalid(fieldError{"name", "must be at most 200 characters"}))
-		return
+		return invalid(fieldError{"name", "must be at most 200 characters"})
 	}
-	c := calendar{ID: id, Name: req.Name, Timezone: req.Timezone}
+	cal := calendar{ID: id, Name: req.Name, Timezone: req.Timezone}
 	var inserted bool
-	err = s.db.QueryRow(r.Context(), `
+	err = s.db.QueryRow(c.UserContext(), `
 		INSERT INTO calendars (id, name, timezone, created_at, updated_at)
 		VALUES ($1, $2, $3, date_trunc('milliseconds', now()), date_trunc('milliseconds', now()))
 		ON CONFLICT (id) DO UPDATE SET name = EXCLUDED.name, timezone = EXCLUDED.timezone, updated_at = EXCLUDED.updated_at
-		RETURNING created_at, updated_at, xmax = 0`, id, req.Name, req.Timezone).Scan(&c.CreatedAt, &c.UpdatedAt, &inserted)
+		RETURNING created_at, updated_at, xmax = 0`, id, req.Name, req.Timezone).Scan(&cal.CreatedAt, &cal.UpdatedAt, &inserted)
 	if err != nil {
-		s.fail(w, r, err)
-		return
+		return err
 	}
-	c.CreatedAt, c.UpdatedAt = c.CreatedAt.UTC(), c.UpdatedAt.UTC()
+	cal.CreatedAt, cal.UpdatedAt = cal.CreatedAt.UTC(), cal.UpdatedAt.UTC()
 	status := 200
 	if inserted {
 		status = 201
 	}
-	writeJSON(w, status, c)
+	return c.Status(status).JSON(cal)
 }
 
-func (s *server) getCalendar(w http.ResponseWriter, r *http.Request) {
-	id, err := calendarID(r)
+func (s *server) getCalendar(c *fiber.Ctx) error {
+	id, err := calendarID(c)
 	if err != nil {
-		s.fail(w, r, err)
-		return
+		return err
 	}
-	c := calendar{ID: id}
-	err = s.db.QueryRow(r.Context(), `SELECT name, timezone, created_at, updated_at FROM calendars WHERE id = $1`, id).
-		Scan(&c.Name, &c.Timezone, &c.CreatedAt, &c.UpdatedAt)
+	cal := calendar{ID: id}
+	err = s.db.QueryRow(c.UserContext(), `SELECT name, timezone, created_at, updated_at FROM calendars WHERE id = $1`, id).
+		Scan(&cal.Name, &cal.Timezone, &cal.CreatedAt, &cal.UpdatedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
-		err = errCalendarNotFound
+		return errCalendarNotFound
 	}
 	if err != nil {
-		s.fail(w, r, err)
-		return
+		return err
 	}
-	c.CreatedAt, c.UpdatedAt = c.CreatedAt.UTC(), c.UpdatedAt.UTC()
-	writeJSON(w, 200, c)
+	cal.CreatedAt, cal.UpdatedAt = cal.CreatedAt.UTC(), cal.UpdatedAt.UTC()
+	return c.JSON(cal)
 }
 
 var idEncoding = base32.NewEncoding("0123456789abcdefghijklmnopqrstuv").WithPadding(base32.NoPadding)
@@ -420,24 +456,20 @@ func newBookingID() string {
 	return idEncoding.EncodeToString(b[:])
 }
 
-func (s *server) createBooking(w http.ResponseWriter, r *http.Request) {
-	cal, err := calendarID(r)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
+// bookingRequest validates a booking body: the same rules and messages as
+// bookline's. md is the metadata to store ("{}" when absent).
+func bookingRequest(c *fiber.Ctx) (start, end time.Time, customer string, md []byte, err error) {
 	var req struct {
 		Start    string          `json:"start"`
 		End      string          `json:"end"`
 		Customer string          `json:"customer"`
 		Metadata json.RawMessage `json:"metadata"`
 	}
-	if err := decodeBody(w, r, &req); err != nil {
-		s.fail(w, r, err)
-		return
+	if err := decodeBody(c, &req); err != nil {
+		return start, end, "", nil, err
 	}
 	var bad []fieldError
-	start, end := parseTime("start", req.Start, &bad), parseTime("end", req.End, &bad)
+	start, end = parseTime("start", req.Start, &bad), parseTime("end", req.End, &bad)
 	if len(bad) == 0 {
 		if d := end.Sub(start); d <= 0 {
 			bad = append(bad, fieldError{"end", "must be after start"})
@@ -448,42 +480,49 @@ func (s *server) createBooking(w http.ResponseWriter, r *http.Request) {
 	if n := utf8.RuneCountInString(req.Customer); n == 0 || n > 200 {
 		bad = append(bad, fieldError{"customer", "is required, at most 200 characters"})
 	}
-	md := []byte(strings.TrimSpace(string(req.Metadata)))
+	md = bytes.TrimSpace(req.Metadata)
 	if len(md) == 0 || string(md) == "null" {
 		md = []byte("{}")
 	} else if len(md) > maxMetadata || md[0] != '{' || !json.Valid(md) {
 		bad = append(bad, fieldError{"metadata", "must be a JSON object of at most 16384 bytes"})
 	}
 	if len(bad) > 0 {
-		s.fail(w, r, invalid(bad...))
-		return
+		return start, end, "", nil, invalid(bad...)
 	}
-	b := booking{ID: newBookingID(), CalendarID: cal, Start: start, End: end, Customer: req.Customer, Status: "confirmed"}
+	return start, end, req.Customer, md, nil
+}
+
+func (s *server) createBooking(c *fiber.Ctx) error {
+	cal, err := calendarID(c)
+	if err != nil {
+		return err
+	}
+	start, end, customer, md, err := bookingRequest(c)
+	if err != nil {
+		return err
+	}
+	b := booking{ID: newBookingID(), CalendarID: cal, Start: start, End: end, Customer: customer, Status: "confirmed", Metadata: md}
 	var result int
 	var cs, ce, created *time.Time
-	err = s.db.QueryRow(r.Context(), `SELECT result, conflict_start, conflict_end, created FROM book($1, $2, $3, $4, $5, $6, $7)`,
-		b.ID, cal, start, end, req.Customer, string(md), s.precheck).Scan(&result, &cs, &ce, &created)
+	err = s.db.QueryRow(c.UserContext(), `SELECT result, conflict_start, conflict_end, created FROM book($1, $2, $3, $4, $5, $6, $7)`,
+		b.ID, cal, start, end, customer, string(md), s.precheck).Scan(&result, &cs, &ce, &created)
 	var pgErr *pgconn.PgError
 	switch {
 	case errors.As(err, &pgErr) && pgErr.Code == "23P01":
 		// Cannot happen while book() holds the calendar lock; kept so the
 		// constraint, not the lock, is what a client finally relies on.
-		s.fail(w, r, &apiError{status: 409, Code: "slot_taken", Message: "the requested interval overlaps a confirmed booking"})
-		return
+		return errSlotTaken
 	case err != nil:
-		s.fail(w, r, err)
-		return
+		return err
 	case result == 1:
-		s.fail(w, r, errCalendarNotFound)
-		return
+		return errCalendarNotFound
 	case result == 2:
-		s.fail(w, r, &apiError{status: 409, Code: "slot_taken", Message: "the requested interval overlaps a confirmed booking",
-			Conflict: &interval{Start: cs.UTC(), End: ce.UTC()}})
-		return
+		conflict := *errSlotTaken
+		conflict.Conflict = &interval{Start: cs.UTC(), End: ce.UTC()}
+		return &conflict
 	}
 	b.CreatedAt = created.UTC()
-	b.Metadata = md
-	writeJSON(w, 201, b)
+	return c.Status(201).JSON(b)
 }
 
 const bookingColumns = `id, calendar_id, start_time, end_time, customer, status, created_at, cancelled_at, metadata`
@@ -501,46 +540,43 @@ func scanBooking(row pgx.Row) (booking, error) {
 	return b, err
 }
 
-func (s *server) getBooking(w http.ResponseWriter, r *http.Request) {
-	cal, err := calendarID(r)
+func (s *server) getBooking(c *fiber.Ctx) error {
+	cal, err := calendarID(c)
 	if err != nil {
-		s.fail(w, r, err)
-		return
+		return err
 	}
-	b, err := scanBooking(s.db.QueryRow(r.Context(), `SELECT `+bookingColumns+` FROM bookings WHERE calendar_id = $1 AND id = $2`, cal, r.PathValue("id")))
+	b, err := scanBooking(s.db.QueryRow(c.UserContext(), `SELECT `+bookingColumns+` FROM bookings WHERE calendar_id = $1 AND id = $2`, cal, c.Params("id")))
 	if errors.Is(err, pgx.ErrNoRows) {
-		err = errBookingNotFound
+		return errBookingNotFound
 	}
 	if err != nil {
-		s.fail(w, r, err)
-		return
+		return err
 	}
-	writeJSON(w, 200, b)
+	return c.JSON(b)
 }
 
-func (s *server) cancelBooking(w http.ResponseWriter, r *http.Request) {
-	cal, err := calendarID(r)
+func (s *server) cancelBooking(c *fiber.Ctx) error {
+	cal, err := calendarID(c)
 	if err != nil {
-		s.fail(w, r, err)
-		return
+		return err
 	}
-	id := r.PathValue("id")
+	id := c.Params("id")
+	ctx := c.UserContext()
 	// A cancel only frees a slot, so it needs no calendar lock: the
 	// constraint cannot be violated by it.
-	b, err := scanBooking(s.db.QueryRow(r.Context(), `
+	b, err := scanBooking(s.db.QueryRow(ctx, `
 		UPDATE bookings SET status = 'cancelled', cancelled_at = date_trunc('milliseconds', clock_timestamp())
 		WHERE calendar_id = $1 AND id = $2 AND status = 'confirmed' RETURNING `+bookingColumns, cal, id))
 	if errors.Is(err, pgx.ErrNoRows) { // already cancelled (same answer again) or unknown
-		b, err = scanBooking(s.db.QueryRow(r.Context(), `SELECT `+bookingColumns+` FROM bookings WHERE calendar_id = $1 AND id = $2`, cal, id))
+		b, err = scanBooking(s.db.QueryRow(ctx, `SELECT `+bookingColumns+` FROM bookings WHERE calendar_id = $1 AND id = $2`, cal, id))
 		if errors.Is(err, pgx.ErrNoRows) {
-			err = errBookingNotFound
+			return errBookingNotFound
 		}
 	}
 	if err != nil {
-		s.fail(w, r, err)
-		return
+		return err
 	}
-	writeJSON(w, 200, b)
+	return c.JSON(b)
 }
 
 type listResponse struct {
@@ -548,85 +584,94 @@ type listResponse struct {
 	NextCursor *string   `json:"next_cursor"`
 }
 
-func (s *server) listBookings(w http.ResponseWriter, r *http.Request) {
-	cal, err := calendarID(r)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	q := r.URL.Query()
+// listQuery is a validated list request.
+type listQuery struct {
+	from, to   time.Time
+	limit      int
+	afterStart time.Time // the cursor: (start, id) of the previous page's last booking
+	afterID    string
+}
+
+func parseListQuery(c *fiber.Ctx) (listQuery, error) {
 	var bad []fieldError
-	from := time.Date(1970, 1, 1, 0, 0, 0, 0, time.UTC)
-	to := time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC)
-	if v := q.Get("from"); v != "" {
-		from = parseTime("from", v, &bad)
+	q := listQuery{
+		from:  time.Date(1970, 1, 1, 0, 0, 0, 0, time.UTC),
+		to:    time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC),
+		limit: 100,
 	}
-	if v := q.Get("to"); v != "" {
-		to = parseTime("to", v, &bad)
+	if v := c.Query("from"); v != "" {
+		q.from = parseTime("from", v, &bad)
 	}
-	if len(bad) == 0 && !to.After(from) {
+	if v := c.Query("to"); v != "" {
+		q.to = parseTime("to", v, &bad)
+	}
+	if len(bad) == 0 && !q.to.After(q.from) {
 		bad = append(bad, fieldError{"to", "must be after from"})
 	}
-	limit := 100
-	if v := q.Get("limit"); v != "" {
+	if v := c.Query("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > 1000 {
 			bad = append(bad, fieldError{"limit", "must be an integer from 1 to 1000"})
 		}
-		limit = n
+		q.limit = n
 	}
-	// The cursor is the (start, id) of the last booking of the previous page.
-	afterStart, afterID := time.Time{}, ""
-	if v := q.Get("cursor"); v != "" {
+	if v := c.Query("cursor"); v != "" {
 		raw, err := base64.RawURLEncoding.DecodeString(v)
 		ns, id, ok := strings.Cut(string(raw), "|")
 		n, perr := strconv.ParseInt(ns, 10, 64)
 		if err != nil || !ok || perr != nil {
 			bad = append(bad, fieldError{"cursor", "is not a cursor returned by this API"})
 		}
-		afterStart, afterID = time.Unix(0, n).UTC(), id
+		q.afterStart, q.afterID = time.Unix(0, n).UTC(), id
 	}
 	if len(bad) > 0 {
-		s.fail(w, r, invalid(bad...))
-		return
+		return q, invalid(bad...)
 	}
-	rows, err := s.db.Query(r.Context(), `SELECT `+bookingColumns+` FROM bookings
+	return q, nil
+}
+
+func (s *server) listBookings(c *fiber.Ctx) error {
+	cal, err := calendarID(c)
+	if err != nil {
+		return err
+	}
+	q, err := parseListQuery(c)
+	if err != nil {
+		return err
+	}
+	ctx := c.UserContext()
+	rows, err := s.db.Query(ctx, `SELECT `+bookingColumns+` FROM bookings
 		WHERE calendar_id = $1 AND status = 'confirmed' AND start_time < $3 AND end_time > $2
 		  AND ($5 = '' OR (start_time, id) > ($4, $5))
-		ORDER BY start_time, id LIMIT $6`, cal, from, to, afterStart, afterID, limit+1)
+		ORDER BY start_time, id LIMIT $6`, cal, q.from, q.to, q.afterStart, q.afterID, q.limit+1)
 	if err != nil {
-		s.fail(w, r, err)
-		return
+		return err
 	}
 	resp := listResponse{Bookings: []booking{}}
 	for rows.Next() {
 		b, err := scanBooking(rows)
 		if err != nil {
 			rows.Close()
-			s.fail(w, r, err)
-			return
+			return err
 		}
 		resp.Bookings = append(resp.Bookings, b)
 	}
 	if err := rows.Err(); err != nil {
-		s.fail(w, r, err)
-		return
+		return err
 	}
-	if len(resp.Bookings) > limit {
-		resp.Bookings = resp.Bookings[:limit]
-		last := resp.Bookings[limit-1]
+	if len(resp.Bookings) > q.limit {
+		resp.Bookings = resp.Bookings[:q.limit]
+		last := resp.Bookings[q.limit-1]
 		cur := base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(last.Start.UnixNano(), 10) + "|" + last.ID))
 		resp.NextCursor = &cur
 	}
 	if len(resp.Bookings) == 0 {
 		var one int
-		if err := s.db.QueryRow(r.Context(), `SELECT 1 FROM calendars WHERE id = $1`, cal).Scan(&one); errors.Is(err, pgx.ErrNoRows) {
-			s.fail(w, r, errCalendarNotFound)
-			return
+		if err := s.db.QueryRow(ctx, `SELECT 1 FROM calendars WHERE id = $1`, cal).Scan(&one); errors.Is(err, pgx.ErrNoRows) {
+			return errCalendarNotFound
 		} else if err != nil {
-			s.fail(w, r, err)
-			return
+			return err
 		}
 	}
-	writeJSON(w, 200, resp)
+	return c.JSON(resp)
 }
