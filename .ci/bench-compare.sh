@@ -6,8 +6,9 @@
 # and compares targets of equal durability:
 #
 #   bookline           serve --sync always (the default): an answer waits for
-#                      one fsync per group commit of the stream's files and
-#                      the index; survives power loss
+#                      one fdatasync per group commit of the stream's new
+#                      messages (the index is rebuilt from the stream after
+#                      a power loss); survives power loss
 #   pg                 the baseline on a private PostgreSQL cluster with
 #                      fsync=on, synchronous_commit=on (PostgreSQL's default);
 #                      survives power loss
@@ -49,13 +50,13 @@
 #   TUNE_CONNS ("16 32 64")   pool sizes tried per PostgreSQL target; one
 #                         value skips the tuning and uses it
 #   TUNE_DURATION (5s)    measured time of each tuning run
-#   PG_NOFSYNC_SYNCHRONOUS_COMMIT (off)  pg-nofsync's synchronous_commit.
-#                         off: commits are not even written to the OS before
-#                         the answer (a PostgreSQL crash can lose the last
-#                         ~3 x wal_writer_delay of them), a little weaker
-#                         than --sync interval, so the row favours
-#                         PostgreSQL; on: written to the OS first, exactly
-#                         --sync interval's class
+#   PG_NOFSYNC_SYNCHRONOUS_COMMIT (on)  pg-nofsync's synchronous_commit.
+#                         on: a commit's WAL is written to the OS before the
+#                         answer, exactly --sync interval's class (survives
+#                         a crash of the server process, not power loss);
+#                         off: not even written first (a PostgreSQL crash
+#                         can lose the last ~3 x wal_writer_delay of
+#                         commits), weaker than --sync interval
 #   RSS_BOOKINGS (1000000) commands imported to measure bookline's RSS; 0 skips
 #   RSS_SETTLE (60)       seconds idle after the import before RSS is read again
 #   OUT (docs/benchmarks.md), GO (go)
@@ -74,7 +75,7 @@ TARGETS=${TARGETS:-"bookline pg bookline-interval pg-nofsync pg-lockonly"}
 RATES=${RATES-"1000 2000 4000"}
 TUNE_CONNS=${TUNE_CONNS:-"16 32 64"}
 TUNE_DURATION=${TUNE_DURATION:-5s}
-PG_NOFSYNC_SYNCHRONOUS_COMMIT=${PG_NOFSYNC_SYNCHRONOUS_COMMIT:-off}
+PG_NOFSYNC_SYNCHRONOUS_COMMIT=${PG_NOFSYNC_SYNCHRONOUS_COMMIT:-on}
 RSS_BOOKINGS=${RSS_BOOKINGS:-1000000}
 RSS_SETTLE=${RSS_SETTLE:-60}
 OUT=${OUT:-docs/benchmarks.md}
@@ -549,9 +550,10 @@ SECTION=$(mktemp "$WORK/section.XXXXXX")
 	echo "then $DURATION measured per run, each run on a fresh server (bookline: new data dir; baseline: tables recreated,"
 	echo "CHECKPOINT before and after). Medians over the rounds. Total run time ${ELAPSED}s."
 	echo
-	echo "Durability: bookline's default \`--sync always\` answers after one fsync per group commit of the stream's"
-	echo "files and the index, PostgreSQL with fsync=on and synchronous_commit=on after its WAL flush: both survive"
-	echo "power loss. \`--sync interval\` answers once the stream and the index are written to the OS (fsync every"
+	echo "Durability: bookline's default \`--sync always\` answers after one fdatasync per group commit of the"
+	echo "stream's new messages (the index is rebuilt from the stream after a power loss), PostgreSQL with fsync=on and"
+	echo "synchronous_commit=on after its WAL flush: both survive power loss. \`--sync interval\` answers once the"
+	echo "stream and the index are written to the OS (the stream is fsynced every"
 	echo "2 minutes), PostgreSQL with fsync=off never fsyncs (synchronous_commit=$PG_NOFSYNC_SYNCHRONOUS_COMMIT): both survive"
 	echo "\`kill -9\`, not power loss."
 	echo
