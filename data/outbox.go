@@ -44,7 +44,11 @@ func (t *Tx) PutEvent(ev Event) error {
 }
 
 // PendingEvents returns up to max queued events in sequence order.
-func (t *Tx) PendingEvents(max int) ([]Event, error) {
+func (t *Tx) PendingEvents(max int) ([]Event, error) { return t.PendingEventsExcept(max, nil) }
+
+// PendingEventsExcept is PendingEvents without the events whose sequence is
+// in skip (published already, their deletion not yet committed).
+func (t *Tx) PendingEventsExcept(max int, skip map[uint64]struct{}) ([]Event, error) {
 	b := t.tx.Bucket(bucketEvents)
 	if b == nil {
 		return nil, nil
@@ -52,11 +56,15 @@ func (t *Tx) PendingEvents(max int) ([]Event, error) {
 	var out []Event
 	c := b.Cursor()
 	for k, v := c.First(); k != nil && len(out) < max; k, v = c.Next() {
+		seq := binary.BigEndian.Uint64(k)
+		if _, ok := skip[seq]; ok {
+			continue
+		}
 		if len(v) < 1 || len(v) < 1+int(v[0]) {
-			return nil, fmt.Errorf("data: malformed event at seq %d", binary.BigEndian.Uint64(k))
+			return nil, fmt.Errorf("data: malformed event at seq %d", seq)
 		}
 		n := int(v[0])
-		out = append(out, Event{Seq: binary.BigEndian.Uint64(k), Calendar: string(v[1 : 1+n]), Payload: bytes.Clone(v[1+n:])})
+		out = append(out, Event{Seq: seq, Calendar: string(v[1 : 1+n]), Payload: bytes.Clone(v[1+n:])})
 	}
 	return out, nil
 }

@@ -189,7 +189,7 @@ var (
 	descAckPending = prometheus.NewDesc("bookline_partition_consumer_ack_pending",
 		"The partition consumer's NumAckPending: commands delivered to the writer and not yet acknowledged.", []string{"partition"}, nil)
 	descOutbox = prometheus.NewDesc("bookline_outbox_pending_events",
-		"Outcome events committed to the outbox and not yet published to the event stream (counted up to 10000).", nil, nil)
+		"Outcome events in the outbox: not yet published to the event stream, or published less than about 250 ms ago (their deletions are batched; counted up to 10000).", nil, nil)
 	descCommits = prometheus.NewDesc("bookline_index_commits_total",
 		"bbolt read-write transactions committed by the group commit (fsynced only in cluster mode: with the embedded server the stream is the durable record).", nil, nil)
 	descLogSyncs = prometheus.NewDesc("bookline_log_syncs_total",

@@ -67,10 +67,28 @@ type eventPublisher struct {
 	// event stream before their outbox entries are deleted: otherwise a
 	// power loss could take both.
 	logSync *logSync
+	// published holds the events JetStream acknowledged whose outbox
+	// entries are not deleted yet: deletions are batched (see
+	// flushDeletes), and drains skip these meanwhile.
+	published  map[uint64]struct{}
+	lastDelete time.Time
 }
 
+// Deleting published events from the outbox needs a sync of the event
+// stream first (with the default --sync always), and every sync forces a
+// journal commit of the file system: at one per drain the event stream
+// doubled the syncs of the write path. The deletions wait instead until
+// deleteBatch events or deleteEvery have gathered. What they cost: events
+// of up to deleteEvery are published again after a crash, which the event
+// stream's dedupe window absorbs (and consumers dedupe by id).
+const (
+	deleteBatch = 4096
+	deleteEvery = 250 * time.Millisecond
+)
+
 func newEventPublisher(js jetstream.JetStream, store *data.Store, log *slog.Logger) *eventPublisher {
-	return &eventPublisher{js: js, store: store, log: log.With("component", "events"), kick: make(chan struct{}, 1)}
+	return &eventPublisher{js: js, store: store, log: log.With("component", "events"), kick: make(chan struct{}, 1),
+		published: make(map[uint64]struct{})}
 }
 
 // notify tells the publisher that new events were committed.
@@ -87,8 +105,16 @@ func (e *eventPublisher) run(ctx context.Context) {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	backoff := 100 * time.Millisecond
+	var flush <-chan time.Time // set while deletions wait
 	for {
 		n, err := e.drainOnce(ctx)
+		if err == nil {
+			err = e.flushDeletes(false)
+		}
+		flush = nil
+		if len(e.published) > 0 {
+			flush = time.After(max(0, time.Until(e.lastDelete.Add(deleteEvery))))
+		}
 		switch {
 		case err != nil && ctx.Err() == nil && !errors.Is(err, data.ErrClosed):
 			e.log.Warn("publishing outcome events", "err", err)
@@ -108,11 +134,39 @@ func (e *eventPublisher) run(ctx context.Context) {
 		backoff = 100 * time.Millisecond
 		select {
 		case <-ctx.Done():
+			// Published events not deleted yet are published again
+			// after the restart (same ids).
 			return
 		case <-e.kick:
 		case <-tick.C:
+		case <-flush:
+			if err := e.flushDeletes(true); err != nil && !errors.Is(err, data.ErrClosed) {
+				e.log.Warn("deleting published outcome events", "err", err)
+			}
 		}
 	}
+}
+
+// flushDeletes deletes the published events from the outbox, once their
+// event stream is durable, when enough have gathered or force is set.
+func (e *eventPublisher) flushDeletes(force bool) error {
+	if len(e.published) == 0 || !force && len(e.published) < deleteBatch && time.Since(e.lastDelete) < deleteEvery {
+		return nil
+	}
+	seqs := make([]uint64, 0, len(e.published))
+	for seq := range e.published {
+		seqs = append(seqs, seq)
+	}
+	var durable func() error
+	if e.logSync != nil {
+		durable = e.logSync.Request()
+	}
+	e.lastDelete = time.Now()
+	if err := e.store.CommitDurable(durable, func(tx *data.Tx) error { return tx.DeleteEvents(seqs) }); err != nil {
+		return err
+	}
+	clear(e.published)
+	return nil
 }
 
 // drainOnce publishes up to one batch of queued events and deletes the ones
@@ -120,7 +174,7 @@ func (e *eventPublisher) run(ctx context.Context) {
 func (e *eventPublisher) drainOnce(ctx context.Context) (int, error) {
 	var evs []data.Event
 	if err := e.store.View(func(tx *data.Tx) (err error) {
-		evs, err = tx.PendingEvents(eventBatch)
+		evs, err = tx.PendingEventsExcept(eventBatch, e.published)
 		return err
 	}); err != nil || len(evs) == 0 {
 		return 0, err
@@ -168,14 +222,8 @@ acks:
 			break acks
 		}
 	}
-	if len(done) > 0 {
-		var durable func() error
-		if e.logSync != nil {
-			durable = e.logSync.Request()
-		}
-		if err := e.store.CommitDurable(durable, func(tx *data.Tx) error { return tx.DeleteEvents(done) }); err != nil {
-			return 0, err
-		}
+	for _, seq := range done {
+		e.published[seq] = struct{}{}
 	}
 	if firstErr != nil {
 		return len(done), fmt.Errorf("event stream: %w", firstErr)
