@@ -1,7 +1,6 @@
 package powerfs_test
 
 import (
-	"bytes"
 	"errors"
 	"os"
 	"path/filepath"
@@ -548,30 +547,5 @@ func TestPassThroughBasics(t *testing.T) {
 	}
 
 	// mmap sees what write(2) wrote, before and after growing.
-	r.write("m", 0, pattern(4096, 5), true)
-	mf, err := os.OpenFile(r.path("m"), os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer mf.Close()
-	m, err := unix.Mmap(int(mf.Fd()), 0, 3*4096, unix.PROT_READ, unix.MAP_SHARED)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Munmap(m)
-	if _, err := mf.WriteAt([]byte("through write"), 100); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := mf.WriteAt([]byte("grown"), 8192); err != nil {
-		t.Fatal(err)
-	}
-	if got := string(m[100:113]); got != "through write" {
-		t.Fatalf("mmap sees %q", got)
-	}
-	if got := string(m[8192:8197]); got != "grown" {
-		t.Fatalf("mmap sees %q past the old end", got)
-	}
-	if !bytes.Equal(m[:100], []byte(pattern(4096, 5))[:100]) {
-		t.Fatal("mmap lost the synced bytes")
-	}
+	startChild(t, "mmap", r.path("m")).wait()
 }
