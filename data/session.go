@@ -120,6 +120,28 @@ func SyncDir(dir string) error {
 	return d.Sync()
 }
 
+// MkdirAllDurable is os.MkdirAll whose new directories survive a power
+// loss: the parent of every directory it creates is fsynced (POSIX makes a
+// new directory entry durable only then).
+func MkdirAllDurable(dir string) error {
+	dir = filepath.Clean(dir)
+	if fi, err := os.Stat(dir); err == nil {
+		if !fi.IsDir() {
+			return fmt.Errorf("%s is not a directory", dir)
+		}
+		return nil
+	}
+	if parent := filepath.Dir(dir); parent != dir {
+		if err := MkdirAllDurable(parent); err != nil {
+			return err
+		}
+	}
+	if err := os.Mkdir(dir, 0o755); err != nil && !os.IsExist(err) {
+		return err
+	}
+	return SyncDir(filepath.Dir(dir))
+}
+
 // discard moves an untrusted index file aside, replacing an earlier one.
 func discard(path string) error {
 	if err := os.Rename(path, path+".discarded"); err != nil && !os.IsNotExist(err) {

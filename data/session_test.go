@@ -1,6 +1,7 @@
 package data_test
 
 import (
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -8,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/bookline/bookline/data"
+	"github.com/bookline/bookline/data/powerfs"
 )
 
 // crashImage copies an open index and its session file to a new directory,
@@ -128,5 +130,47 @@ func TestSyncedOpenTrustsAndCleansSession(t *testing.T) {
 	}
 	if got := session(t, crashed); got != "bookline-index-session 1 clean" {
 		t.Fatalf("session after a synced open: %q", got)
+	}
+}
+
+// TestOpenSurvivesPowerLossInANewDirectory: an index opened in directories
+// that did not exist, with one synced commit, is there after a power cut
+// (the new directories' entries and the file's name were synced too).
+func TestOpenSurvivesPowerLossInANewDirectory(t *testing.T) {
+	if err := powerfs.Available(); err != nil {
+		t.Skipf("power-loss file system unavailable here: %v", err)
+	}
+	backing, mnt := t.TempDir(), t.TempDir()
+	fs, err := powerfs.Mount(backing, mnt, powerfs.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := data.Open(filepath.Join(mnt, "new", "deeper", "index.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Commit(func(tx *data.Tx) error { return tx.PutCalendar(data.Calendar{ID: "kept"}) }); err != nil {
+		t.Fatal(err)
+	}
+	fs.Cut()
+	_ = s.Close() // fails: the file system is cut
+	if err := fs.Unmount(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fs.Revert(); err != nil {
+		t.Fatal(err)
+	}
+	s, err = data.Open(filepath.Join(backing, "new", "deeper", "index.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.View(func(tx *data.Tx) error {
+		if !tx.CalendarExists("kept") {
+			return errors.New("the synced commit is gone")
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
 	}
 }

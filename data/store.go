@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -95,7 +94,7 @@ func Open(path string) (*Store, error) { return OpenWith(path, Options{}) }
 
 // OpenWith opens (or creates) the index file at path with options.
 func OpenWith(path string, opt Options) (*Store, error) {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+	if err := MkdirAllDurable(filepath.Dir(path)); err != nil {
 		return nil, fmt.Errorf("data: create directory: %w", err)
 	}
 	why, err := uncleanReboot(path)
@@ -138,8 +137,12 @@ func OpenWith(path string, opt Options) (*Store, error) {
 	if err == nil {
 		// Every write so far (of this or an earlier session) is on disk
 		// after this; only then may the session file say so, or announce
-		// commits without fsync.
+		// commits without fsync. The directory sync makes a new file's
+		// name durable.
 		err = db.Sync()
+	}
+	if err == nil {
+		err = SyncDir(filepath.Dir(path))
 	}
 	switch {
 	case err != nil:

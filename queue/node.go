@@ -135,6 +135,11 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 		}
 	}()
 	if cfg.NATSURL == "" {
+		// The store's directory must outlive a power loss too; what
+		// nats-server creates inside it is synced once started (syncTree).
+		if err = data.MkdirAllDurable(StoreDirFor(cfg.DataDir)); err != nil {
+			return nil, fmt.Errorf("queue: create the stream store directory: %w", err)
+		}
 		n.ns, err = StartEmbedded(EmbeddedConfig{StoreDir: StoreDirFor(cfg.DataDir), Listen: cfg.NATSListen})
 		if err != nil {
 			return nil, err
