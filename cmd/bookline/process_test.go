@@ -42,6 +42,13 @@ var addrRe = regexp.MustCompile(`msg="http listening" addr=(\S+)`)
 
 func startProc(t *testing.T, args ...string) *proc {
 	t.Helper()
+	return startProcWithin(t, 30*time.Second, args...)
+}
+
+// startProcWithin starts bookline with args and waits up to ready for it to
+// answer /healthz with 200.
+func startProcWithin(t *testing.T, ready time.Duration, args ...string) *proc {
+	t.Helper()
 	cmd := exec.Command(os.Args[0])
 	cmd.Env = append(os.Environ(), "BOOKLINE_TEST_MAIN=1", "BOOKLINE_TEST_ARGS="+strings.Join(args, "\x1f"))
 	stderr, err := cmd.StderrPipe()
@@ -77,7 +84,7 @@ func startProc(t *testing.T, args ...string) *proc {
 	case <-time.After(30 * time.Second):
 		t.Fatalf("bookline did not start:\n%s", p.output())
 	}
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(ready)
 	for {
 		resp, err := http.Get(p.URL + "/healthz")
 		if err == nil {
