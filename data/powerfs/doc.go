@@ -19,7 +19,7 @@
 //
 // # Durability model
 //
-// The model is strict POSIX: only what the program explicitly synced
+// By default the model is strict POSIX: only what the program explicitly synced
 // survives.
 //
 // File data. A file's content and size are durable as of its last fsync or
@@ -49,6 +49,16 @@
 // directory does not make its parent's entry for it durable: that takes an
 // fsync of the parent. Programs that create files or directories and want
 // them to survive have to fsync the containing directory, as POSIX asks.
+// Few do all the way up: nats-server v2.15.2, for one, never fsyncs the
+// directories above a stream's, and the one holding its block files only
+// every two minutes, so under this model a power cut loses whole streams.
+//
+// [Options.Journaled] relaxes the namespace part to what journaling file
+// systems that commit all metadata in one transaction (ext4 with
+// data=ordered, xfs) roughly do: any fsync or fdatasync, of a file or a
+// directory, makes every namespace operation before it durable, wherever
+// it was. File data stays durable per file. Real journals also commit on a
+// timer (ext4 every five seconds), which neither mode models.
 //
 // The mount point's own root directory always exists. Everything that was
 // in the backing directory when it was mounted counts as durable.
@@ -99,6 +109,14 @@
 // the attic copy is deleted for real. Revert undoes the pending operations
 // in reverse order, bringing files back from the attic, then rolls file
 // data back, then empties the attic.
+//
+// The server runs in the process that calls Mount. A process that touches
+// an mmap of a file on the mount must be another one: a page fault on the
+// mapping waits in the kernel for the server's reply, and a Go thread in a
+// page fault never reaches a GC safe point, so the next stop-the-world GC
+// would wait for it while the server's goroutines are stopped. The program
+// under test runs as a subprocess anyway; tests of bbolt (which reads
+// through mmap) here do too.
 //
 // The kernel keeps its page cache for file data across opens and caches
 // attributes and entries for a second: every change reaches the backing

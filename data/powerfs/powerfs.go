@@ -22,6 +22,13 @@ const atticName = ".powerfs-attic"
 
 // Options tune a mount.
 type Options struct {
+	// Journaled relaxes the namespace model to that of a journaling
+	// file system that commits all metadata in one transaction, such as
+	// ext4 (data=ordered) or xfs: any fsync or fdatasync, of a file or
+	// a directory, makes every namespace operation before it durable,
+	// wherever it was. File data stays durable per file, as of its own
+	// last sync. Without it the model is strict POSIX.
+	Journaled bool
 	// Debug logs every FUSE request and reply.
 	Debug bool
 }
@@ -64,6 +71,7 @@ type RevertStats struct {
 type FS struct {
 	backing    string
 	mountpoint string
+	journaled  bool
 	attic      string
 	rootIno    uint64
 	atticIno   uint64
@@ -145,6 +153,7 @@ func Mount(backing, mountpoint string, opts Options) (*FS, error) {
 	f := &FS{
 		backing:    backing,
 		mountpoint: mountpoint,
+		journaled:  opts.Journaled,
 		attic:      filepath.Join(backing, atticName),
 		rootIno:    st.Ino,
 		files:      make(map[uint64]*fileUndo),
@@ -440,7 +449,8 @@ func (f *FS) allocate(ino uint64, fd int, off, size int64, mode uint32) syscall.
 	return gofs.ToErrno(unix.Fallocate(fd, mode, off, size))
 }
 
-// fsyncFile makes the content of backing inode ino durable.
+// fsyncFile makes the content of backing inode ino durable, and in
+// journaled mode every namespace operation so far.
 func (f *FS) fsyncFile(ino uint64) {
 	f.filesMu.Lock()
 	u := f.files[ino]
@@ -450,15 +460,32 @@ func (f *FS) fsyncFile(ino uint64) {
 		u.sync()
 		u.mu.Unlock()
 	}
+	if f.journaled {
+		f.nsMu.Lock()
+		f.ns.commit()
+		f.collect()
+		f.nsMu.Unlock()
+	}
 	f.fsyncs.Add(1)
 }
 
-// fsyncDir makes the entries of directory ino durable and deletes what no
-// pending operation can bring back any more.
+// fsyncDir makes the entries of directory ino durable, or in journaled
+// mode every namespace operation so far.
 func (f *FS) fsyncDir(ino uint64) {
 	f.nsMu.Lock()
-	defer f.nsMu.Unlock()
-	f.ns.fsyncDir(ino)
+	if f.journaled {
+		f.ns.commit()
+	} else {
+		f.ns.fsyncDir(ino)
+	}
+	f.collect()
+	f.nsMu.Unlock()
+	f.dirFsyncs.Add(1)
+}
+
+// collect deletes from the attic what no pending operation can bring back
+// any more; the caller holds nsMu.
+func (f *FS) collect() {
 	for _, e := range f.ns.collectable() {
 		p := filepath.Join(f.attic, e.name)
 		if e.isDir {
@@ -471,7 +498,6 @@ func (f *FS) fsyncDir(ino uint64) {
 		}
 		unix.Unlink(p)
 	}
-	f.dirFsyncs.Add(1)
 }
 
 // log records a namespace operation; the caller holds nsMu.

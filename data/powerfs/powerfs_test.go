@@ -18,20 +18,21 @@ type rig struct {
 	t       *testing.T
 	backing string
 	mnt     string
+	opts    powerfs.Options
 	fs      *powerfs.FS
 }
 
-func newRig(t *testing.T) *rig { return newSeededRig(t, nil) }
+func newRig(t *testing.T) *rig { return newRigWith(t, powerfs.Options{}, nil) }
 
-// newSeededRig creates files in the backing directory before it mounts
-// it; they count as durable.
-func newSeededRig(t *testing.T, files map[string]string) *rig {
+// newRigWith creates files in the backing directory before it mounts it;
+// they count as durable.
+func newRigWith(t *testing.T, opts powerfs.Options, files map[string]string) *rig {
 	t.Helper()
 	if err := powerfs.Available(); err != nil {
 		t.Skip(err)
 	}
 	dir := t.TempDir()
-	r := &rig{t: t, backing: filepath.Join(dir, "backing"), mnt: filepath.Join(dir, "mnt")}
+	r := &rig{t: t, backing: filepath.Join(dir, "backing"), mnt: filepath.Join(dir, "mnt"), opts: opts}
 	for _, d := range []string{r.backing, r.mnt} {
 		if err := os.Mkdir(d, 0o755); err != nil {
 			t.Fatal(err)
@@ -54,7 +55,7 @@ func newSeededRig(t *testing.T, files map[string]string) *rig {
 
 func (r *rig) mount() {
 	r.t.Helper()
-	fs, err := powerfs.Mount(r.backing, r.mnt, powerfs.Options{})
+	fs, err := powerfs.Mount(r.backing, r.mnt, r.opts)
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -199,7 +200,7 @@ func TestFileDataRevertsToLastSync(t *testing.T) {
 }
 
 func TestExistingFileRevertsToMountState(t *testing.T) {
-	r := newSeededRig(t, map[string]string{"old": "from before the mount", "sub/x": "x"})
+	r := newRigWith(t, powerfs.Options{}, map[string]string{"old": "from before the mount", "sub/x": "x"})
 
 	r.write("old", 5, "CHANGED", false)
 	f, err := os.OpenFile(r.path("sub/x"), os.O_WRONLY|os.O_TRUNC, 0)
@@ -445,6 +446,44 @@ func TestHardLinkAndSymlink(t *testing.T) {
 	r.wantGone("s")
 	if got, err := os.Readlink(r.path("t")); err != nil || got != "g" {
 		t.Fatalf("readlink t: %q, %v", got, err)
+	}
+}
+
+func TestJournaled(t *testing.T) {
+	r := newRigWith(t, powerfs.Options{Journaled: true}, nil)
+	r.write("state", 0, "old", true)
+	r.write("state.tmp", 0, "new", true)
+	if err := os.Rename(r.path("state.tmp"), r.path("state")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(r.path("d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r.write("d/f", 0, "never synced", false)
+	// Any file's fsync commits every namespace operation before it.
+	r.write("other", 0, "x", true)
+	// So does a directory's, wherever the operation was.
+	if err := os.Mkdir(r.path("e"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r.syncDir("d")
+	// Nothing after the last sync is durable.
+	r.write("late", 0, "late", false)
+	if err := os.Remove(r.path("other")); err != nil {
+		t.Fatal(err)
+	}
+
+	rs := r.crash()
+	r.want("state", "new")
+	r.wantGone("state.tmp")
+	r.want("d/f", "")
+	r.want("other", "x")
+	r.wantGone("late")
+	if fi, err := os.Stat(r.path("e")); err != nil || !fi.IsDir() {
+		t.Fatalf("e: %v %v", fi, err)
+	}
+	if rs.NamespaceOpsUndone != 2 {
+		t.Fatalf("revert stats %+v", rs)
 	}
 }
 
