@@ -110,13 +110,18 @@
 // in reverse order, bringing files back from the attic, then rolls file
 // data back, then empties the attic.
 //
-// The server runs in the process that calls Mount. A process that touches
-// an mmap of a file on the mount must be another one: a page fault on the
-// mapping waits in the kernel for the server's reply, and a Go thread in a
-// page fault never reaches a GC safe point, so the next stop-the-world GC
-// would wait for it while the server's goroutines are stopped. The program
-// under test runs as a subprocess anyway; tests of bbolt (which reads
-// through mmap) here do too.
+// The server runs in the process that calls Mount, and that process must
+// not block on the mount in a way that keeps a thread from reaching a GC
+// safe point: the next stop-the-world GC would wait for that thread while
+// the server's goroutines, which it waits for, are stopped. Two ways to do
+// that: touching an mmap of a file on the mount (a page fault waits in the
+// kernel for the server's READ), and starting a subprocess whose working
+// directory or executable is on the mount (the child enters it between fork
+// and exec, while the forking thread waits). So run code that maps files on
+// the mount, such as bbolt, in a subprocess, and start subprocesses from
+// outside the mount, passing paths on it as arguments. The descriptor of
+// the FUSE connection is close-on-exec, so a subprocess that outlives the
+// test does not keep the connection alive.
 //
 // The kernel keeps its page cache for file data across opens and caches
 // attributes and entries for a second: every change reaches the backing

@@ -38,6 +38,30 @@ var helpers = map[string]func(arg string) error{
 	"bbolt-write":  helperBboltWrite,
 	"bbolt-check":  helperBboltCheck,
 	"nats-publish": helperNATSPublish,
+	"no-fuse-fd": func(string) error {
+		ents, err := os.ReadDir("/proc/self/fd")
+		if err != nil {
+			return err
+		}
+		for _, e := range ents {
+			if target, _ := os.Readlink(filepath.Join("/proc/self/fd", e.Name())); target == "/dev/fuse" {
+				return fmt.Errorf("inherited /dev/fuse as fd %s", e.Name())
+			}
+		}
+		return nil
+	},
+	// idle makes dir its working directory and waits. It changes
+	// directory itself: a working directory set by exec.Cmd would be
+	// entered between fork and exec, which the forking thread waits for
+	// without reaching a GC safe point.
+	"idle": func(dir string) error {
+		if err := os.Chdir(dir); err != nil {
+			return err
+		}
+		fmt.Println("ready")
+		waitStdin()
+		return nil
+	},
 }
 
 func TestMain(m *testing.M) {

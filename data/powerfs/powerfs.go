@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -88,6 +89,9 @@ type FS struct {
 	nsMu     sync.Mutex
 	ns       nsLog
 	atticSeq uint64
+	// atticByIno finds the attic entry of a backing inode, for a node
+	// that is unlinked but still open.
+	atticByIno map[uint64]string
 
 	filesMu sync.Mutex
 	files   map[uint64]*fileUndo
@@ -136,6 +140,11 @@ func Mount(backing, mountpoint string, opts Options) (*FS, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The root node's inode is the backing directory's own, not a
+	// symlink's to it.
+	if backing, err = filepath.EvalSymlinks(backing); err != nil {
+		return nil, err
+	}
 	mountpoint, err = filepath.Abs(mountpoint)
 	if err != nil {
 		return nil, err
@@ -157,6 +166,7 @@ func Mount(backing, mountpoint string, opts Options) (*FS, error) {
 		attic:      filepath.Join(backing, atticName),
 		rootIno:    st.Ino,
 		files:      make(map[uint64]*fileUndo),
+		atticByIno: make(map[uint64]string),
 	}
 	// An attic left over from a mount that was never reverted holds
 	// nothing anyone can bring back any more.
@@ -173,6 +183,12 @@ func Mount(backing, mountpoint string, opts Options) (*FS, error) {
 
 	timeout := time.Second
 	root := &node{pfs: f}
+	// go-fuse's direct mount leaves its /dev/fuse descriptor
+	// inheritable. A child that inherits it keeps the connection alive
+	// after this process dies, and then hangs on its own requests
+	// forever. Holding ForkLock keeps any fork from seeing it before it
+	// is marked close-on-exec.
+	syscall.ForkLock.RLock()
 	server, err := gofs.Mount(mountpoint, root, &gofs.Options{
 		MountOptions: fuse.MountOptions{
 			DirectMountStrict: true,
@@ -197,12 +213,38 @@ func Mount(backing, mountpoint string, opts Options) (*FS, error) {
 		NullPermissions: true,
 		RootStableAttr:  &gofs.StableAttr{Ino: f.rootIno, Gen: 1},
 	})
+	if err == nil {
+		if err = closeFuseOnExec(); err != nil {
+			f.server = server
+			f.Unmount()
+		}
+	}
+	syscall.ForkLock.RUnlock()
 	if err != nil {
 		os.RemoveAll(f.attic)
 		return nil, fmt.Errorf("powerfs: mount %s: %w", mountpoint, err)
 	}
 	f.server = server
 	return f, nil
+}
+
+// closeFuseOnExec marks every /dev/fuse descriptor of this process
+// close-on-exec.
+func closeFuseOnExec() error {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		fd, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if target, err := os.Readlink(filepath.Join("/proc/self/fd", e.Name())); err == nil && target == "/dev/fuse" {
+			syscall.CloseOnExec(fd)
+		}
+	}
+	return nil
 }
 
 // within says whether p is dir or below it.
@@ -487,6 +529,9 @@ func (f *FS) fsyncDir(ino uint64) {
 // any more; the caller holds nsMu.
 func (f *FS) collect() {
 	for _, e := range f.ns.collectable() {
+		if f.atticByIno[e.ino] == e.name {
+			delete(f.atticByIno, e.ino)
+		}
 		p := filepath.Join(f.attic, e.name)
 		if e.isDir {
 			os.RemoveAll(p)

@@ -2,6 +2,8 @@ package powerfs_test
 
 import (
 	"errors"
+	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -485,6 +487,83 @@ func TestJournaled(t *testing.T) {
 	if rs.NamespaceOpsUndone != 2 {
 		t.Fatalf("revert stats %+v", rs)
 	}
+}
+
+func TestUnlinkedOpenFile(t *testing.T) {
+	r := newRig(t)
+	r.write("f", 0, "still open", true)
+	r.syncDir("")
+	f, err := os.OpenFile(r.path("f"), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := os.Remove(r.path("f")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte("STILL"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := f.Stat(); err != nil || fi.Size() != 10 {
+		t.Fatalf("fstat of the unlinked file: %v, %v", fi, err)
+	}
+	// Reopening through /proc opens the unlinked file's node, which
+	// only the attic has.
+	g, err := os.Open(fmt.Sprintf("/proc/self/fd/%d", f.Fd()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	if got, err := io.ReadAll(g); err != nil || string(got) != "STILL open" {
+		t.Fatalf("reopened: %q, %v", got, err)
+	}
+	f.Close()
+	g.Close()
+	r.crash()
+	r.want("f", "still open")
+}
+
+// TestUnmountBusy unmounts while a process still has its working
+// directory on the mount and this one a file open there, as when a killed
+// process was not reaped yet.
+func TestUnmountBusy(t *testing.T) {
+	r := newRig(t)
+	if err := os.Mkdir(r.path("d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r.syncDir("")
+	r.write("d/f", 0, "data", true)
+	c := startChild(t, "idle", r.path("d"))
+	c.expect("ready")
+	f, err := os.Open(r.path("d/f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+
+	r.fs.Cut()
+	if err := r.fs.Unmount(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.fs.Revert(); err != nil {
+		t.Fatal(err)
+	}
+	r.fs = nil
+	c.kill()
+	f.Close()
+	r.mount()
+	r.wantGone("d/f")
+	if fi, err := os.Stat(r.path("d")); err != nil || !fi.IsDir() {
+		t.Fatalf("d: %v %v", fi, err)
+	}
+}
+
+// TestFuseConnectionNotInherited checks that subprocesses do not get the
+// FUSE connection's descriptor, which would keep the connection alive
+// (and them hanging on it) if the test process died.
+func TestFuseConnectionNotInherited(t *testing.T) {
+	newRig(t)
+	startChild(t, "no-fuse-fd", "").wait()
 }
 
 func TestCutFailsEverythingWithEIO(t *testing.T) {
