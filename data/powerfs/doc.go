@@ -19,7 +19,7 @@
 //
 // # Durability model
 //
-// The model is strict POSIX: only what the program explicitly synced
+// By default the model is strict POSIX: only what the program explicitly synced
 // survives.
 //
 // File data. A file's content and size are durable as of its last fsync or
@@ -49,6 +49,16 @@
 // directory does not make its parent's entry for it durable: that takes an
 // fsync of the parent. Programs that create files or directories and want
 // them to survive have to fsync the containing directory, as POSIX asks.
+// Few do all the way up: nats-server v2.15.2, for one, never fsyncs the
+// directories above a stream's, and the one holding its block files only
+// every two minutes, so under this model a power cut loses whole streams.
+//
+// [Options.Journaled] relaxes the namespace part to what journaling file
+// systems that commit all metadata in one transaction (ext4 with
+// data=ordered, xfs) roughly do: any fsync or fdatasync, of a file or a
+// directory, makes every namespace operation before it durable, wherever
+// it was. File data stays durable per file. Real journals also commit on a
+// timer (ext4 every five seconds), which neither mode models.
 //
 // The mount point's own root directory always exists. Everything that was
 // in the backing directory when it was mounted counts as durable.
@@ -99,6 +109,19 @@
 // the attic copy is deleted for real. Revert undoes the pending operations
 // in reverse order, bringing files back from the attic, then rolls file
 // data back, then empties the attic.
+//
+// The server runs in the process that calls Mount, and that process must
+// not block on the mount in a way that keeps a thread from reaching a GC
+// safe point: the next stop-the-world GC would wait for that thread while
+// the server's goroutines, which it waits for, are stopped. Two ways to do
+// that: touching an mmap of a file on the mount (a page fault waits in the
+// kernel for the server's READ), and starting a subprocess whose working
+// directory or executable is on the mount (the child enters it between fork
+// and exec, while the forking thread waits). So run code that maps files on
+// the mount, such as bbolt, in a subprocess, and start subprocesses from
+// outside the mount, passing paths on it as arguments. The descriptor of
+// the FUSE connection is close-on-exec, so a subprocess that outlives the
+// test does not keep the connection alive.
 //
 // The kernel keeps its page cache for file data across opens and caches
 // attributes and entries for a second: every change reaches the backing

@@ -3,6 +3,7 @@ package powerfs_test
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	bolt "go.etcd.io/bbolt"
 	"golang.org/x/sys/unix"
 )
@@ -30,9 +34,34 @@ const (
 )
 
 var helpers = map[string]func(arg string) error{
-	"mmap":        helperMmap,
-	"bbolt-write": helperBboltWrite,
-	"bbolt-check": helperBboltCheck,
+	"mmap":         helperMmap,
+	"bbolt-write":  helperBboltWrite,
+	"bbolt-check":  helperBboltCheck,
+	"nats-publish": helperNATSPublish,
+	"no-fuse-fd": func(string) error {
+		ents, err := os.ReadDir("/proc/self/fd")
+		if err != nil {
+			return err
+		}
+		for _, e := range ents {
+			if target, _ := os.Readlink(filepath.Join("/proc/self/fd", e.Name())); target == "/dev/fuse" {
+				return fmt.Errorf("inherited /dev/fuse as fd %s", e.Name())
+			}
+		}
+		return nil
+	},
+	// idle makes dir its working directory and waits. It changes
+	// directory itself: a working directory set by exec.Cmd would be
+	// entered between fork and exec, which the forking thread waits for
+	// without reaching a GC safe point.
+	"idle": func(dir string) error {
+		if err := os.Chdir(dir); err != nil {
+			return err
+		}
+		fmt.Println("ready")
+		waitStdin()
+		return nil
+	},
 }
 
 func TestMain(m *testing.M) {
@@ -287,4 +316,52 @@ func helperBboltCheck(path string) error {
 	return db.Update(func(tx *bolt.Tx) error {
 		return tx.Bucket([]byte("b")).Put([]byte("after"), []byte("restart"))
 	})
+}
+
+const natsAcked = 100
+
+func natsPayload(i int) []byte {
+	return bytes.Repeat([]byte{byte('a' + i%26)}, 50+i*7%900)
+}
+
+// helperNATSPublish runs an embedded nats-server with SyncAlways on
+// storeDir, publishes natsAcked messages to a new file-storage stream,
+// each acknowledged, and waits to be killed.
+func helperNATSPublish(storeDir string) error {
+	ns, err := server.NewServer(&server.Options{
+		JetStream:  true,
+		StoreDir:   storeDir,
+		SyncAlways: true,
+		DontListen: true,
+		NoSigs:     true,
+		NoLog:      true,
+	})
+	if err != nil {
+		return err
+	}
+	go ns.Start()
+	if !ns.ReadyForConnections(30 * time.Second) {
+		return errors.New("nats-server not ready")
+	}
+	nc, err := nats.Connect("", nats.InProcessServer(ns))
+	if err != nil {
+		return err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "CMDS", Subjects: []string{"cmds.>"}, Storage: jetstream.FileStorage}); err != nil {
+		return err
+	}
+	for i := range natsAcked {
+		if _, err := js.Publish(ctx, "cmds.x", natsPayload(i)); err != nil {
+			return err
+		}
+	}
+	fmt.Println("published")
+	waitStdin()
+	return errors.New("not killed")
 }

@@ -62,6 +62,46 @@ func (n *node) path() (string, syscall.Errno) {
 	return p, 0
 }
 
+// verified returns the backing path of n from the tree, if it names n's
+// inode, and its stat.
+func (n *node) verified() (string, *syscall.Stat_t, bool) {
+	p, errno := n.path()
+	if errno != 0 {
+		return "", nil, false
+	}
+	var st syscall.Stat_t
+	if syscall.Lstat(p, &st) != nil || st.Ino != n.ino() {
+		return "", nil, false
+	}
+	return p, &st, true
+}
+
+// resolve returns the backing path of n's own file, checked to be n's
+// inode. A name the kernel looked up before a concurrent rename or unlink
+// may mean another file by now, and an unlinked file that is still open
+// (reopened through /proc, say) sits in the attic.
+func (n *node) resolve() (string, syscall.Errno) {
+	if p, _, ok := n.verified(); ok {
+		return p, 0
+	}
+	// Wait for the namespace operation in flight, if any, and look
+	// again.
+	n.pfs.nsMu.Lock()
+	defer n.pfs.nsMu.Unlock()
+	return n.resolveLocked()
+}
+
+// resolveLocked is resolve for a caller that holds nsMu.
+func (n *node) resolveLocked() (string, syscall.Errno) {
+	if p, _, ok := n.verified(); ok {
+		return p, 0
+	}
+	if name, ok := n.pfs.atticByIno[n.ino()]; ok {
+		return filepath.Join(n.pfs.attic, name), 0
+	}
+	return "", syscall.ENOENT
+}
+
 // child returns the backing path of n's entry name. The attic is not
 // reachable through the mount.
 func (n *node) child(name string) (string, syscall.Errno) {
@@ -144,8 +184,10 @@ func (n *node) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOu
 		if err := syscall.Fstat(h.fd, &st); err != nil {
 			return gofs.ToErrno(err)
 		}
+	} else if _, vst, ok := n.verified(); ok {
+		st = *vst
 	} else {
-		p, errno := n.path()
+		p, errno := n.resolve()
 		if errno != 0 {
 			return errno
 		}
@@ -163,12 +205,14 @@ func (n *node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttr
 	}
 	defer n.pfs.leave()
 	fd := -1
+	var p string
 	if h, ok := fh.(*handle); ok {
 		fd = h.fd
-	}
-	p, errno := n.path()
-	if fd < 0 && errno != 0 {
-		return errno
+	} else {
+		var errno syscall.Errno
+		if p, errno = n.resolve(); errno != 0 {
+			return errno
+		}
 	}
 	if size, ok := in.GetSize(); ok {
 		if fd < 0 {
@@ -273,7 +317,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 		return nil, 0, errno
 	}
 	defer n.pfs.leave()
-	p, errno := n.path()
+	p, errno := n.resolve()
 	if errno != 0 {
 		return nil, 0, errno
 	}
@@ -399,18 +443,11 @@ func (n *node) Link(ctx context.Context, target gofs.InodeEmbedder, name string,
 		return nil, syscall.EXDEV
 	}
 	return n.created(ctx, name, out, func(p string) error {
-		// A file that is open but unlinked has no name to link
-		// from; its backing copy sits in the attic.
-		tp, errno := t.path()
+		// created holds nsMu. A file that is open but unlinked
+		// links from its copy in the attic.
+		tp, errno := t.resolveLocked()
 		if errno != 0 {
 			return errno
-		}
-		var st unix.Stat_t
-		if err := unix.Lstat(tp, &st); err != nil {
-			return err
-		}
-		if st.Ino != t.ino() {
-			return syscall.ESTALE
 		}
 		return unix.Link(tp, p)
 	})
@@ -421,7 +458,7 @@ func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
 		return nil, errno
 	}
 	defer n.pfs.leave()
-	p, errno := n.path()
+	p, errno := n.resolve()
 	if errno != 0 {
 		return nil, errno
 	}
@@ -470,6 +507,7 @@ func (n *node) remove(name string, wantDir bool) syscall.Errno {
 	if err := unix.Rename(p, ap); err != nil {
 		return gofs.ToErrno(err)
 	}
+	f.atticByIno[st.Ino] = slot
 	f.log(nsOp{kind: opRemove, dir: n.ino(), name: name, ino: st.Ino, isDir: isDir, attic: slot})
 	return 0
 }
@@ -569,6 +607,7 @@ func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 			return gofs.ToErrno(err)
 		}
 		op.ino2, op.isDir2, op.attic2 = dst.Ino, dstDir, slot
+		f.atticByIno[dst.Ino] = slot
 	} else if err := unix.Renameat2(unix.AT_FDCWD, from, unix.AT_FDCWD, to, unix.RENAME_NOREPLACE); err != nil {
 		return gofs.ToErrno(err)
 	}

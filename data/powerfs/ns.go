@@ -103,7 +103,10 @@ type nsLog struct {
 	// dirSync maps a directory inode to the sequence number of its last
 	// fsync.
 	dirSync map[uint64]uint64
-	pending []nsOp
+	// committed is the sequence number of the last fsync that made all
+	// earlier operations durable (journaled mode).
+	committed uint64
+	pending   []nsOp
 	// dead are attic entries whose removal is durable.
 	dead []atticEntry
 	// logged counts all operations ever logged.
@@ -123,20 +126,33 @@ func (l *nsLog) add(op nsOp) {
 
 // synced says whether op's directories were fsynced after it.
 func (l *nsLog) synced(op *nsOp) bool {
+	if l.committed > op.seq {
+		return true
+	}
 	if l.dirSync[op.dir] <= op.seq {
 		return false
 	}
 	return !op.twoDirs() || l.dirSync[op.dir2] > op.seq
 }
 
-// fsyncDir records an fsync of directory dir and drops the operations it
-// made durable; what they moved to the attic becomes dead.
+// fsyncDir records an fsync of directory dir.
 func (l *nsLog) fsyncDir(dir uint64) {
 	if l.dirSync == nil {
 		l.dirSync = make(map[uint64]uint64)
 	}
 	l.dirSync[dir] = l.next()
+	l.settle()
+}
 
+// commit records an fsync that makes every earlier operation durable.
+func (l *nsLog) commit() {
+	l.committed = l.next()
+	l.settle()
+}
+
+// settle drops the operations that are durable now; what they moved to
+// the attic becomes dead.
+func (l *nsLog) settle() {
 	// An operation is durable when its directories were synced and no
 	// earlier operation that stays pending touched what it touched.
 	// Once durable it stays so: later syncs only make earlier operations

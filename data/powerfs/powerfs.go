@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -22,6 +23,13 @@ const atticName = ".powerfs-attic"
 
 // Options tune a mount.
 type Options struct {
+	// Journaled relaxes the namespace model to that of a journaling
+	// file system that commits all metadata in one transaction, such as
+	// ext4 (data=ordered) or xfs: any fsync or fdatasync, of a file or
+	// a directory, makes every namespace operation before it durable,
+	// wherever it was. File data stays durable per file, as of its own
+	// last sync. Without it the model is strict POSIX.
+	Journaled bool
 	// Debug logs every FUSE request and reply.
 	Debug bool
 }
@@ -64,6 +72,7 @@ type RevertStats struct {
 type FS struct {
 	backing    string
 	mountpoint string
+	journaled  bool
 	attic      string
 	rootIno    uint64
 	atticIno   uint64
@@ -80,6 +89,9 @@ type FS struct {
 	nsMu     sync.Mutex
 	ns       nsLog
 	atticSeq uint64
+	// atticByIno finds the attic entry of a backing inode, for a node
+	// that is unlinked but still open.
+	atticByIno map[uint64]string
 
 	filesMu sync.Mutex
 	files   map[uint64]*fileUndo
@@ -128,6 +140,11 @@ func Mount(backing, mountpoint string, opts Options) (*FS, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The root node's inode is the backing directory's own, not a
+	// symlink's to it.
+	if backing, err = filepath.EvalSymlinks(backing); err != nil {
+		return nil, err
+	}
 	mountpoint, err = filepath.Abs(mountpoint)
 	if err != nil {
 		return nil, err
@@ -145,9 +162,11 @@ func Mount(backing, mountpoint string, opts Options) (*FS, error) {
 	f := &FS{
 		backing:    backing,
 		mountpoint: mountpoint,
+		journaled:  opts.Journaled,
 		attic:      filepath.Join(backing, atticName),
 		rootIno:    st.Ino,
 		files:      make(map[uint64]*fileUndo),
+		atticByIno: make(map[uint64]string),
 	}
 	// An attic left over from a mount that was never reverted holds
 	// nothing anyone can bring back any more.
@@ -164,6 +183,12 @@ func Mount(backing, mountpoint string, opts Options) (*FS, error) {
 
 	timeout := time.Second
 	root := &node{pfs: f}
+	// go-fuse's direct mount leaves its /dev/fuse descriptor
+	// inheritable. A child that inherits it keeps the connection alive
+	// after this process dies, and then hangs on its own requests
+	// forever. Holding ForkLock keeps any fork from seeing it before it
+	// is marked close-on-exec.
+	syscall.ForkLock.RLock()
 	server, err := gofs.Mount(mountpoint, root, &gofs.Options{
 		MountOptions: fuse.MountOptions{
 			DirectMountStrict: true,
@@ -188,12 +213,38 @@ func Mount(backing, mountpoint string, opts Options) (*FS, error) {
 		NullPermissions: true,
 		RootStableAttr:  &gofs.StableAttr{Ino: f.rootIno, Gen: 1},
 	})
+	if err == nil {
+		if err = closeFuseOnExec(); err != nil {
+			f.server = server
+			f.Unmount()
+		}
+	}
+	syscall.ForkLock.RUnlock()
 	if err != nil {
 		os.RemoveAll(f.attic)
 		return nil, fmt.Errorf("powerfs: mount %s: %w", mountpoint, err)
 	}
 	f.server = server
 	return f, nil
+}
+
+// closeFuseOnExec marks every /dev/fuse descriptor of this process
+// close-on-exec.
+func closeFuseOnExec() error {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		fd, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if target, err := os.Readlink(filepath.Join("/proc/self/fd", e.Name())); err == nil && target == "/dev/fuse" {
+			syscall.CloseOnExec(fd)
+		}
+	}
+	return nil
 }
 
 // within says whether p is dir or below it.
@@ -440,7 +491,8 @@ func (f *FS) allocate(ino uint64, fd int, off, size int64, mode uint32) syscall.
 	return gofs.ToErrno(unix.Fallocate(fd, mode, off, size))
 }
 
-// fsyncFile makes the content of backing inode ino durable.
+// fsyncFile makes the content of backing inode ino durable, and in
+// journaled mode every namespace operation so far.
 func (f *FS) fsyncFile(ino uint64) {
 	f.filesMu.Lock()
 	u := f.files[ino]
@@ -450,16 +502,36 @@ func (f *FS) fsyncFile(ino uint64) {
 		u.sync()
 		u.mu.Unlock()
 	}
+	if f.journaled {
+		f.nsMu.Lock()
+		f.ns.commit()
+		f.collect()
+		f.nsMu.Unlock()
+	}
 	f.fsyncs.Add(1)
 }
 
-// fsyncDir makes the entries of directory ino durable and deletes what no
-// pending operation can bring back any more.
+// fsyncDir makes the entries of directory ino durable, or in journaled
+// mode every namespace operation so far.
 func (f *FS) fsyncDir(ino uint64) {
 	f.nsMu.Lock()
-	defer f.nsMu.Unlock()
-	f.ns.fsyncDir(ino)
+	if f.journaled {
+		f.ns.commit()
+	} else {
+		f.ns.fsyncDir(ino)
+	}
+	f.collect()
+	f.nsMu.Unlock()
+	f.dirFsyncs.Add(1)
+}
+
+// collect deletes from the attic what no pending operation can bring back
+// any more; the caller holds nsMu.
+func (f *FS) collect() {
 	for _, e := range f.ns.collectable() {
+		if f.atticByIno[e.ino] == e.name {
+			delete(f.atticByIno, e.ino)
+		}
 		p := filepath.Join(f.attic, e.name)
 		if e.isDir {
 			os.RemoveAll(p)
@@ -471,7 +543,6 @@ func (f *FS) fsyncDir(ino uint64) {
 		}
 		unix.Unlink(p)
 	}
-	f.dirFsyncs.Add(1)
 }
 
 // log records a namespace operation; the caller holds nsMu.

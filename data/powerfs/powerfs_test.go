@@ -2,6 +2,8 @@ package powerfs_test
 
 import (
 	"errors"
+	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -18,20 +20,21 @@ type rig struct {
 	t       *testing.T
 	backing string
 	mnt     string
+	opts    powerfs.Options
 	fs      *powerfs.FS
 }
 
-func newRig(t *testing.T) *rig { return newSeededRig(t, nil) }
+func newRig(t *testing.T) *rig { return newRigWith(t, powerfs.Options{}, nil) }
 
-// newSeededRig creates files in the backing directory before it mounts
-// it; they count as durable.
-func newSeededRig(t *testing.T, files map[string]string) *rig {
+// newRigWith creates files in the backing directory before it mounts it;
+// they count as durable.
+func newRigWith(t *testing.T, opts powerfs.Options, files map[string]string) *rig {
 	t.Helper()
 	if err := powerfs.Available(); err != nil {
 		t.Skip(err)
 	}
 	dir := t.TempDir()
-	r := &rig{t: t, backing: filepath.Join(dir, "backing"), mnt: filepath.Join(dir, "mnt")}
+	r := &rig{t: t, backing: filepath.Join(dir, "backing"), mnt: filepath.Join(dir, "mnt"), opts: opts}
 	for _, d := range []string{r.backing, r.mnt} {
 		if err := os.Mkdir(d, 0o755); err != nil {
 			t.Fatal(err)
@@ -54,7 +57,7 @@ func newSeededRig(t *testing.T, files map[string]string) *rig {
 
 func (r *rig) mount() {
 	r.t.Helper()
-	fs, err := powerfs.Mount(r.backing, r.mnt, powerfs.Options{})
+	fs, err := powerfs.Mount(r.backing, r.mnt, r.opts)
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -199,7 +202,7 @@ func TestFileDataRevertsToLastSync(t *testing.T) {
 }
 
 func TestExistingFileRevertsToMountState(t *testing.T) {
-	r := newSeededRig(t, map[string]string{"old": "from before the mount", "sub/x": "x"})
+	r := newRigWith(t, powerfs.Options{}, map[string]string{"old": "from before the mount", "sub/x": "x"})
 
 	r.write("old", 5, "CHANGED", false)
 	f, err := os.OpenFile(r.path("sub/x"), os.O_WRONLY|os.O_TRUNC, 0)
@@ -446,6 +449,121 @@ func TestHardLinkAndSymlink(t *testing.T) {
 	if got, err := os.Readlink(r.path("t")); err != nil || got != "g" {
 		t.Fatalf("readlink t: %q, %v", got, err)
 	}
+}
+
+func TestJournaled(t *testing.T) {
+	r := newRigWith(t, powerfs.Options{Journaled: true}, nil)
+	r.write("state", 0, "old", true)
+	r.write("state.tmp", 0, "new", true)
+	if err := os.Rename(r.path("state.tmp"), r.path("state")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(r.path("d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r.write("d/f", 0, "never synced", false)
+	// Any file's fsync commits every namespace operation before it.
+	r.write("other", 0, "x", true)
+	// So does a directory's, wherever the operation was.
+	if err := os.Mkdir(r.path("e"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r.syncDir("d")
+	// Nothing after the last sync is durable.
+	r.write("late", 0, "late", false)
+	if err := os.Remove(r.path("other")); err != nil {
+		t.Fatal(err)
+	}
+
+	rs := r.crash()
+	r.want("state", "new")
+	r.wantGone("state.tmp")
+	r.want("d/f", "")
+	r.want("other", "x")
+	r.wantGone("late")
+	if fi, err := os.Stat(r.path("e")); err != nil || !fi.IsDir() {
+		t.Fatalf("e: %v %v", fi, err)
+	}
+	if rs.NamespaceOpsUndone != 2 {
+		t.Fatalf("revert stats %+v", rs)
+	}
+}
+
+func TestUnlinkedOpenFile(t *testing.T) {
+	r := newRig(t)
+	r.write("f", 0, "still open", true)
+	r.syncDir("")
+	f, err := os.OpenFile(r.path("f"), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := os.Remove(r.path("f")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte("STILL"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := f.Stat(); err != nil || fi.Size() != 10 {
+		t.Fatalf("fstat of the unlinked file: %v, %v", fi, err)
+	}
+	// Reopening through /proc opens the unlinked file's node, which
+	// only the attic has.
+	g, err := os.Open(fmt.Sprintf("/proc/self/fd/%d", f.Fd()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	if got, err := io.ReadAll(g); err != nil || string(got) != "STILL open" {
+		t.Fatalf("reopened: %q, %v", got, err)
+	}
+	f.Close()
+	g.Close()
+	r.crash()
+	r.want("f", "still open")
+}
+
+// TestUnmountBusy unmounts while a process still has its working
+// directory on the mount and this one a file open there, as when a killed
+// process was not reaped yet.
+func TestUnmountBusy(t *testing.T) {
+	r := newRig(t)
+	if err := os.Mkdir(r.path("d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r.syncDir("")
+	r.write("d/f", 0, "data", true)
+	c := startChild(t, "idle", r.path("d"))
+	c.expect("ready")
+	f, err := os.Open(r.path("d/f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+
+	r.fs.Cut()
+	if err := r.fs.Unmount(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.fs.Revert(); err != nil {
+		t.Fatal(err)
+	}
+	r.fs = nil
+	c.kill()
+	f.Close()
+	r.mount()
+	r.wantGone("d/f")
+	if fi, err := os.Stat(r.path("d")); err != nil || !fi.IsDir() {
+		t.Fatalf("d: %v %v", fi, err)
+	}
+}
+
+// TestFuseConnectionNotInherited checks that subprocesses do not get the
+// FUSE connection's descriptor, which would keep the connection alive
+// (and them hanging on it) if the test process died.
+func TestFuseConnectionNotInherited(t *testing.T) {
+	newRig(t)
+	startChild(t, "no-fuse-fd", "").wait()
 }
 
 func TestCutFailsEverythingWithEIO(t *testing.T) {
