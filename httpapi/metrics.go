@@ -32,6 +32,7 @@ type Metrics struct {
 	applyLatency *prometheus.HistogramVec
 	eventFails   *prometheus.CounterVec
 	syncFails    *prometheus.CounterVec // Google Calendar sync (issue 5)
+	logSync      *prometheus.HistogramVec
 
 	attach sync.Once
 }
@@ -78,7 +79,12 @@ func NewMetrics() *Metrics {
 		Name: "bookline_calendar_sync_failures_total",
 		Help: "Failed Google Calendar calls of the sync, by reason (rate_limited, server_error, timeout, network, unauthorized, invalid_grant, forbidden, calendar_not_found, credentials, bad_request, other).",
 	}, []string{"reason"})
-	m.reg.MustRegister(m.syncFails)
+	m.logSync = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "bookline_log_sync_duration_seconds",
+		Help:    "fdatasyncs of an embedded stream's new messages (default --sync always): one per group of commits waiting for it; its count is the number of syncs.",
+		Buckets: []float64{.0001, .00025, .0005, .001, .002, .005, .01, .025, .05, .1, .5},
+	}, []string{"stream"})
+	m.reg.MustRegister(m.syncFails, m.logSync)
 	m.reg.MustRegister(m.httpRequests, m.httpDuration, m.commands, m.refused, m.batchSize, m.applyLatency, m.eventFails,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -164,6 +170,11 @@ func (m *Metrics) EventPublishFailed(reason string) {
 	m.eventFails.WithLabelValues(reason).Inc()
 }
 
+// LogSynced implements queue.Observer.
+func (m *Metrics) LogSynced(stream string, took time.Duration) {
+	m.logSync.WithLabelValues(stream).Observe(took.Seconds())
+}
+
 // observeHTTP records one answered request.
 func (m *Metrics) observeHTTP(method, route string, status int, d time.Duration) {
 	st := strconv.Itoa(status)
@@ -192,10 +203,7 @@ var (
 		"Outcome events in the outbox: not yet published to the event stream, or published less than about 250 ms ago (their deletions are batched; counted up to 10000).", nil, nil)
 	descCommits = prometheus.NewDesc("bookline_index_commits_total",
 		"bbolt read-write transactions committed by the group commit (fsynced only in cluster mode: with the embedded server the stream is the durable record).", nil, nil)
-	descLogSyncs = prometheus.NewDesc("bookline_log_syncs_total",
-		"fdatasyncs of the embedded stream's new messages, one per group of commits that waited for it (default --sync always).", []string{"stream"}, nil)
-	descLogSyncSeconds = prometheus.NewDesc("bookline_log_sync_seconds_total",
-		"Time spent in those syncs.", []string{"stream"}, nil)
+
 	descCommitCalls = prometheus.NewDesc("bookline_index_commit_calls_total",
 		"Store.Commit calls carried by those transactions.", nil, nil)
 	descCommitSeconds = prometheus.NewDesc("bookline_index_commit_seconds_total",
@@ -205,7 +213,7 @@ var (
 )
 
 func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descApplied, descCaughtUp, descPending, descAckPending, descOutbox, descCommits, descCommitCalls, descCommitSeconds, descLogSyncs, descLogSyncSeconds, descReady} {
+	for _, d := range []*prometheus.Desc{descApplied, descCaughtUp, descPending, descAckPending, descOutbox, descCommits, descCommitCalls, descCommitSeconds, descReady} {
 		ch <- d
 	}
 }
@@ -229,10 +237,6 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descCommits, prometheus.CounterValue, float64(cs.Commits))
 	ch <- prometheus.MustNewConstMetric(descCommitCalls, prometheus.CounterValue, float64(cs.Calls))
 	ch <- prometheus.MustNewConstMetric(descCommitSeconds, prometheus.CounterValue, cs.InCommit.Seconds())
-	for _, ls := range c.n.LogSyncStats() {
-		ch <- prometheus.MustNewConstMetric(descLogSyncs, prometheus.CounterValue, float64(ls.Syncs), ls.Stream)
-		ch <- prometheus.MustNewConstMetric(descLogSyncSeconds, prometheus.CounterValue, ls.Took.Seconds(), ls.Stream)
-	}
 	ready := c.n.Ready() == nil && c.n.View(func(*data.Tx) error { return nil }) == nil
 	ch <- prometheus.MustNewConstMetric(descReady, prometheus.GaugeValue, b2f(ready))
 }

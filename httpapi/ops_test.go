@@ -396,7 +396,7 @@ func TestMetricsAfterWorkload(t *testing.T) {
 		}
 	}
 	// The default mode syncs the command stream per group commit.
-	if v, ok := metricValue(text, "bookline_log_syncs_total", map[string]string{"stream": "BOOKLINE_CMD"}); !ok || v == 0 {
+	if v, ok := metricValue(text, "bookline_log_sync_duration_seconds_count", map[string]string{"stream": "BOOKLINE_CMD"}); !ok || v == 0 {
 		t.Errorf("command stream syncs %v %v, want some", v, ok)
 	}
 	// Raw paths never become labels.

@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -45,6 +44,8 @@ import (
 type logSync struct {
 	dir string // the stream's msgs directory
 	log *slog.Logger
+	// observe, when set, is told how long each sync took.
+	observe func(time.Duration)
 
 	mu   sync.Mutex
 	cond *sync.Cond
@@ -60,9 +61,6 @@ type logSync struct {
 	cur    *os.File // the newest block
 	curIdx uint64
 	dirMod time.Time // the directory's mtime when it was last listed
-
-	syncs  atomic.Uint64
-	syncNs atomic.Uint64
 }
 
 // ErrLogSyncClosed is returned to waiters when the syncer stops before their
@@ -74,8 +72,8 @@ func streamMsgsDir(storeDir, stream string) string {
 	return filepath.Join(storeDir, server.JetStreamStoreDir, server.DEFAULT_GLOBAL_ACCOUNT, "streams", stream, "msgs")
 }
 
-func newLogSync(dir string, log *slog.Logger) *logSync {
-	l := &logSync{dir: dir, log: log, exited: make(chan struct{})}
+func newLogSync(dir string, log *slog.Logger, observe func(time.Duration)) *logSync {
+	l := &logSync{dir: dir, log: log, observe: observe, exited: make(chan struct{})}
 	l.cond = sync.NewCond(&l.mu)
 	go l.run()
 	return l
@@ -116,11 +114,6 @@ func (l *logSync) Err() error {
 	return l.err
 }
 
-// Stats returns the syncs done and the time they took.
-func (l *logSync) Stats() (n uint64, took time.Duration) {
-	return l.syncs.Load(), time.Duration(l.syncNs.Load())
-}
-
 // Close stops the syncer; waiters of syncs that did not run get
 // ErrLogSyncClosed.
 func (l *logSync) Close() {
@@ -152,8 +145,9 @@ func (l *logSync) run() {
 		if !failed {
 			began := time.Now()
 			err = l.syncOnce()
-			l.syncNs.Add(uint64(time.Since(began)))
-			l.syncs.Add(1)
+			if l.observe != nil {
+				l.observe(time.Since(began))
+			}
 		}
 		l.mu.Lock()
 		if err != nil && l.err == nil {

@@ -29,7 +29,7 @@ func writeBlock(t *testing.T, dir string, idx int, data string) {
 // timestamp changed.
 func TestLogSyncFollowsNewBlocks(t *testing.T) {
 	dir := t.TempDir()
-	l := newLogSync(dir, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	l := newLogSync(dir, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
 	defer l.Close()
 	// An empty stream has no block yet.
 	if err := l.Request()(); err != nil {
@@ -61,9 +61,6 @@ func TestLogSyncFollowsNewBlocks(t *testing.T) {
 	if l.curIdx != 4 {
 		t.Fatalf("newest block %d after an unannounced new block, want 4", l.curIdx)
 	}
-	if n, _ := l.Stats(); n < 4 {
-		t.Errorf("%d syncs counted, want at least 4", n)
-	}
 }
 
 // TestLogSyncFailureSticks: after a failed sync every waiter gets the error,
@@ -73,7 +70,7 @@ func TestLogSyncFailureSticks(t *testing.T) {
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	l := newLogSync(dir, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	l := newLogSync(dir, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
 	defer l.Close()
 	if err := l.Request()(); err != nil {
 		t.Fatal(err)
@@ -98,7 +95,7 @@ func TestLogSyncFailureSticks(t *testing.T) {
 
 // TestLogSyncClose: a waiter whose sync never ran learns that it did not.
 func TestLogSyncClose(t *testing.T) {
-	l := newLogSync(t.TempDir(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	l := newLogSync(t.TempDir(), slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
 	l.Close()
 	if err := l.Request()(); !errors.Is(err, ErrLogSyncClosed) {
 		t.Fatalf("wait after Close = %v, want ErrLogSyncClosed", err)

@@ -203,8 +203,14 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 		if err = syncTree(filepath.Join(store, server.JetStreamStoreDir), filepath.Clean(cfg.DataDir)); err != nil {
 			return nil, fmt.Errorf("queue: sync the stream store: %w", err)
 		}
-		n.cmdSync = newLogSync(streamMsgsDir(store, StreamName), cfg.Logger.With("component", "logsync", "stream", StreamName))
-		n.evtSync = newLogSync(streamMsgsDir(store, EventStreamName), cfg.Logger.With("component", "logsync", "stream", EventStreamName))
+		observe := func(stream string) func(time.Duration) {
+			if cfg.Observer == nil {
+				return nil
+			}
+			return func(d time.Duration) { cfg.Observer.LogSynced(stream, d) }
+		}
+		n.cmdSync = newLogSync(streamMsgsDir(store, StreamName), cfg.Logger.With("component", "logsync", "stream", StreamName), observe(StreamName))
+		n.evtSync = newLogSync(streamMsgsDir(store, EventStreamName), cfg.Logger.With("component", "logsync", "stream", EventStreamName), observe(EventStreamName))
 	}
 	n.events = newEventPublisher(n.JS, n.Store, cfg.Logger)
 	n.events.logSync = n.evtSync
@@ -363,29 +369,6 @@ func (n *Node) Ready() error {
 		}
 	}
 	return nil
-}
-
-// LogSyncStat counts the syncs of one embedded stream's files.
-type LogSyncStat struct {
-	Stream string
-	Syncs  uint64
-	Took   time.Duration
-}
-
-// LogSyncStats reports the per-group-commit syncs of the embedded streams;
-// none with --sync interval or in cluster mode.
-func (n *Node) LogSyncStats() []LogSyncStat {
-	var out []LogSyncStat
-	for _, l := range []struct {
-		name string
-		s    *logSync
-	}{{StreamName, n.cmdSync}, {EventStreamName, n.evtSync}} {
-		if l.s != nil {
-			syncs, took := l.s.Stats()
-			out = append(out, LogSyncStat{Stream: l.name, Syncs: syncs, Took: took})
-		}
-	}
-	return out
 }
 
 // ClientURL is the URL outside clients (importers) reach the embedded

@@ -40,6 +40,9 @@ type Observer interface {
 	// EventPublishFailed is called each time draining the outbox to the
 	// event stream fails, with a short reason (see EventFailureReason).
 	EventPublishFailed(reason string)
+	// LogSynced is called after every sync of an embedded stream's files
+	// (default --sync always; see logsync.go) with how long it took.
+	LogSynced(stream string, took time.Duration)
 }
 
 // EventFailureReason classifies an outbox publishing error into a small,
