@@ -72,6 +72,9 @@ type eventPublisher struct {
 	// flushDeletes), and drains skip these meanwhile.
 	published  map[uint64]struct{}
 	lastDelete time.Time
+	// newestAck is the event stream's highest sequence acknowledged to
+	// this publisher: a sync must cover it before deletions.
+	newestAck uint64
 }
 
 // Deleting published events from the outbox needs a sync of the event
@@ -159,7 +162,7 @@ func (e *eventPublisher) flushDeletes(force bool) error {
 	}
 	var durable func() error
 	if e.logSync != nil {
-		durable = e.logSync.Request()
+		durable = e.logSync.RequestSeq(e.newestAck)
 	}
 	e.lastDelete = time.Now()
 	if err := e.store.CommitDurable(durable, func(tx *data.Tx) error { return tx.DeleteEvents(seqs) }); err != nil {
@@ -209,8 +212,11 @@ func (e *eventPublisher) drainOnce(ctx context.Context) (int, error) {
 acks:
 	for i, f := range futures {
 		select {
-		case <-f.Ok():
+		case ack := <-f.Ok():
 			done = append(done, published[i])
+			if ack != nil {
+				e.newestAck = max(e.newestAck, ack.Sequence)
+			}
 		case err := <-f.Err():
 			if firstErr == nil {
 				firstErr = err

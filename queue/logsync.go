@@ -51,11 +51,21 @@ type logSync struct {
 	cond *sync.Cond
 	// started and done count syncs; want is the newest sync anybody waits
 	// for. A request made while sync k runs needs sync k+1: k may have
-	// started before the request's data was written.
+	// started before the request's data was written, unless the stream's
+	// last sequence when k started says otherwise (durable, lastSeq).
 	started, done, want uint64
-	err                 error
-	closed              bool
-	exited              chan struct{}
+	// lastSeq, when set, reads the stream's last sequence. The file store
+	// updates it only after the message is written, so every message up
+	// to the value read before a sync starts is covered by that sync, and
+	// durable is the highest such value of a finished sync.
+	lastSeq func() (uint64, bool)
+	durable uint64
+	// running is the last sequence read at the start of the sync that
+	// runs now (0: none running, or unknown).
+	running uint64
+	err     error
+	closed  bool
+	exited  chan struct{}
 
 	// Owned by the sync goroutine.
 	cur    *os.File // the newest block
@@ -67,13 +77,32 @@ type logSync struct {
 // sync ran.
 var ErrLogSyncClosed = errors.New("queue: log sync stopped")
 
+// embeddedLastSeq reads a stream's last sequence from the embedded server
+// without a round trip (a few microseconds).
+func embeddedLastSeq(ns *server.Server, stream string) func() (uint64, bool) {
+	return func() (uint64, bool) {
+		z, err := ns.Jsz(&server.JSzOptions{Account: server.DEFAULT_GLOBAL_ACCOUNT, Streams: true})
+		if err != nil {
+			return 0, false
+		}
+		for _, a := range z.AccountDetails {
+			for _, st := range a.Streams {
+				if st.Name == stream {
+					return st.State.LastSeq, true
+				}
+			}
+		}
+		return 0, false
+	}
+}
+
 // streamMsgsDir is where the embedded server keeps a stream's block files.
 func streamMsgsDir(storeDir, stream string) string {
 	return filepath.Join(storeDir, server.JetStreamStoreDir, server.DEFAULT_GLOBAL_ACCOUNT, "streams", stream, "msgs")
 }
 
-func newLogSync(dir string, log *slog.Logger, observe func(time.Duration)) *logSync {
-	l := &logSync{dir: dir, log: log, observe: observe, exited: make(chan struct{})}
+func newLogSync(dir string, log *slog.Logger, observe func(time.Duration), lastSeq func() (uint64, bool)) *logSync {
+	l := &logSync{dir: dir, log: log, observe: observe, lastSeq: lastSeq, exited: make(chan struct{})}
 	l.cond = sync.NewCond(&l.mu)
 	go l.run()
 	return l
@@ -81,27 +110,39 @@ func newLogSync(dir string, log *slog.Logger, observe func(time.Duration)) *logS
 
 // Request asks for a sync that covers everything written before the call
 // and returns the function that waits for it (nil once it is durable).
-func (l *logSync) Request() func() error {
+func (l *logSync) Request() func() error { return l.RequestSeq(0) }
+
+// RequestSeq is Request for a caller that knows the newest stream sequence
+// it needs durable: a sync already running may cover it (see lastSeq),
+// which saves waiting for the next one. 0 means unknown.
+func (l *logSync) RequestSeq(seq uint64) func() error {
 	l.mu.Lock()
+	if seq > 0 && seq <= l.durable && l.err == nil {
+		l.mu.Unlock()
+		return func() error { return nil }
+	}
 	gen := l.started + 1
-	if gen > l.want {
+	if seq > 0 && seq <= l.running {
+		gen = l.started // the running sync covers it
+	} else if gen > l.want {
 		l.want = gen
 		l.cond.Broadcast()
 	}
 	l.mu.Unlock()
-	return func() error { return l.wait(gen) }
+	return func() error { return l.wait(gen, seq) }
 }
 
-func (l *logSync) wait(gen uint64) error {
+func (l *logSync) wait(gen, seq uint64) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for l.done < gen && l.err == nil && !l.closed {
+	covered := func() bool { return l.done >= gen || seq > 0 && seq <= l.durable }
+	for !covered() && l.err == nil && !l.closed {
 		l.cond.Wait()
 	}
 	switch {
 	case l.err != nil:
 		return l.err
-	case l.done < gen:
+	case !covered():
 		return ErrLogSyncClosed
 	}
 	return nil
@@ -141,8 +182,20 @@ func (l *logSync) run() {
 		l.started++
 		gen, failed := l.started, l.err != nil
 		l.mu.Unlock()
-		var err error
+		var (
+			err    error
+			last   uint64
+			lastOK bool
+		)
 		if !failed {
+			if l.lastSeq != nil {
+				last, lastOK = l.lastSeq() // before the sync starts
+				if lastOK {
+					l.mu.Lock()
+					l.running = last
+					l.mu.Unlock()
+				}
+			}
 			began := time.Now()
 			err = l.syncOnce()
 			if l.observe != nil {
@@ -154,6 +207,10 @@ func (l *logSync) run() {
 			l.err = fmt.Errorf("queue: fsync of the command log failed, nothing more is committed until bookline restarts: %w", err)
 			l.log.Error("FSYNC FAILED: the writers stop; restart bookline to recover from what is on disk", "dir", l.dir, "err", err)
 		}
+		if err == nil && lastOK {
+			l.durable = max(l.durable, last)
+		}
+		l.running = 0
 		l.done = gen
 		l.cond.Broadcast()
 	}

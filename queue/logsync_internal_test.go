@@ -7,7 +7,9 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync/atomic"
 	"testing"
+	"time"
 )
 
 func writeBlock(t *testing.T, dir string, idx int, data string) {
@@ -29,7 +31,7 @@ func writeBlock(t *testing.T, dir string, idx int, data string) {
 // timestamp changed.
 func TestLogSyncFollowsNewBlocks(t *testing.T) {
 	dir := t.TempDir()
-	l := newLogSync(dir, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+	l := newLogSync(dir, slog.New(slog.NewTextHandler(io.Discard, nil)), nil, nil)
 	defer l.Close()
 	// An empty stream has no block yet.
 	if err := l.Request()(); err != nil {
@@ -70,7 +72,7 @@ func TestLogSyncFailureSticks(t *testing.T) {
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	l := newLogSync(dir, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+	l := newLogSync(dir, slog.New(slog.NewTextHandler(io.Discard, nil)), nil, nil)
 	defer l.Close()
 	if err := l.Request()(); err != nil {
 		t.Fatal(err)
@@ -95,9 +97,40 @@ func TestLogSyncFailureSticks(t *testing.T) {
 
 // TestLogSyncClose: a waiter whose sync never ran learns that it did not.
 func TestLogSyncClose(t *testing.T) {
-	l := newLogSync(t.TempDir(), slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+	l := newLogSync(t.TempDir(), slog.New(slog.NewTextHandler(io.Discard, nil)), nil, nil)
 	l.Close()
 	if err := l.Request()(); !errors.Is(err, ErrLogSyncClosed) {
 		t.Fatalf("wait after Close = %v, want ErrLogSyncClosed", err)
+	}
+}
+
+// TestLogSyncCoversBySequence: a sync covers every message up to the
+// stream's last sequence read before it started, so a later request for
+// such a message needs no new sync; a newer message does.
+func TestLogSyncCoversBySequence(t *testing.T) {
+	dir := t.TempDir()
+	writeBlock(t, dir, 1, "msgs")
+	var last atomic.Uint64
+	var syncs atomic.Int64
+	l := newLogSync(dir, slog.New(slog.NewTextHandler(io.Discard, nil)),
+		func(time.Duration) { syncs.Add(1) }, func() (uint64, bool) { return last.Load(), true })
+	defer l.Close()
+	last.Store(10)
+	if err := l.RequestSeq(10)(); err != nil {
+		t.Fatal(err)
+	}
+	before := syncs.Load()
+	if err := l.RequestSeq(7)(); err != nil {
+		t.Fatal(err)
+	}
+	if syncs.Load() != before {
+		t.Errorf("a message the last sync covered waited for another sync")
+	}
+	last.Store(11)
+	if err := l.RequestSeq(11)(); err != nil {
+		t.Fatal(err)
+	}
+	if syncs.Load() != before+1 {
+		t.Errorf("%d syncs for a newer message, want 1", syncs.Load()-before)
 	}
 }

@@ -209,8 +209,10 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 			}
 			return func(d time.Duration) { cfg.Observer.LogSynced(stream, d) }
 		}
-		n.cmdSync = newLogSync(streamMsgsDir(store, StreamName), cfg.Logger.With("component", "logsync", "stream", StreamName), observe(StreamName))
-		n.evtSync = newLogSync(streamMsgsDir(store, EventStreamName), cfg.Logger.With("component", "logsync", "stream", EventStreamName), observe(EventStreamName))
+		n.cmdSync = newLogSync(streamMsgsDir(store, StreamName), cfg.Logger.With("component", "logsync", "stream", StreamName),
+			observe(StreamName), embeddedLastSeq(n.ns, StreamName))
+		n.evtSync = newLogSync(streamMsgsDir(store, EventStreamName), cfg.Logger.With("component", "logsync", "stream", EventStreamName),
+			observe(EventStreamName), embeddedLastSeq(n.ns, EventStreamName))
 	}
 	n.events = newEventPublisher(n.JS, n.Store, cfg.Logger)
 	n.events.logSync = n.evtSync

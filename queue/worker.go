@@ -302,7 +302,13 @@ var errPredecessorLost = errors.New("queue: the previous batch of the partition 
 func (p *Partition) submit(batch []jetstream.Msg) (*inFlight, error) {
 	var durable func() error
 	if p.logSync != nil {
-		durable = p.logSync.Request()
+		// The newest message of the batch is all a sync must cover: the
+		// stream holds every earlier one in its files before it.
+		var newest uint64
+		if meta, err := batch[len(batch)-1].Metadata(); err == nil {
+			newest = meta.Sequence.Stream
+		}
+		durable = p.logSync.RequestSeq(newest)
 	}
 	in := make([]actor.Decoded, len(batch))
 	var last uint64
