@@ -59,6 +59,10 @@
 #                         commits), weaker than --sync interval
 #   RSS_BOOKINGS (1000000) commands imported to measure bookline's RSS; 0 skips
 #   RSS_SETTLE (60)       seconds idle after the import before RSS is read again
+#   LOAD_ARGS ("")        extra `bookline bench` flags for uniform, mixed, the
+#                         open-loop runs and the pool tuning (not hot, one
+#                         calendar by design), e.g. "--calendars 1000 --days
+#                         30" for fewer lock conflicts in the baseline
 #   OUT (docs/benchmarks.md), GO (go)
 #
 # Quick smoke run (about 3 minutes; do not commit its docs/benchmarks.md):
@@ -73,6 +77,7 @@ CLIENTS=${CLIENTS:-64}
 SCENARIOS=${SCENARIOS:-"uniform hot mixed"}
 TARGETS=${TARGETS:-"bookline pg bookline-interval pg-nofsync pg-lockonly"}
 RATES=${RATES-"1000 2000 4000"}
+LOAD_ARGS=${LOAD_ARGS:-}
 TUNE_CONNS=${TUNE_CONNS:-"16 32 64"}
 TUNE_DURATION=${TUNE_DURATION:-5s}
 PG_NOFSYNC_SYNCHRONOUS_COMMIT=${PG_NOFSYNC_SYNCHRONOUS_COMMIT:-on}
@@ -338,8 +343,9 @@ for target in $TARGETS; do
 	best="" best_rate=0 line=""
 	for conns in "${sizes[@]}"; do
 		out="$RESULTS/tune-$target-$conns.json"
+		# shellcheck disable=SC2086 # LOAD_ARGS is a list of flags
 		bench "$target" "$out" --max-conns "$conns" --scenario uniform --clients "$CLIENTS" --duration "$TUNE_DURATION" \
-			--warmup "$WARMUP" --calendar-prefix "t$conns"
+			--warmup "$WARMUP" --calendar-prefix "t$conns" $LOAD_ARGS
 		rate=$(jq -r '.req_per_s|floor' "$out")
 		line="$line${line:+, }$conns: $rate"
 		if [ "$rate" -gt "$best_rate" ]; then
@@ -355,8 +361,11 @@ done
 for scenario in $SCENARIOS; do
 	for round in $(seq "$ROUNDS"); do
 		for target in $TARGETS; do
+			extra=$LOAD_ARGS
+			[ "$scenario" = hot ] && extra=""
+			# shellcheck disable=SC2086 # a list of flags
 			bench "$target" "$RESULTS/$scenario-$target-$round.json" --scenario "$scenario" --clients "$CLIENTS" \
-				--duration "$DURATION" --warmup "$WARMUP" --calendar-prefix "r$round"
+				--duration "$DURATION" --warmup "$WARMUP" --calendar-prefix "r$round" $extra
 		done
 	done
 done
@@ -366,8 +375,9 @@ if [ -n "$OPEN_TARGETS" ]; then
 	for rate in $RATES; do
 		for round in $(seq "$ROUNDS"); do
 			for target in $OPEN_TARGETS; do
+				# shellcheck disable=SC2086 # a list of flags
 				bench "$target" "$RESULTS/open$rate-$target-$round.json" --scenario uniform --rate "$rate" --clients "$CLIENTS" \
-					--duration "$DURATION" --warmup "$WARMUP" --calendar-prefix "o$round"
+					--duration "$DURATION" --warmup "$WARMUP" --calendar-prefix "o$round" $LOAD_ARGS
 			done
 		done
 	done
@@ -549,6 +559,11 @@ SECTION=$(mktemp "$WORK/section.XXXXXX")
 	echo "Load generator on the same machine. $ROUNDS rounds, targets alternating ($TARGETS), $WARMUP warm-up"
 	echo "then $DURATION measured per run, each run on a fresh server (bookline: new data dir; baseline: tables recreated,"
 	echo "CHECKPOINT before and after). Medians over the rounds. Total run time ${ELAPSED}s."
+	if [ -n "$LOAD_ARGS" ]; then
+		echo "Load: \`bookline bench $LOAD_ARGS\` for uniform, mixed and the open loop (hot: one calendar)."
+	else
+		echo "Load: \`bookline bench\`'s defaults (uniform and mixed: 100 calendars over 365 days; hot: one calendar)."
+	fi
 	echo
 	echo "Durability: bookline's default \`--sync always\` answers after one fdatasync per group commit of the"
 	echo "stream's new messages (the index is rebuilt from the stream after a power loss), PostgreSQL with fsync=on and"
