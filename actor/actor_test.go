@@ -963,7 +963,9 @@ func genLog(seed uint64, n int) []logMsg {
 		default:
 			cal := cals[r.IntN(len(cals))]
 			var body string
-			switch r.IntN(7) {
+			switch r.IntN(12) {
+			case 7, 8, 9, 10, 11:
+				body = invalidCommand(r, cal, req)
 			case 0:
 				b := make([]byte, r.IntN(40))
 				for j := range b {
@@ -988,6 +990,44 @@ func genLog(seed uint64, n int) []logMsg {
 		}
 	}
 	return log
+}
+
+// invalidCommand returns a command of a random type that decodes but fails
+// validation, most with several invalid fields at once (their order in
+// details must not depend on anything but the message).
+func invalidCommand(r *rand.Rand, cal, req string) string {
+	badID := []string{"not-an-id", "", strings.ToUpper(actor.BookingID(cal, req))}[r.IntN(3)]
+	badTimes := fmt.Sprintf(`"start":%q,"end":%q`, at(90).Format(time.RFC3339), at(30).Format(time.RFC3339))
+	switch r.IntN(11) {
+	case 0, 1:
+		// Several invalid weekdays and ranges: the weekly hours are a map.
+		days := []string{`"mon":[{"start":"25:00","end":"26:00"}]`, `"tue":[{"start":"10:00","end":"09:00"}]`,
+			`"xyz":[]`, `"holiday":[{"start":"09:00","end":"10:00"}]`, `"Sun":[]`, `"wed":[{"start":"9","end":"10:00"}]`,
+			`"fri":[{"start":"08:00","end":"12:00"},{"start":"13:00","end":"12:30"}]`, `"sat":[]`}
+		r.Shuffle(len(days), func(i, j int) { days[i], days[j] = days[j], days[i] })
+		return fmt.Sprintf(`{"v":1,"type":"calendar.upsert","request_id":%q,"calendar_id":%q,"calendar":{"name":"n","timezone":%q,"weekly_hours":{%s},"capacity":%d,"date_overrides":[{"date":"2026-13-01"},{"date":"2026-03-03","closed":true,"hours":[{"start":"09:00","end":"10:00"}]}]}}`,
+			req, cal, []string{"Mars/Olympus", "Europe/Berlin", "Local"}[r.IntN(3)], strings.Join(days[:2+r.IntN(len(days)-1)], ","), -r.IntN(3))
+	case 2:
+		return fmt.Sprintf(`{"v":1,"type":"booking.create","request_id":%q,"calendar_id":%q,"booking":{%s,"customer":"","metadata":[1]}}`, req, cal, badTimes)
+	case 3:
+		return fmt.Sprintf(`{"v":1,"type":"hold.create","request_id":%q,"calendar_id":%q,"booking":{%s,"customer":"x","ttl_seconds":%d}}`, req, cal, badTimes, 100000+r.IntN(9))
+	case 4:
+		return fmt.Sprintf(`{"v":1,"type":"booking.reschedule","request_id":%q,"calendar_id":%q,"booking_id":%q,"reschedule":{%s}}`, req, cal, badID, badTimes)
+	case 5:
+		typ := []string{actor.TypeBookingCancel, actor.TypeHoldConfirm, actor.TypeHoldRelease}[r.IntN(3)]
+		return fmt.Sprintf(`{"v":1,"type":%q,"request_id":%q,"calendar_id":%q,"booking_id":%q}`, typ, req, cal, badID)
+	case 6:
+		return fmt.Sprintf(`{"v":1,"type":"busy.set","request_id":%q,"calendar_id":%q,"busy":{"block_id":"blk","start":%q,"end":%q}}`,
+			req, cal, at(0).Format(time.RFC3339), at(0).Add(400*24*time.Hour).Format(time.RFC3339))
+	case 7:
+		return fmt.Sprintf(`{"v":1,"type":"busy.clear","request_id":%q,"calendar_id":%q,"busy":{"block_id":"bad block"}}`, req, cal)
+	case 8:
+		return fmt.Sprintf(`{"v":1,"type":"hold.expire","request_id":"bad id %s","calendar_id":%q}`, req, cal)
+	case 9:
+		return fmt.Sprintf(`{"v":1,"type":"booking.move","request_id":"%s!","calendar_id":%q}`, req, cal)
+	default:
+		return fmt.Sprintf(`{"v":1,"type":"busy.set","request_id":%q,"calendar_id":%q}`, req, cal)
+	}
 }
 
 // randomBatches splits msgs into batches of 1 to 60 messages. With
@@ -1069,6 +1109,57 @@ func TestApplyDeterministic(t *testing.T) {
 		})
 	}
 	datatest.CheckInvariants(t, sa)
+}
+
+// TestRepliesIdenticalOverRuns decodes and applies the same random log,
+// with invalid commands of every type among the valid ones, 50 times into
+// new indexes: every reply and the final index must be byte-identical each
+// time. (Anything that depends on map order, the clock or randomness shows
+// up as a difference between runs.)
+func TestRepliesIdenticalOverRuns(t *testing.T) {
+	const runs, n = 50, 600
+	log := genLog(21, n)
+	msgs := make([]actor.Input, len(log))
+	for i, m := range log {
+		msgs[i] = m.in
+	}
+	var (
+		want     [][]byte
+		wantDump string
+	)
+	for run := range runs {
+		s := datatest.MustOpen(t)
+		outs := applyInputs(t, s, 0, msgs...)
+		dump := dumpStore(t, s, msgs)
+		if run == 0 {
+			for _, o := range outs {
+				want = append(want, o.Reply)
+			}
+			wantDump = dump
+			continue
+		}
+		for i, o := range outs {
+			if !bytes.Equal(o.Reply, want[i]) {
+				t.Fatalf("run %d, seq %d: reply\n%s\nfirst run\n%s", run, o.Seq, o.Reply, want[i])
+			}
+		}
+		if dump != wantDump {
+			t.Fatalf("run %d: index differs from the first run:\n%s", run, firstDiff(dump, wantDump))
+		}
+	}
+	// The log must exercise rejections of every command type.
+	types := map[string]bool{}
+	for _, b := range want {
+		if r := decodeReply(t, b); r.Outcome == actor.OutcomeRejected && len(r.Details) > 0 {
+			types[r.Type] = true
+		}
+	}
+	for _, typ := range []string{actor.TypeCalendarUpsert, actor.TypeBookingCreate, actor.TypeBookingCancel, actor.TypeBookingReschedule,
+		actor.TypeHoldCreate, actor.TypeHoldConfirm, actor.TypeHoldRelease, actor.TypeHoldExpire, actor.TypeBusySet, actor.TypeBusyClear, "booking.move"} {
+		if !types[typ] {
+			t.Errorf("no rejection with details for %s in the log (%v)", typ, types)
+		}
+	}
 }
 
 // checkAgainstModel replays the replies of a log against a simple model of

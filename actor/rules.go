@@ -37,6 +37,28 @@ var weekdays = map[string]time.Weekday{"sun": time.Sunday, "mon": time.Monday, "
 
 var weekdayKey = [7]string{"sun", "mon", "tue", "wed", "thu", "fri", "sat"}
 
+// weekOrder is the order weekly hours are checked and reported in.
+var weekOrder = [7]string{"mon", "tue", "wed", "thu", "fri", "sat", "sun"}
+
+// weeklyHoursOrder lists the keys of weekly hours mon..sun, then the keys
+// that are not weekdays, sorted.
+func weeklyHoursOrder(wh map[string][]data.TimeRange) []string {
+	keys := make([]string, 0, len(wh))
+	for _, d := range weekOrder {
+		if _, ok := wh[d]; ok {
+			keys = append(keys, d)
+		}
+	}
+	var other []string
+	for d := range wh {
+		if _, ok := weekdays[d]; !ok {
+			other = append(other, d)
+		}
+	}
+	slices.Sort(other)
+	return append(keys, other...)
+}
+
 // parseClock parses "HH:MM" (00:00..24:00) into minutes since midnight.
 func parseClock(s string) (int, bool) {
 	h, m, ok := strings.Cut(s, ":")
@@ -71,7 +93,10 @@ func ValidateRules(r *data.Rules) []FieldError {
 	var errs []FieldError
 	add := func(f, m string) { errs = append(errs, FieldError{Field: f, Message: m}) }
 	n := 0
-	for day, rs := range r.WeeklyHours {
+	// In a fixed order, never the map's: the details are part of a
+	// recorded rejection, which every replay must reproduce byte for byte.
+	for _, day := range weeklyHoursOrder(r.WeeklyHours) {
+		rs := r.WeeklyHours[day]
 		if _, ok := weekdays[day]; !ok {
 			add("weekly_hours."+day, "weekday must be one of mon, tue, wed, thu, fri, sat, sun")
 		}
