@@ -5,9 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
+	"github.com/bookline/bookline/actor/zones"
 	"github.com/bookline/bookline/data"
 )
 
@@ -622,20 +622,9 @@ func cancelBooking(tx *data.Tx, d *Decoded) (Reply, error) {
 	return r, nil
 }
 
-var locations sync.Map // time zone name -> *time.Location
-
-// location loads a time zone once per process.
-func location(name string) (*time.Location, error) {
-	if l, ok := locations.Load(name); ok {
-		return l.(*time.Location), nil
-	}
-	l, err := time.LoadLocation(name)
-	if err != nil {
-		return nil, err
-	}
-	locations.Store(name, l)
-	return l, nil
-}
+// location loads a time zone from the data built into the binary, never
+// the host's (see package zones).
+func location(name string) (*time.Location, error) { return zones.Load(name) }
 
 // --- Google Calendar (issue 5) ---
 

@@ -11,7 +11,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-	_ "time/tzdata" // time zone validation must not depend on the test machine
 
 	"github.com/bookline/bookline/actor"
 	"github.com/bookline/bookline/data"

@@ -11,6 +11,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/bookline/bookline/actor/zones"
 	"github.com/bookline/bookline/data"
 )
 
@@ -241,7 +242,7 @@ func ValidateCalendar(c *CalendarSpec) []FieldError {
 	if c.Timezone == "" {
 		c.Timezone = "UTC"
 	}
-	if _, err := time.LoadLocation(c.Timezone); err != nil || c.Timezone == "Local" {
+	if _, err := zones.Load(c.Timezone); err != nil {
 		errs = append(errs, FieldError{Field: "timezone", Message: "must be an IANA time zone name, e.g. Europe/Berlin"})
 	}
 	if n := utf8.RuneCountInString(c.Name); n > MaxNameLen || !utf8.ValidString(c.Name) {

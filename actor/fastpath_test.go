@@ -216,7 +216,7 @@ func quoteJSON(r *rand.Rand, s string) string {
 	return sb.String()
 }
 
-var zones = []string{"Z", "Z", "Z", "+00:00", "-00:00", "+05:30", "-08:00", "+14:00", "-12:00", "+23:59", "+24:00", "z", "+0530", "+05:3"}
+var offsetSuffixes = []string{"Z", "Z", "Z", "+00:00", "-00:00", "+05:30", "-08:00", "+14:00", "-12:00", "+23:59", "+24:00", "z", "+0530", "+05:3"}
 
 func randTimeString(r *rand.Rand) string {
 	switch r.IntN(30) {
@@ -243,7 +243,7 @@ func randTimeString(r *rand.Rand) string {
 	if r.IntN(20) == 0 {
 		s = strings.Replace(s, "T", "t", 1)
 	}
-	return s + zones[r.IntN(len(zones))]
+	return s + offsetSuffixes[r.IntN(len(offsetSuffixes))]
 }
 
 // randJSONValue renders a random JSON value with random white space,

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/bookline/bookline/actor/zones"
 	"github.com/bookline/bookline/data"
 )
 
@@ -348,7 +349,7 @@ const MaxAvailabilityRange = 62 * 24 * time.Hour
 // point, so every listed start is bookable and every omitted grid start is
 // refused, given the same index and the same now.
 func Availability(tx *data.Tx, cal *data.Calendar, from, to time.Time, d, step time.Duration, now time.Time) ([]Slot, error) {
-	loc, err := time.LoadLocation(cal.Timezone)
+	loc, err := zones.Load(cal.Timezone)
 	if err != nil {
 		return nil, err
 	}

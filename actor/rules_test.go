@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/bookline/bookline/actor"
+	"github.com/bookline/bookline/actor/zones"
 	"github.com/bookline/bookline/data"
 	"github.com/bookline/bookline/data/datatest"
 )
@@ -78,7 +79,7 @@ func bookingCmd(cal string, start time.Time, d time.Duration) actor.Command {
 
 func mustLoc(tb testing.TB, name string) *time.Location {
 	tb.Helper()
-	l, err := time.LoadLocation(name)
+	l, err := zones.Load(name) // the data the writer decides with
 	if err != nil {
 		tb.Fatal(err)
 	}
