@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/bookline/bookline/actor"
+	"github.com/bookline/bookline/actor/zones"
 	"github.com/bookline/bookline/data"
 )
 
@@ -68,6 +69,10 @@ func Replay(ctx context.Context, js jetstream.JetStream, store *data.Store, opt 
 	}
 	if !empty {
 		return st, ErrIndexNotEmpty
+	}
+	// Everything is decided with this build's time zone data.
+	if err := store.CommitUnsynced(func(tx *data.Tx) error { _, err := tx.NoteTzdata(zones.Version); return err }); err != nil {
+		return st, err
 	}
 	s, err := js.Stream(ctx, StreamName)
 	if err != nil {
