@@ -65,7 +65,9 @@ type Input struct {
 // Decoded is an Input after decoding and validation, which needs no state
 // and so runs in the partition goroutine before the commit.
 type Decoded struct {
-	Seq         uint64
+	Seq uint64
+	// At is the message's stream timestamp. Apply decides with the
+	// partition's log now, the latest such timestamp so far (data.Tx.LogNow).
 	At          time.Time
 	Cmd         Command
 	Fingerprint string
@@ -180,6 +182,13 @@ func Render(out []Output) error {
 
 func apply(tx *data.Tx, partition int, batch []Decoded, events bool) ([]Output, error) {
 	applied := tx.AppliedSeq(partition)
+	// "Now" is the stream timestamp, the stream leader's wall clock, which
+	// can step back (a new leader, a clock correction). The partition's
+	// now is the latest timestamp it decided with, kept in the index with
+	// the applied sequence, so that time never goes back for a decision
+	// and a replay or recovery computes the same.
+	lastNow := tx.LogNow(partition)
+	now := lastNow
 	out := make([]Output, len(batch))
 	var buf []byte
 	for i := range batch {
@@ -201,8 +210,13 @@ func apply(tx *data.Tx, partition int, batch []Decoded, events bool) ([]Output, 
 			out[i].Decision = reply
 			continue
 		}
-		d.mirror = events
-		reply, err := decide(tx, d)
+		if d.At.After(now) {
+			now = d.At
+		}
+		// Decided on a copy: d.At stays the message's own timestamp.
+		dn := *d
+		dn.At, dn.mirror = now, events
+		reply, err := decide(tx, &dn)
 		if err != nil {
 			return nil, fmt.Errorf("actor: partition %d seq %d: %w", partition, d.Seq, err)
 		}
@@ -226,6 +240,11 @@ func apply(tx *data.Tx, partition int, batch []Decoded, events bool) ([]Output, 
 	}
 	if len(batch) > 0 {
 		if err := tx.SetAppliedSeq(partition, applied); err != nil {
+			return nil, err
+		}
+	}
+	if !now.Equal(lastNow) {
+		if err := tx.SetLogNow(partition, now); err != nil {
 			return nil, err
 		}
 	}

@@ -861,7 +861,7 @@ func dumpStore(tb testing.TB, s *data.Store, msgs []actor.Input) string {
 			}
 		}
 		for p := range 4 {
-			fmt.Fprintf(&b, "applied %d %d\n", p, tx.AppliedSeq(p))
+			fmt.Fprintf(&b, "applied %d %d, log now %s\n", p, tx.AppliedSeq(p), tx.LogNow(p).Format(time.RFC3339Nano))
 		}
 		return nil
 	})
@@ -876,35 +876,47 @@ func dumpStore(tb testing.TB, s *data.Store, msgs []actor.Input) string {
 // logMsg is one generated message, with what the model needs to know.
 type logMsg struct {
 	in        actor.Input
-	kind      string // "upsert", "create", "cancel" or "other"
+	kind      string // "upsert", "create", "cancel", "hold", "confirm" or "other"
 	cal       string
 	iv        data.Interval
 	bookingID string
+	ttl       time.Duration // holds
 }
 
 // genLog generates a random command log over a few calendars: upserts,
-// bookings on a 15-minute grid lasting 15 to 120 minutes, cancels of earlier
-// (and unknown) booking ids, request ids reused with the same and with other
-// bodies, and invalid messages of many kinds.
+// bookings and holds on a 15-minute grid lasting 15 to 120 minutes, hold
+// confirmations, cancels of earlier (and unknown) booking ids, request ids
+// reused with the same and with other bodies, and invalid messages of many
+// kinds. Stream timestamps mostly advance, but the clock sometimes steps
+// back by up to two minutes (a new stream leader, a clock correction).
 func genLog(seed uint64, n int) []logMsg {
 	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	cals := []string{"c0", "c1", "c2"}
 	var (
 		log     []logMsg
 		valid   []logMsg // decodable commands, for reusing their request ids
-		creates []logMsg
+		creates []logMsg // bookings and holds
+		holds   []logMsg
+		clock   = t0
 	)
 	add := func(m logMsg) {
 		seq := uint64(len(log) + 1)
 		m.in.Seq = seq
-		// Stream time: increasing, not on a round grid.
-		m.in.At = t0.Add(time.Duration(seq)*1500*time.Millisecond + time.Duration(r.IntN(1000))*time.Microsecond)
+		// Stream time: not on a round grid, and not always increasing.
+		clock = clock.Add(1500*time.Millisecond + time.Duration(r.IntN(1000))*time.Microsecond)
+		if r.IntN(60) == 0 {
+			clock = clock.Add(-time.Duration(r.IntN(120_000)) * time.Millisecond)
+		}
+		m.in.At = clock
 		log = append(log, m)
 		if m.kind != "other" {
 			valid = append(valid, m)
 		}
-		if m.kind == "create" {
+		if m.kind == "create" || m.kind == "hold" {
 			creates = append(creates, m)
+		}
+		if m.kind == "hold" {
+			holds = append(holds, m)
 		}
 	}
 	pickCal := func() string {
@@ -925,6 +937,17 @@ func genLog(seed uint64, n int) []logMsg {
 	cancel := func(cal, req, id string) logMsg {
 		return logMsg{in: actor.Input{SubjectCalendar: cal, Data: []byte(cancelCmd(cal, req, id))}, kind: "cancel", cal: cal, bookingID: id}
 	}
+	hold := func(cal, req string) logMsg {
+		m := create(cal, req)
+		m.kind, m.ttl = "hold", time.Duration(15*(1+r.IntN(12)))*time.Second
+		body := strings.Replace(string(m.in.Data), `"type":"booking.create"`, `"type":"hold.create"`, 1)
+		m.in.Data = []byte(strings.Replace(body, `"customer":`, fmt.Sprintf(`"ttl_seconds":%d,"customer":`, int(m.ttl/time.Second)), 1))
+		return m
+	}
+	confirm := func(cal, req, id string) logMsg {
+		body := fmt.Sprintf(`{"v":1,"type":"hold.confirm","request_id":%q,"calendar_id":%q,"booking_id":%q}`, req, cal, id)
+		return logMsg{in: actor.Input{SubjectCalendar: cal, Data: []byte(body)}, kind: "confirm", cal: cal, bookingID: id}
+	}
 	upsert := func(cal, req string) logMsg {
 		return logMsg{in: actor.Input{SubjectCalendar: cal, Data: []byte(upsertCmd(cal, req, fmt.Sprintf("name %d", r.IntN(9))))}, kind: "upsert", cal: cal}
 	}
@@ -935,8 +958,20 @@ func genLog(seed uint64, n int) []logMsg {
 		switch x := r.IntN(100); {
 		case x < 4:
 			add(upsert(pickCal(), req))
-		case x < 55:
+		case x < 45:
 			add(create(pickCal(), req))
+		case x < 52:
+			add(hold(pickCal(), req))
+		case x < 56:
+			if len(holds) > 0 && r.IntN(5) > 0 {
+				c := holds[max(0, len(holds)-1-r.IntN(20))] // recent ones: live or expired
+				add(confirm(c.cal, req, c.bookingID))
+			} else if len(creates) > 0 {
+				c := creates[r.IntN(len(creates))]
+				add(confirm(c.cal, req, c.bookingID))
+			} else {
+				add(confirm(pickCal(), req, actor.BookingID("c0", "never"+req)))
+			}
 		case x < 72:
 			if len(creates) > 0 && r.IntN(6) > 0 {
 				c := creates[r.IntN(len(creates))]
@@ -1162,16 +1197,55 @@ func TestRepliesIdenticalOverRuns(t *testing.T) {
 }
 
 // checkAgainstModel replays the replies of a log against a simple model of
-// the calendars (a list of confirmed intervals, checked by brute force) and
-// checks every decision, then compares the final listing with the model. It
-// also checks that the log exercised every outcome.
+// the calendars (confirmed intervals and holds, checked by brute force) and
+// checks every decision, then compares the final listing with the model. Its
+// "now" is the latest stream timestamp so far: every time a reply carries
+// (created_at, cancelled_at, updated_at, a hold's expiry) must be it, never a
+// timestamp that stepped back. It also checks that the log exercised every
+// outcome.
 func checkAgainstModel(t *testing.T, s *data.Store, log []logMsg, replies map[uint64][]byte) {
 	t.Helper()
+	type heldIv struct {
+		iv        data.Interval
+		exp       time.Time
+		confirmed bool
+	}
 	cals := map[string]bool{}
 	confirmed := map[string]map[string]data.Interval{} // cal -> booking id -> interval
-	created := map[string]bool{}                       // cal/booking id ever created
+	holds := map[string]map[string]*heldIv{}           // cal -> hold id -> hold, as long as it is held
+	created := map[string]bool{}                       // cal/booking id ever confirmed
 	codes := map[string]int{}
+	var now time.Time
+	// taken reports whether iv overlaps a confirmed booking or a live hold
+	// of cal at now, and whether conflict is one of those.
+	taken := func(cal string, iv data.Interval, conflict *data.Interval) (overlaps, conflictOK bool) {
+		var occupied []data.Interval
+		for _, c := range confirmed[cal] {
+			occupied = append(occupied, c)
+		}
+		for _, h := range holds[cal] {
+			if !h.confirmed && now.Before(h.exp) {
+				occupied = append(occupied, h.iv)
+			}
+		}
+		for _, o := range occupied {
+			if o.Overlaps(iv) {
+				overlaps = true
+				conflictOK = conflictOK || (conflict != nil && o.Start.Equal(conflict.Start) && o.End.Equal(conflict.End))
+			}
+		}
+		return overlaps, conflictOK
+	}
+	sameTime := func(seq uint64, what string, got, want time.Time) {
+		t.Helper()
+		if !got.Equal(want) {
+			t.Fatalf("seq %d: %s %s, want the log's now %s", seq, what, got.Format(time.RFC3339Nano), want.Format(time.RFC3339Nano))
+		}
+	}
 	for _, m := range log {
+		if m.in.At.After(now) {
+			now = m.in.At
+		}
 		raw := replies[m.in.Seq]
 		r := decodeReply(t, raw)
 		codes[r.Outcome+"/"+r.Code]++
@@ -1186,6 +1260,9 @@ func checkAgainstModel(t *testing.T, s *data.Store, log []logMsg, replies map[ui
 		if r.Outcome == actor.OutcomeRejected && r.Code == "" {
 			t.Fatalf("seq %d: rejection without code: %s", m.in.Seq, raw)
 		}
+		if bk := r.Booking; bk != nil && bk.CancelledAt != nil && bk.CancelledAt.Before(bk.CreatedAt) {
+			t.Fatalf("seq %d: cancelled_at before created_at: %s", m.in.Seq, raw)
+		}
 		if r.Code == actor.CodeIdempotencyKeyReused || m.kind == "other" {
 			continue
 		}
@@ -1194,33 +1271,57 @@ func checkAgainstModel(t *testing.T, s *data.Store, log []logMsg, replies map[ui
 			if r.Created == cals[m.cal] {
 				t.Fatalf("seq %d: created %v for a calendar that exists: %v", m.in.Seq, r.Created, cals[m.cal])
 			}
+			sameTime(m.in.Seq, "updated_at", r.Calendar.UpdatedAt, now)
 			cals[m.cal] = true
 		case r.Code == actor.CodeCalendarNotFound:
 			if cals[m.cal] {
 				t.Fatalf("seq %d: calendar_not_found for existing %s", m.in.Seq, m.cal)
 			}
-		case m.kind == "create" && r.Outcome == actor.OutcomeAccepted:
-			for id, iv := range confirmed[m.cal] {
-				if iv.Overlaps(m.iv) {
-					t.Fatalf("seq %d: accepted %v overlapping %s %v", m.in.Seq, m.iv, id, iv)
+		case (m.kind == "create" || m.kind == "hold") && r.Outcome == actor.OutcomeAccepted:
+			if overlaps, _ := taken(m.cal, m.iv, nil); overlaps {
+				t.Fatalf("seq %d: accepted %v overlapping a booking or live hold", m.in.Seq, m.iv)
+			}
+			sameTime(m.in.Seq, "created_at", r.Booking.CreatedAt, now)
+			if m.kind == "hold" {
+				sameTime(m.in.Seq, "expires_at - ttl", r.Booking.ExpiresAt.Add(-m.ttl), now)
+				if holds[m.cal] == nil {
+					holds[m.cal] = map[string]*heldIv{}
 				}
+				holds[m.cal][m.bookingID] = &heldIv{iv: m.iv, exp: now.Add(m.ttl)}
+				continue
 			}
 			if confirmed[m.cal] == nil {
 				confirmed[m.cal] = map[string]data.Interval{}
 			}
 			confirmed[m.cal][m.bookingID] = m.iv
 			created[m.cal+"/"+m.bookingID] = true
-		case m.kind == "create" && r.Code == actor.CodeSlotTaken:
-			ok := false
-			for _, iv := range confirmed[m.cal] {
-				ok = ok || (iv.Overlaps(m.iv) && iv.Start.Equal(r.Conflict.Start) && iv.End.Equal(r.Conflict.End))
+		case (m.kind == "create" || m.kind == "hold") && r.Code == actor.CodeSlotTaken:
+			if overlaps, ok := taken(m.cal, m.iv, r.Conflict); !overlaps || !ok {
+				t.Fatalf("seq %d: slot_taken %v, conflict %v not a booking or live hold overlapping it", m.in.Seq, m.iv, r.Conflict)
 			}
-			if !ok {
-				t.Fatalf("seq %d: slot_taken %v, conflict %v not a confirmed overlapping booking", m.in.Seq, m.iv, r.Conflict)
+		case m.kind == "confirm":
+			h := holds[m.cal][m.bookingID]
+			switch {
+			case r.Outcome == actor.OutcomeAccepted && h != nil && (h.confirmed || now.Before(h.exp)):
+				if !h.confirmed {
+					h.confirmed = true
+					if confirmed[m.cal] == nil {
+						confirmed[m.cal] = map[string]data.Interval{}
+					}
+					confirmed[m.cal][m.bookingID] = h.iv
+					created[m.cal+"/"+m.bookingID] = true
+				}
+			case r.Code == actor.CodeHoldExpired && h != nil && !h.confirmed && !now.Before(h.exp):
+			case r.Code == actor.CodeHoldNotFound && h == nil:
+			default:
+				t.Fatalf("seq %d: hold.confirm of %s (model %+v, now %s): %s", m.in.Seq, m.bookingID, h, now, raw)
 			}
 		case m.kind == "cancel" && r.Outcome == actor.OutcomeAccepted:
 			if !created[m.cal+"/"+m.bookingID] {
 				t.Fatalf("seq %d: cancelled a booking never created", m.in.Seq)
+			}
+			if _, live := confirmed[m.cal][m.bookingID]; live {
+				sameTime(m.in.Seq, "cancelled_at", *r.Booking.CancelledAt, now)
 			}
 			delete(confirmed[m.cal], m.bookingID)
 		case m.kind == "cancel" && r.Code == actor.CodeBookingNotFound:
@@ -1233,7 +1334,8 @@ func checkAgainstModel(t *testing.T, s *data.Store, log []logMsg, replies map[ui
 	}
 	for _, want := range []string{"accepted/", "rejected/" + actor.CodeSlotTaken, "rejected/" + actor.CodeCalendarNotFound,
 		"rejected/" + actor.CodeBookingNotFound, "rejected/" + actor.CodeIdempotencyKeyReused,
-		"rejected/" + actor.CodeInvalidCommand, "rejected/" + actor.CodeInvalidRequest, "retry"} {
+		"rejected/" + actor.CodeInvalidCommand, "rejected/" + actor.CodeInvalidRequest, "retry",
+		"rejected/" + actor.CodeHoldExpired, "rejected/" + actor.CodeHoldNotFound} {
 		if codes[want] == 0 {
 			t.Errorf("the log never produced %q (%v)", want, codes)
 		}
@@ -1253,6 +1355,9 @@ func checkAgainstModel(t *testing.T, s *data.Store, log []logMsg, replies map[ui
 					t.Errorf("%s: listed %s not in the model", cal, bk.ID)
 				}
 			}
+		}
+		if got := tx.LogNow(0); !got.Equal(now) {
+			t.Errorf("partition's log now %s, want the latest stream timestamp %s", got, now)
 		}
 		return nil
 	})

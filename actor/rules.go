@@ -345,10 +345,15 @@ const MaxAvailabilityRange = 62 * 24 * time.Hour
 
 // Availability lists the starts in [from, to) on the calendar's slot grid
 // (its slot step, or step when it has none) at which a booking of duration
-// d would be accepted at now. It runs the writer's own check for every grid
+// d would be accepted at now, or at the index's latest log time if that is
+// later (a wall clock behind the stream's would show holds alive that the
+// writer has seen expire). It runs the writer's own check for every grid
 // point, so every listed start is bookable and every omitted grid start is
 // refused, given the same index and the same now.
 func Availability(tx *data.Tx, cal *data.Calendar, from, to time.Time, d, step time.Duration, now time.Time) ([]Slot, error) {
+	if logNow := tx.LatestLogNow(); logNow.After(now) {
+		now = logNow
+	}
 	loc, err := zones.Load(cal.Timezone)
 	if err != nil {
 		return nil, err

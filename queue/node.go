@@ -337,12 +337,13 @@ func (n *Node) Refused(cmd *actor.Command) (reply []byte, code string, err error
 	if n.cluster != nil || len(n.Parts) == 0 || !actor.ValidCalendarID(cmd.CalendarID) {
 		return nil, "", nil
 	}
-	if !n.Parts[PartitionOf(cmd.CalendarID, len(n.Parts))].CaughtUp() {
+	p := PartitionOf(cmd.CalendarID, len(n.Parts))
+	if !n.Parts[p].CaughtUp() {
 		return nil, "", nil
 	}
 	now := time.Now()
 	err = n.Store.View(func(tx *data.Tx) error {
-		reply, code, err = actor.Refused(tx, cmd, now)
+		reply, code, err = actor.Refused(tx, p, cmd, now)
 		return err
 	})
 	return reply, code, err
