@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/bookline/bookline/actor/zones"
@@ -59,7 +61,11 @@ type Input struct {
 	At  time.Time // stream timestamp: the command's "now"
 	// SubjectCalendar is the calendar id token of the message's subject.
 	SubjectCalendar string
-	Data            []byte
+	// Schema is the message's Bookline-Schema header ("" if none): a
+	// version above SchemaVersion marks a newer build's command even when
+	// this build cannot read its body.
+	Schema string
+	Data   []byte
 }
 
 // Decoded is an Input after decoding and validation, which needs no state
@@ -74,6 +80,10 @@ type Decoded struct {
 	// Reject, when set, is the answer for a message that is not a valid
 	// command; it is decided without looking at the index.
 	Reject *Reply
+	// Newer, when above 0, is the schema version of a command newer than
+	// this build (above SchemaVersion). Such a message is never decided
+	// here: apply holds it and everything after it (Output.Held).
+	Newer int
 
 	// mirror is set by apply when decisions may queue Google sync
 	// operations (live writers yes, replay no).
@@ -81,7 +91,12 @@ type Decoded struct {
 }
 
 // Decode turns a raw message into a command. It never fails: a message that
-// is not a valid command comes back with Reject set.
+// is not a valid command comes back with Reject set, and one of a schema
+// version newer than this build with Newer set.
+//
+// The version is looked at before anything else is judged: a newer build
+// may accept what this one would reject (other fields, other types, a
+// larger body), so nothing of a newer command may become a rejection here.
 func Decode(in Input) Decoded {
 	d := Decoded{Seq: in.Seq, At: in.At.UTC()}
 	reject := func(code, msg string, details []FieldError) Decoded {
@@ -89,7 +104,15 @@ func Decode(in Input) Decoded {
 			Type: d.Cmd.Type, Outcome: OutcomeRejected, Code: code, Message: msg, Details: details, Seq: in.Seq}
 		return d
 	}
+	if v := headerVersion(in.Schema); v > SchemaVersion {
+		d.Newer = v
+		return d
+	}
 	if len(in.Data) > MaxCommandBytes {
+		if v := bodyVersion(in.Data); v > SchemaVersion {
+			d.Newer = v
+			return d
+		}
 		return reject(CodeInvalidCommand, fmt.Sprintf("command larger than %d bytes", MaxCommandBytes), nil)
 	}
 	// The fast parser handles the usual shape exactly as the Decoder would;
@@ -100,13 +123,26 @@ func Decode(in Input) Decoded {
 		dec := json.NewDecoder(bytes.NewReader(in.Data))
 		if err := dec.Decode(&d.Cmd); err != nil {
 			d.Cmd = Command{}
+			if v := bodyVersion(in.Data); v > SchemaVersion {
+				// Not readable as this schema, but declared newer.
+				d.Newer = v
+				return d
+			}
 			return reject(CodeInvalidCommand, "command is not valid JSON for the schema: "+err.Error(), nil)
+		}
+		if d.Cmd.V > SchemaVersion {
+			d.Newer = d.Cmd.V
+			return d
 		}
 		if trailingData(in.Data, dec) {
 			return reject(CodeInvalidCommand, "trailing data after the command", nil)
 		}
 	}
-	if d.Cmd.V < 1 || d.Cmd.V > SchemaVersion {
+	if d.Cmd.V > SchemaVersion {
+		d.Newer = d.Cmd.V
+		return d
+	}
+	if d.Cmd.V < 1 {
 		return reject(CodeInvalidCommand, fmt.Sprintf("unsupported schema version %d (this writer knows 1..%d)", d.Cmd.V, SchemaVersion), nil)
 	}
 	if d.Cmd.CalendarID != in.SubjectCalendar {
@@ -125,6 +161,65 @@ func Decode(in Input) Decoded {
 	return d
 }
 
+// headerVersion reads a Bookline-Schema header: a plain positive decimal
+// version, else 0 (the header says nothing).
+func headerVersion(h string) int {
+	if h == "" || h == strconv.Itoa(SchemaVersion) {
+		return 0
+	}
+	v, err := strconv.Atoi(h)
+	if err != nil || v < 1 || strings.TrimLeft(h, "0123456789") != "" {
+		return 0
+	}
+	return v
+}
+
+// bodyVersion reads the v of a JSON object leniently, whatever the rest of
+// it holds (0 if there is none, or it is not an integer). It is asked only
+// for messages this build cannot take as a command.
+func bodyVersion(data []byte) int {
+	var env struct {
+		V json.RawMessage `json:"v"` // any other field, of any type, is skipped
+	}
+	if json.NewDecoder(bytes.NewReader(data)).Decode(&env) != nil {
+		return 0
+	}
+	v, err := strconv.Atoi(string(env.V))
+	if err != nil {
+		return 0
+	}
+	return v
+}
+
+// NewerSchemaError says that a partition stopped at a command of a schema
+// version this build does not know: a newer build published it and only a
+// build that knows the version may decide it.
+type NewerSchemaError struct {
+	Seq     uint64 // stream sequence of the command
+	Version int    // its schema version
+}
+
+func (e *NewerSchemaError) Error() string {
+	return fmt.Sprintf("stream seq %d is a command of schema version %d, and this build knows only 1..%d: "+
+		"its partition is stopped here (nothing after it is decided) until bookline is upgraded to a build that knows version %d",
+		e.Seq, e.Version, SchemaVersion, e.Version)
+}
+
+// Held returns a *NewerSchemaError for the first output of a batch that
+// apply held (out[i].Held, in the batch in), or nil when none was.
+func Held(out []Output, in []Decoded) error {
+	for i, o := range out {
+		if o.Held {
+			e := &NewerSchemaError{Seq: o.Seq}
+			if i < len(in) {
+				e.Version = in[i].Newer
+			}
+			return e
+		}
+	}
+	return nil
+}
+
 // Output is the result of one applied (or skipped) message.
 type Output struct {
 	Seq uint64
@@ -138,6 +233,10 @@ type Output struct {
 	// Skipped is true when the message had already been applied before
 	// (redelivery): nothing was changed and Decision is the recorded answer.
 	Skipped bool
+	// Held is true when the message was not applied because it, or a
+	// message before it in the batch, is a command of a newer schema
+	// (Decoded.Newer): no decision, no reply, no ack. See Held.
+	Held bool
 }
 
 // Apply decides a batch of one partition's messages, in order, inside tx,
@@ -191,11 +290,22 @@ func apply(tx *data.Tx, partition int, batch []Decoded, events bool) ([]Output, 
 	now := lastNow
 	out := make([]Output, len(batch))
 	var buf []byte
+	held := false
 	for i := range batch {
 		d := &batch[i]
 		out[i].Seq = d.Seq
+		if held || d.Newer > 0 && d.Seq > applied {
+			// A newer build's command: this build must not decide it
+			// (a newer one may accept it), nor anything after it in the
+			// partition, whose order it would break.
+			held, out[i].Held = true, true
+			continue
+		}
 		if d.Seq <= applied {
 			out[i].Skipped = true
+			if d.Newer > 0 {
+				continue // decided before, by a build that knew it
+			}
 			if d.Reject != nil {
 				// A rejection depends on the message alone, so the
 				// answer given the first time is decided again, byte

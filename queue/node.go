@@ -338,7 +338,7 @@ func (n *Node) Refused(cmd *actor.Command) (reply []byte, code string, err error
 		return nil, "", nil
 	}
 	p := PartitionOf(cmd.CalendarID, len(n.Parts))
-	if !n.Parts[p].CaughtUp() {
+	if !n.Parts[p].CaughtUp() || n.Parts[p].Stalled() != nil {
 		return nil, "", nil
 	}
 	now := time.Now()
@@ -384,6 +384,11 @@ func (n *Node) Ready() error {
 		}
 		if err := l.Err(); err != nil {
 			return fmt.Errorf("%w: %v", ErrNotReady, err)
+		}
+	}
+	for _, p := range n.Parts {
+		if e := p.Stalled(); e != nil {
+			return fmt.Errorf("%w: partition %d stopped: %v", ErrNotReady, p.ID, e)
 		}
 	}
 	for _, p := range n.Parts {

@@ -119,8 +119,14 @@ func Replay(ctx context.Context, js jetstream.JetStream, store *data.Store, opt 
 						if len(batch) == 0 {
 							continue
 						}
-						if _, err := actor.ApplyReplay(tx, p, batch); err != nil {
+						out, err := actor.ApplyReplay(tx, p, batch)
+						if err != nil {
 							return err
+						}
+						if err := actor.Held(out, batch); err != nil {
+							// Only a build that knows the command's
+							// schema can replay the stream past it.
+							return fmt.Errorf("queue: replay partition %d: %w", p, err)
 						}
 					}
 					if j.final {
@@ -189,7 +195,8 @@ func Replay(ctx context.Context, js jetstream.JetStream, store *data.Store, opt 
 		if p >= len(chunk) {
 			chunk = append(chunk, make([][]actor.Decoded, p+1-len(chunk))...)
 		}
-		chunk[p] = append(chunk[p], actor.Decode(actor.Input{Seq: seq, At: meta.Timestamp, SubjectCalendar: cal, Data: m.Data()}))
+		chunk[p] = append(chunk[p], actor.Decode(actor.Input{Seq: seq, At: meta.Timestamp, SubjectCalendar: cal,
+			Schema: m.Headers().Get(HeaderSchema), Data: m.Data()}))
 		if pending++; pending >= size {
 			jobs <- job{chunk: chunk, n: pending, lastSeq: seq, last: last}
 			chunk, pending, size = nil, 0, min(2*size, replayChunk)
