@@ -17,6 +17,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/bookline/bookline/data"
 )
 
 var diffSubjects = []string{"cal1", "c-2", ""}
@@ -547,8 +549,52 @@ func randCommand(r *rand.Rand) *Command {
 	}
 	if r.IntN(10) == 0 {
 		c.Calendar = &CalendarSpec{Name: randString(r, 5), Timezone: "UTC"}
+		if r.IntN(2) == 0 {
+			c.Calendar.Rules = randRules(r)
+		}
+		if r.IntN(3) == 0 {
+			c.Calendar.Google = &data.GoogleLink{CalendarID: randString(r, 10), SyncBusy: r.IntN(2) == 0}
+		}
 	}
 	return c
+}
+
+// randRules sets every rule field, sometimes to zero, nil or empty.
+func randRules(r *rand.Rand) data.Rules {
+	ranges := func() []data.TimeRange {
+		switch r.IntN(4) {
+		case 0:
+			return nil
+		case 1:
+			return []data.TimeRange{}
+		}
+		out := make([]data.TimeRange, 1+r.IntN(3))
+		for i := range out {
+			out[i] = data.TimeRange{Start: randString(r, 5), End: randString(r, 5)}
+		}
+		return out
+	}
+	n := func() int { return r.IntN(3) * r.IntN(2000) }
+	rules := data.Rules{SlotStepMinutes: n(), MinDurationMinutes: n(), MaxDurationMinutes: n(), BufferBeforeMinutes: n(),
+		BufferAfterMinutes: n(), MinNoticeMinutes: n(), HorizonDays: n(), Capacity: n(), MaxHoldTTLSeconds: n()}
+	if r.IntN(2) == 0 {
+		rules.WeeklyHours = map[string][]data.TimeRange{}
+		for range r.IntN(4) {
+			rules.WeeklyHours[randString(r, 3)] = ranges()
+		}
+	}
+	if r.IntN(2) == 0 {
+		for range r.IntN(3) {
+			rules.DateOverrides = append(rules.DateOverrides, data.DateOverride{Date: randString(r, 10), Closed: r.IntN(2) == 0, Hours: ranges()})
+		}
+	}
+	if r.IntN(2) == 0 {
+		rules.AllowedDurationsMinutes = []int{}
+		for range r.IntN(3) {
+			rules.AllowedDurationsMinutes = append(rules.AllowedDurationsMinutes, n())
+		}
+	}
+	return rules
 }
 
 func checkFingerprintSame(t testing.TB, c *Command) bool {
