@@ -125,6 +125,7 @@ func (p *Partition) consumer(ctx context.Context) (jetstream.Consumer, uint64, e
 // NATS failure it starts over from the index's applied sequence. On a
 // command of a newer schema it stops deciding until ctx ends (see stall).
 func (p *Partition) Run(ctx context.Context) error {
+	p.stalled.Store(nil) // a new attempt (StartWriters again)
 	for ctx.Err() == nil {
 		err := p.run(ctx)
 		if errors.Is(err, data.ErrClosed) || ctx.Err() != nil {
