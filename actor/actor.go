@@ -58,7 +58,7 @@ type Reply struct {
 // Input is one message of a partition's stream, as delivered.
 type Input struct {
 	Seq uint64    // stream sequence
-	At  time.Time // stream timestamp: the command's "now"
+	At  time.Time // stream timestamp (the decision's "now" is the partition's log now: see apply)
 	// SubjectCalendar is the calendar id token of the message's subject.
 	SubjectCalendar string
 	// Schema is the message's Bookline-Schema header ("" if none): a

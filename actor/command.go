@@ -16,8 +16,9 @@ import (
 )
 
 // SchemaVersion is the command and reply schema version this build writes.
-// Commands with a higher version are rejected (code invalid_command), so a
-// newer producer never has its commands half-understood by an older writer.
+// A command of a higher version is never decided by this build, nor
+// half-understood: its partition stops at it until a build that knows the
+// version decides it (Decoded.Newer, docs/protocol.md "Versions").
 const SchemaVersion = 1
 
 // Command types.
