@@ -16,7 +16,11 @@ import (
 // the index (Tx.TzdataVersions: decisions depend on them), every calendar
 // and everything filed under it (bookings, slots, request records), and
 // nothing that depends on when side effects ran (the event outbox) or on
-// the rest of the file's history (meta).
+// the rest of the file's history (meta). The partitions' log times
+// (LogNow) are left out: each is a function of the stream up to the
+// applied sequence, and an index from before they were kept has none
+// until its partition's next command, which a replay would count as a
+// difference where no decision differs.
 type Digest struct {
 	Total   string         `json:"total"`
 	Applied map[int]uint64 `json:"applied"`
