@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sync"
+	"strconv"
+	"strings"
 	"time"
 
+	"github.com/bookline/bookline/actor/zones"
 	"github.com/bookline/bookline/data"
 )
 
@@ -56,22 +58,32 @@ type Reply struct {
 // Input is one message of a partition's stream, as delivered.
 type Input struct {
 	Seq uint64    // stream sequence
-	At  time.Time // stream timestamp: the command's "now"
+	At  time.Time // stream timestamp (the decision's "now" is the partition's log now: see apply)
 	// SubjectCalendar is the calendar id token of the message's subject.
 	SubjectCalendar string
-	Data            []byte
+	// Schema is the message's Bookline-Schema header ("" if none): a
+	// version above SchemaVersion marks a newer build's command even when
+	// this build cannot read its body.
+	Schema string
+	Data   []byte
 }
 
 // Decoded is an Input after decoding and validation, which needs no state
 // and so runs in the partition goroutine before the commit.
 type Decoded struct {
-	Seq         uint64
+	Seq uint64
+	// At is the message's stream timestamp. Apply decides with the
+	// partition's log now, the latest such timestamp so far (data.Tx.LogNow).
 	At          time.Time
 	Cmd         Command
 	Fingerprint string
 	// Reject, when set, is the answer for a message that is not a valid
 	// command; it is decided without looking at the index.
 	Reject *Reply
+	// Newer, when above 0, is the schema version of a command newer than
+	// this build (above SchemaVersion). Such a message is never decided
+	// here: apply holds it and everything after it (Output.Held).
+	Newer int
 
 	// mirror is set by apply when decisions may queue Google sync
 	// operations (live writers yes, replay no).
@@ -79,7 +91,12 @@ type Decoded struct {
 }
 
 // Decode turns a raw message into a command. It never fails: a message that
-// is not a valid command comes back with Reject set.
+// is not a valid command comes back with Reject set, and one of a schema
+// version newer than this build with Newer set.
+//
+// The version is looked at before anything else is judged: a newer build
+// may accept what this one would reject (other fields, other types, a
+// larger body), so nothing of a newer command may become a rejection here.
 func Decode(in Input) Decoded {
 	d := Decoded{Seq: in.Seq, At: in.At.UTC()}
 	reject := func(code, msg string, details []FieldError) Decoded {
@@ -87,7 +104,15 @@ func Decode(in Input) Decoded {
 			Type: d.Cmd.Type, Outcome: OutcomeRejected, Code: code, Message: msg, Details: details, Seq: in.Seq}
 		return d
 	}
+	if v := headerVersion(in.Schema); v > SchemaVersion {
+		d.Newer = v
+		return d
+	}
 	if len(in.Data) > MaxCommandBytes {
+		if v := bodyVersion(in.Data); v > SchemaVersion {
+			d.Newer = v
+			return d
+		}
 		return reject(CodeInvalidCommand, fmt.Sprintf("command larger than %d bytes", MaxCommandBytes), nil)
 	}
 	// The fast parser handles the usual shape exactly as the Decoder would;
@@ -98,13 +123,26 @@ func Decode(in Input) Decoded {
 		dec := json.NewDecoder(bytes.NewReader(in.Data))
 		if err := dec.Decode(&d.Cmd); err != nil {
 			d.Cmd = Command{}
+			if v := bodyVersion(in.Data); v > SchemaVersion {
+				// Not readable as this schema, but declared newer.
+				d.Newer = v
+				return d
+			}
 			return reject(CodeInvalidCommand, "command is not valid JSON for the schema: "+err.Error(), nil)
+		}
+		if d.Cmd.V > SchemaVersion {
+			d.Newer = d.Cmd.V
+			return d
 		}
 		if trailingData(in.Data, dec) {
 			return reject(CodeInvalidCommand, "trailing data after the command", nil)
 		}
 	}
-	if d.Cmd.V < 1 || d.Cmd.V > SchemaVersion {
+	if d.Cmd.V > SchemaVersion {
+		d.Newer = d.Cmd.V
+		return d
+	}
+	if d.Cmd.V < 1 {
 		return reject(CodeInvalidCommand, fmt.Sprintf("unsupported schema version %d (this writer knows 1..%d)", d.Cmd.V, SchemaVersion), nil)
 	}
 	if d.Cmd.CalendarID != in.SubjectCalendar {
@@ -123,6 +161,65 @@ func Decode(in Input) Decoded {
 	return d
 }
 
+// headerVersion reads a Bookline-Schema header: a plain positive decimal
+// version, else 0 (the header says nothing).
+func headerVersion(h string) int {
+	if h == "" || h == strconv.Itoa(SchemaVersion) {
+		return 0
+	}
+	v, err := strconv.Atoi(h)
+	if err != nil || v < 1 || strings.TrimLeft(h, "0123456789") != "" {
+		return 0
+	}
+	return v
+}
+
+// bodyVersion reads the v of a JSON object leniently, whatever the rest of
+// it holds (0 if there is none, or it is not an integer). It is asked only
+// for messages this build cannot take as a command.
+func bodyVersion(data []byte) int {
+	var env struct {
+		V json.RawMessage `json:"v"` // any other field, of any type, is skipped
+	}
+	if json.NewDecoder(bytes.NewReader(data)).Decode(&env) != nil {
+		return 0
+	}
+	v, err := strconv.Atoi(string(env.V))
+	if err != nil {
+		return 0
+	}
+	return v
+}
+
+// NewerSchemaError says that a partition stopped at a command of a schema
+// version this build does not know: a newer build published it and only a
+// build that knows the version may decide it.
+type NewerSchemaError struct {
+	Seq     uint64 // stream sequence of the command
+	Version int    // its schema version
+}
+
+func (e *NewerSchemaError) Error() string {
+	return fmt.Sprintf("stream seq %d is a command of schema version %d, and this build knows only 1..%d: "+
+		"its partition is stopped here (nothing after it is decided) until bookline is upgraded to a build that knows version %d",
+		e.Seq, e.Version, SchemaVersion, e.Version)
+}
+
+// Held returns a *NewerSchemaError for the first output of a batch that
+// apply held (out[i].Held, in the batch in), or nil when none was.
+func Held(out []Output, in []Decoded) error {
+	for i, o := range out {
+		if o.Held {
+			e := &NewerSchemaError{Seq: o.Seq}
+			if i < len(in) {
+				e.Version = in[i].Newer
+			}
+			return e
+		}
+	}
+	return nil
+}
+
 // Output is the result of one applied (or skipped) message.
 type Output struct {
 	Seq uint64
@@ -136,6 +233,10 @@ type Output struct {
 	// Skipped is true when the message had already been applied before
 	// (redelivery): nothing was changed and Decision is the recorded answer.
 	Skipped bool
+	// Held is true when the message was not applied because it, or a
+	// message before it in the batch, is a command of a newer schema
+	// (Decoded.Newer): no decision, no reply, no ack. See Held.
+	Held bool
 }
 
 // Apply decides a batch of one partition's messages, in order, inside tx,
@@ -180,13 +281,31 @@ func Render(out []Output) error {
 
 func apply(tx *data.Tx, partition int, batch []Decoded, events bool) ([]Output, error) {
 	applied := tx.AppliedSeq(partition)
+	// "Now" is the stream timestamp, the stream leader's wall clock, which
+	// can step back (a new leader, a clock correction). The partition's
+	// now is the latest timestamp it decided with, kept in the index with
+	// the applied sequence, so that time never goes back for a decision
+	// and a replay or recovery computes the same.
+	lastNow := tx.LogNow(partition)
+	now := lastNow
 	out := make([]Output, len(batch))
 	var buf []byte
+	held := false
 	for i := range batch {
 		d := &batch[i]
 		out[i].Seq = d.Seq
+		if held || d.Newer > 0 && d.Seq > applied {
+			// A newer build's command: this build must not decide it
+			// (a newer one may accept it), nor anything after it in the
+			// partition, whose order it would break.
+			held, out[i].Held = true, true
+			continue
+		}
 		if d.Seq <= applied {
 			out[i].Skipped = true
+			if d.Newer > 0 {
+				continue // decided before, by a build that knew it
+			}
 			if d.Reject != nil {
 				// A rejection depends on the message alone, so the
 				// answer given the first time is decided again, byte
@@ -201,8 +320,13 @@ func apply(tx *data.Tx, partition int, batch []Decoded, events bool) ([]Output, 
 			out[i].Decision = reply
 			continue
 		}
-		d.mirror = events
-		reply, err := decide(tx, d)
+		if d.At.After(now) {
+			now = d.At
+		}
+		// Decided on a copy: d.At stays the message's own timestamp.
+		dn := *d
+		dn.At, dn.mirror = now, events
+		reply, err := decide(tx, &dn)
 		if err != nil {
 			return nil, fmt.Errorf("actor: partition %d seq %d: %w", partition, d.Seq, err)
 		}
@@ -226,6 +350,11 @@ func apply(tx *data.Tx, partition int, batch []Decoded, events bool) ([]Output, 
 	}
 	if len(batch) > 0 {
 		if err := tx.SetAppliedSeq(partition, applied); err != nil {
+			return nil, err
+		}
+	}
+	if !now.Equal(lastNow) {
+		if err := tx.SetLogNow(partition, now); err != nil {
 			return nil, err
 		}
 	}
@@ -622,20 +751,9 @@ func cancelBooking(tx *data.Tx, d *Decoded) (Reply, error) {
 	return r, nil
 }
 
-var locations sync.Map // time zone name -> *time.Location
-
-// location loads a time zone once per process.
-func location(name string) (*time.Location, error) {
-	if l, ok := locations.Load(name); ok {
-		return l.(*time.Location), nil
-	}
-	l, err := time.LoadLocation(name)
-	if err != nil {
-		return nil, err
-	}
-	locations.Store(name, l)
-	return l, nil
-}
+// location loads a time zone from the data built into the binary, never
+// the host's (see package zones).
+func location(name string) (*time.Location, error) { return zones.Load(name) }
 
 // --- Google Calendar (issue 5) ---
 

@@ -11,12 +11,14 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/bookline/bookline/actor/zones"
 	"github.com/bookline/bookline/data"
 )
 
 // SchemaVersion is the command and reply schema version this build writes.
-// Commands with a higher version are rejected (code invalid_command), so a
-// newer producer never has its commands half-understood by an older writer.
+// A command of a higher version is never decided by this build, nor
+// half-understood: its partition stops at it until a build that knows the
+// version decides it (Decoded.Newer, docs/protocol.md "Versions").
 const SchemaVersion = 1
 
 // Command types.
@@ -241,7 +243,7 @@ func ValidateCalendar(c *CalendarSpec) []FieldError {
 	if c.Timezone == "" {
 		c.Timezone = "UTC"
 	}
-	if _, err := time.LoadLocation(c.Timezone); err != nil || c.Timezone == "Local" {
+	if _, err := zones.Load(c.Timezone); err != nil {
 		errs = append(errs, FieldError{Field: "timezone", Message: "must be an IANA time zone name, e.g. Europe/Berlin"})
 	}
 	if n := utf8.RuneCountInString(c.Name); n > MaxNameLen || !utf8.ValidString(c.Name) {
@@ -348,17 +350,132 @@ func (c *Command) Fingerprint() string {
 // fingerprintJSON is the body Fingerprint hashes, as json.Marshal writes it
 // (nil if Marshal fails, e.g. for a year after 9999: the hash of nothing).
 func (c *Command) fingerprintJSON() []byte {
-	body := struct {
-		Type       string        `json:"type"`
-		CalendarID string        `json:"calendar_id"`
-		Calendar   *CalendarSpec `json:"calendar,omitempty"`
-		Booking    *BookingSpec  `json:"booking,omitempty"`
-		BookingID  string        `json:"booking_id,omitempty"`
-		Reschedule *IntervalSpec `json:"reschedule,omitempty"`
-		Busy       *BusySpec     `json:"busy,omitempty"`
-	}{c.Type, c.CalendarID, c.Calendar, c.Booking, c.BookingID, c.Reschedule, c.Busy}
-	b, _ := json.Marshal(body)
+	b, _ := json.Marshal(fingerprintBodyV1(c))
 	return b
+}
+
+// The fingerprint of a schema 1 command covers exactly the fields below,
+// encoded as json.Marshal writes them. They are copies of the command types
+// as schema 1 defined them, not those types: a field that a later build adds
+// to Command, CalendarSpec, BookingSpec, data.Rules and so on under the
+// same v is informational (a field a writer must not ignore comes with a
+// new v), and it must not change the fingerprint, or builds of different
+// ages would disagree on whether a request id seen again is a retry (the
+// recorded answer on one instance, idempotency_key_reused on another).
+// Never change these types; a new schema version defines its own body.
+
+type fpV1 struct {
+	Type       string        `json:"type"`
+	CalendarID string        `json:"calendar_id"`
+	Calendar   *fpCalendarV1 `json:"calendar,omitempty"`
+	Booking    *fpBookingV1  `json:"booking,omitempty"`
+	BookingID  string        `json:"booking_id,omitempty"`
+	Reschedule *fpIntervalV1 `json:"reschedule,omitempty"`
+	Busy       *fpBusyV1     `json:"busy,omitempty"`
+}
+
+type fpCalendarV1 struct {
+	Name                    string                     `json:"name"`
+	Timezone                string                     `json:"timezone"`
+	WeeklyHours             map[string][]fpTimeRangeV1 `json:"weekly_hours,omitempty"`
+	DateOverrides           []fpDateOverrideV1         `json:"date_overrides,omitempty"`
+	SlotStepMinutes         int                        `json:"slot_step_minutes,omitempty"`
+	MinDurationMinutes      int                        `json:"min_duration_minutes,omitempty"`
+	MaxDurationMinutes      int                        `json:"max_duration_minutes,omitempty"`
+	AllowedDurationsMinutes []int                      `json:"allowed_durations_minutes,omitempty"`
+	BufferBeforeMinutes     int                        `json:"buffer_before_minutes,omitempty"`
+	BufferAfterMinutes      int                        `json:"buffer_after_minutes,omitempty"`
+	MinNoticeMinutes        int                        `json:"min_notice_minutes,omitempty"`
+	HorizonDays             int                        `json:"horizon_days,omitempty"`
+	Capacity                int                        `json:"capacity,omitempty"`
+	MaxHoldTTLSeconds       int                        `json:"max_hold_ttl_seconds,omitempty"`
+	Google                  *fpGoogleV1                `json:"google,omitempty"`
+}
+
+type fpTimeRangeV1 struct {
+	Start string `json:"start"`
+	End   string `json:"end"`
+}
+
+type fpDateOverrideV1 struct {
+	Date   string          `json:"date"`
+	Closed bool            `json:"closed,omitempty"`
+	Hours  []fpTimeRangeV1 `json:"hours,omitempty"`
+}
+
+type fpGoogleV1 struct {
+	CalendarID string `json:"calendar_id"`
+	SyncBusy   bool   `json:"sync_busy,omitempty"`
+}
+
+type fpBookingV1 struct {
+	Start      time.Time       `json:"start"`
+	End        time.Time       `json:"end"`
+	Customer   string          `json:"customer"`
+	Metadata   json.RawMessage `json:"metadata,omitempty"`
+	TTLSeconds int             `json:"ttl_seconds,omitempty"`
+}
+
+type fpIntervalV1 struct {
+	Start time.Time `json:"start"`
+	End   time.Time `json:"end"`
+}
+
+type fpBusyV1 struct {
+	BlockID string    `json:"block_id"`
+	Start   time.Time `json:"start,omitzero"`
+	End     time.Time `json:"end,omitzero"`
+}
+
+// fingerprintBodyV1 copies the schema 1 fields of c.
+func fingerprintBodyV1(c *Command) fpV1 {
+	f := fpV1{Type: c.Type, CalendarID: c.CalendarID, BookingID: c.BookingID}
+	if s := c.Calendar; s != nil {
+		r := &s.Rules
+		f.Calendar = &fpCalendarV1{Name: s.Name, Timezone: s.Timezone,
+			SlotStepMinutes: r.SlotStepMinutes, MinDurationMinutes: r.MinDurationMinutes, MaxDurationMinutes: r.MaxDurationMinutes,
+			AllowedDurationsMinutes: r.AllowedDurationsMinutes, BufferBeforeMinutes: r.BufferBeforeMinutes,
+			BufferAfterMinutes: r.BufferAfterMinutes, MinNoticeMinutes: r.MinNoticeMinutes, HorizonDays: r.HorizonDays,
+			Capacity: r.Capacity, MaxHoldTTLSeconds: r.MaxHoldTTLSeconds}
+		if r.WeeklyHours != nil {
+			f.Calendar.WeeklyHours = make(map[string][]fpTimeRangeV1, len(r.WeeklyHours))
+			for day, rs := range r.WeeklyHours { // a map: encoded with sorted keys
+				f.Calendar.WeeklyHours[day] = fpRangesV1(rs)
+			}
+		}
+		if r.DateOverrides != nil {
+			f.Calendar.DateOverrides = make([]fpDateOverrideV1, len(r.DateOverrides))
+			for i, o := range r.DateOverrides {
+				f.Calendar.DateOverrides[i] = fpDateOverrideV1{Date: o.Date, Closed: o.Closed, Hours: fpRangesV1(o.Hours)}
+			}
+		}
+		if g := s.Google; g != nil {
+			f.Calendar.Google = &fpGoogleV1{CalendarID: g.CalendarID, SyncBusy: g.SyncBusy}
+		}
+	}
+	if b := c.Booking; b != nil {
+		f.Booking = &fpBookingV1{Start: b.Start, End: b.End, Customer: b.Customer, Metadata: b.Metadata, TTLSeconds: b.TTLSeconds}
+	}
+	if iv := c.Reschedule; iv != nil {
+		f.Reschedule = &fpIntervalV1{Start: iv.Start, End: iv.End}
+	}
+	if b := c.Busy; b != nil {
+		f.Busy = &fpBusyV1{BlockID: b.BlockID, Start: b.Start, End: b.End}
+	}
+	return f
+}
+
+// fpRangesV1 copies time ranges, keeping nil apart from empty (null and []
+// encode differently).
+func fpRangesV1(rs []data.TimeRange) []fpTimeRangeV1 {
+	if rs == nil {
+		return nil
+	}
+	out := make([]fpTimeRangeV1, len(rs))
+	for i, r := range rs {
+		out[i] = fpTimeRangeV1{Start: r.Start, End: r.End}
+	}
+	return out
 }
 
 // trailingData reports whether anything but JSON white space follows the

@@ -7,7 +7,9 @@ import (
 )
 
 // Refused answers a booking.create or hold.create from the committed index
-// alone, when the index already refuses it at now: the calendar does not
+// alone, when the index already refuses it at now (a wall clock), or at the
+// log now of the calendar's partition if that is later (the writer never
+// decides before it): the calendar does not
 // exist, a rule of the calendar forbids the interval (or the hold's ttl), or
 // it conflicts with bookings, live holds or busy time that are committed.
 // reply is the rejection the writer would have given at now, with seq 0 (it
@@ -20,11 +22,14 @@ import (
 // idempotency key (a retry must get the logged answer), on an index that is
 // not behind the log for the calendar's partition. cmd must be valid
 // (Validate).
-func Refused(tx *data.Tx, cmd *Command, now time.Time) (reply []byte, code string, err error) {
+func Refused(tx *data.Tx, partition int, cmd *Command, now time.Time) (reply []byte, code string, err error) {
 	if cmd.Booking == nil {
 		return nil, "", nil
 	}
-	d := &Decoded{At: now, Cmd: *cmd}
+	if logNow := tx.LogNow(partition); logNow.After(now) {
+		now = logNow
+	}
+	d := &Decoded{At: now.UTC(), Cmd: *cmd}
 	var rej *Reply
 	switch cmd.Type {
 	case TypeBookingCreate:

@@ -51,7 +51,7 @@ func TestRefusedAgreesWithWriter(t *testing.T) {
 		var code string
 		err := h.s.View(func(tx *data.Tx) error {
 			var err error
-			refusal, code, err = actor.Refused(tx, &cmd, now)
+			refusal, code, err = actor.Refused(tx, 0, &cmd, now)
 			return err
 		})
 		if err != nil {
@@ -150,7 +150,7 @@ func TestRefusedOnlyCreates(t *testing.T) {
 	} {
 		cmd.V, cmd.RequestID = actor.SchemaVersion, "q-"+cmd.Type
 		err := h.s.View(func(tx *data.Tx) error {
-			reply, code, err := actor.Refused(tx, &cmd, now)
+			reply, code, err := actor.Refused(tx, 0, &cmd, now)
 			if code != "" || reply != nil {
 				t.Errorf("%s: %q %q", cmd.Type, reply, code)
 			}

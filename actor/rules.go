@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/bookline/bookline/actor/zones"
 	"github.com/bookline/bookline/data"
 )
 
@@ -36,6 +37,28 @@ var weekdays = map[string]time.Weekday{"sun": time.Sunday, "mon": time.Monday, "
 	"wed": time.Wednesday, "thu": time.Thursday, "fri": time.Friday, "sat": time.Saturday}
 
 var weekdayKey = [7]string{"sun", "mon", "tue", "wed", "thu", "fri", "sat"}
+
+// weekOrder is the order weekly hours are checked and reported in.
+var weekOrder = [7]string{"mon", "tue", "wed", "thu", "fri", "sat", "sun"}
+
+// weeklyHoursOrder lists the keys of weekly hours mon..sun, then the keys
+// that are not weekdays, sorted.
+func weeklyHoursOrder(wh map[string][]data.TimeRange) []string {
+	keys := make([]string, 0, len(wh))
+	for _, d := range weekOrder {
+		if _, ok := wh[d]; ok {
+			keys = append(keys, d)
+		}
+	}
+	var other []string
+	for d := range wh {
+		if _, ok := weekdays[d]; !ok {
+			other = append(other, d)
+		}
+	}
+	slices.Sort(other)
+	return append(keys, other...)
+}
 
 // parseClock parses "HH:MM" (00:00..24:00) into minutes since midnight.
 func parseClock(s string) (int, bool) {
@@ -71,7 +94,10 @@ func ValidateRules(r *data.Rules) []FieldError {
 	var errs []FieldError
 	add := func(f, m string) { errs = append(errs, FieldError{Field: f, Message: m}) }
 	n := 0
-	for day, rs := range r.WeeklyHours {
+	// In a fixed order, never the map's: the details are part of a
+	// recorded rejection, which every replay must reproduce byte for byte.
+	for _, day := range weeklyHoursOrder(r.WeeklyHours) {
+		rs := r.WeeklyHours[day]
 		if _, ok := weekdays[day]; !ok {
 			add("weekly_hours."+day, "weekday must be one of mon, tue, wed, thu, fri, sat, sun")
 		}
@@ -319,11 +345,16 @@ const MaxAvailabilityRange = 62 * 24 * time.Hour
 
 // Availability lists the starts in [from, to) on the calendar's slot grid
 // (its slot step, or step when it has none) at which a booking of duration
-// d would be accepted at now. It runs the writer's own check for every grid
+// d would be accepted at now, or at the index's latest log time if that is
+// later (a wall clock behind the stream's would show holds alive that the
+// writer has seen expire). It runs the writer's own check for every grid
 // point, so every listed start is bookable and every omitted grid start is
 // refused, given the same index and the same now.
 func Availability(tx *data.Tx, cal *data.Calendar, from, to time.Time, d, step time.Duration, now time.Time) ([]Slot, error) {
-	loc, err := time.LoadLocation(cal.Timezone)
+	if logNow := tx.LatestLogNow(); logNow.After(now) {
+		now = logNow
+	}
+	loc, err := zones.Load(cal.Timezone)
 	if err != nil {
 		return nil, err
 	}

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/bookline/bookline/actor"
+	"github.com/bookline/bookline/actor/zones"
 	"github.com/bookline/bookline/data"
 	"github.com/bookline/bookline/data/datatest"
 )
@@ -77,7 +79,7 @@ func bookingCmd(cal string, start time.Time, d time.Duration) actor.Command {
 
 func mustLoc(tb testing.TB, name string) *time.Location {
 	tb.Helper()
-	l, err := time.LoadLocation(name)
+	l, err := zones.Load(name) // the data the writer decides with
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -176,6 +178,27 @@ func TestRulesValidation(t *testing.T) {
 	} {
 		if r := h.do(now, calendarCmd("c", "UTC", r)); r.Code != actor.CodeInvalidRequest || len(r.Details) == 0 {
 			t.Errorf("%s: %+v", name, r)
+		}
+	}
+}
+
+// TestValidateRulesDetailsOrder: invalid weekly hours are reported in
+// weekday order, mon..sun, then unknown keys sorted, whatever the map's
+// iteration order.
+func TestValidateRulesDetailsOrder(t *testing.T) {
+	bad := []data.TimeRange{{Start: "10:00", End: "09:00"}}
+	r := data.Rules{WeeklyHours: map[string][]data.TimeRange{
+		"sun": bad, "zzz": nil, "mon": bad, "Tue": nil, "fri": bad, "abc": bad, "wed": bad,
+	}}
+	want := []string{"weekly_hours.mon[0]", "weekly_hours.wed[0]", "weekly_hours.fri[0]", "weekly_hours.sun[0]",
+		"weekly_hours.Tue", "weekly_hours.abc", "weekly_hours.abc[0]", "weekly_hours.zzz"}
+	for range 100 {
+		var got []string
+		for _, e := range actor.ValidateRules(&r) {
+			got = append(got, e.Field)
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("details %v, want %v", got, want)
 		}
 	}
 }

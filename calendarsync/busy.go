@@ -14,6 +14,7 @@ import (
 	"google.golang.org/api/calendar/v3"
 
 	"github.com/bookline/bookline/actor"
+	"github.com/bookline/bookline/actor/zones"
 	"github.com/bookline/bookline/data"
 )
 
@@ -121,7 +122,7 @@ func (s *Syncer) busyLocked(ctx context.Context, c data.Calendar, l *linkState) 
 		horizon = time.Duration(c.HorizonDays) * 24 * time.Hour
 	}
 	window := data.Interval{Start: now.Add(-24 * time.Hour), End: now.Add(horizon)}
-	loc, err := time.LoadLocation(c.Timezone)
+	loc, err := zones.Load(c.Timezone)
 	if err != nil {
 		loc = time.UTC
 	}

@@ -11,13 +11,21 @@ import (
 )
 
 // Digest summarises the derived state of an index: two indexes built from
-// the same log prefix have equal digests. It covers the applied sequences,
-// every calendar and everything filed under it (bookings, slots, request
-// records), and nothing that depends on when side effects ran (the event
-// outbox) or on the file's history (meta).
+// the same log prefix with the same time zone data have equal digests. It
+// covers the applied sequences, the time zone data releases that decided
+// the index (Tx.TzdataVersions: decisions depend on them), every calendar
+// and everything filed under it (bookings, slots, request records), and
+// nothing that depends on when side effects ran (the event outbox) or on
+// the rest of the file's history (meta). The partitions' log times
+// (LogNow) are left out: each is a function of the stream up to the
+// applied sequence, and an index from before they were kept has none
+// until its partition's next command, which a replay would count as a
+// difference where no decision differs.
 type Digest struct {
-	Total     string            `json:"total"`
-	Applied   map[int]uint64    `json:"applied"`
+	Total   string         `json:"total"`
+	Applied map[int]uint64 `json:"applied"`
+	// Tzdata is TzdataVersions: "" when none is recorded.
+	Tzdata    string            `json:"tzdata,omitempty"`
 	Calendars []CalendarDigest  `json:"calendars"`
 	Counts    map[string]uint64 `json:"counts"`
 }
@@ -39,6 +47,9 @@ func (t *Tx) Digest() (Digest, error) {
 	})
 	if err != nil {
 		return d, err
+	}
+	if d.Tzdata = t.TzdataVersions(); d.Tzdata != "" {
+		hashKV(total, keyTzdata, []byte(d.Tzdata))
 	}
 	// Calendars that exist, and calendars that only have request records
 	// (requests for a calendar that was never created are recorded too).
@@ -99,7 +110,7 @@ func hashKV(h hash.Hash, k, v []byte) {
 
 // FirstDifference names the first calendar (in id order) whose state differs
 // between a and b, and whether any differs; "" with true means only the
-// applied sequences differ.
+// applied sequences or the time zone data (Tzdata) differ.
 func FirstDifference(a, b Digest) (calendar string, differs bool) {
 	if a.Total == b.Total {
 		return "", false

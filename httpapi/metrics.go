@@ -195,6 +195,8 @@ var (
 		"Last command stream sequence the partition applied.", []string{"partition"}, nil)
 	descCaughtUp = prometheus.NewDesc("bookline_partition_caught_up",
 		"1 once the partition has applied what the stream held when its writer started.", []string{"partition"}, nil)
+	descStalled = prometheus.NewDesc("bookline_partition_stalled",
+		"1 when the partition's writer stopped at a command of a schema version this build does not know: nothing after it is decided until bookline is upgraded (/readyz and the error log say which).", []string{"partition"}, nil)
 	descPending = prometheus.NewDesc("bookline_partition_consumer_pending",
 		"The partition consumer's NumPending: commands in the stream not yet delivered to the writer (lag).", []string{"partition"}, nil)
 	descAckPending = prometheus.NewDesc("bookline_partition_consumer_ack_pending",
@@ -213,7 +215,7 @@ var (
 )
 
 func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descApplied, descCaughtUp, descPending, descAckPending, descOutbox, descCommits, descCommitCalls, descCommitSeconds, descReady} {
+	for _, d := range []*prometheus.Desc{descApplied, descCaughtUp, descStalled, descPending, descAckPending, descOutbox, descCommits, descCommitCalls, descCommitSeconds, descReady} {
 		ch <- d
 	}
 }
@@ -225,6 +227,7 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 		p := strconv.Itoa(st.Partition)
 		ch <- prometheus.MustNewConstMetric(descApplied, prometheus.GaugeValue, float64(st.AppliedSeq), p)
 		ch <- prometheus.MustNewConstMetric(descCaughtUp, prometheus.GaugeValue, b2f(st.CaughtUp), p)
+		ch <- prometheus.MustNewConstMetric(descStalled, prometheus.GaugeValue, b2f(st.Stalled != nil), p)
 		if st.NumPending >= 0 {
 			ch <- prometheus.MustNewConstMetric(descPending, prometheus.GaugeValue, float64(st.NumPending), p)
 			ch <- prometheus.MustNewConstMetric(descAckPending, prometheus.GaugeValue, float64(st.NumAckPending), p)

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bookline/bookline/actor/zones"
 	"github.com/bookline/bookline/queue/queuetest"
 )
 
@@ -36,7 +37,7 @@ func TestRulesOverHTTP(t *testing.T) {
 		t.Fatalf("calendar with rules: %s", r.Body)
 	}
 	mon := future()
-	berlin, _ := time.LoadLocation("Europe/Berlin")
+	berlin, _ := zones.Load("Europe/Berlin")
 	at := func(hh, mm int) time.Time {
 		return time.Date(mon.Year(), mon.Month(), mon.Day(), hh, mm, 0, 0, berlin)
 	}

@@ -347,7 +347,9 @@ func (p *Partition) readLog(ctx context.Context, from, to uint64, msgs *[]logMsg
 
 // applyLog applies msgs (all above the applied sequence, in order) in one
 // group commit: those at or below floor as a replay, the rest decided with
-// events and replies. It returns how many were decided.
+// events and replies. It returns how many were decided. At a command of a
+// newer schema it stops: what came before is applied and answered, and it
+// returns the *actor.NewerSchemaError.
 func (p *Partition) applyLog(msgs []logMsg, floor uint64) (int, error) {
 	if len(msgs) == 0 {
 		return 0, nil
@@ -355,22 +357,31 @@ func (p *Partition) applyLog(msgs []logMsg, floor uint64) (int, error) {
 	in := make([]actor.Decoded, len(msgs))
 	split := len(msgs)
 	for i, m := range msgs {
-		in[i] = actor.Decode(actor.Input{Seq: m.seq, At: m.at, SubjectCalendar: calendarOfStoredSubject(m.subject), Data: m.data})
+		in[i] = actor.Decode(actor.Input{Seq: m.seq, At: m.at, SubjectCalendar: calendarOfStoredSubject(m.subject),
+			Schema: m.header.Get(HeaderSchema), Data: m.data})
 		if m.seq > floor && split == len(msgs) {
 			split = i
 		}
 	}
-	var out []actor.Output
+	var (
+		out  []actor.Output
+		held error
+	)
 	err := p.store.Commit(func(tx *data.Tx) error {
-		out = nil
+		out, held = nil, nil
 		if split > 0 {
-			if _, err := actor.ApplyReplay(tx, p.ID, in[:split]); err != nil {
+			replayed, err := actor.ApplyReplay(tx, p.ID, in[:split])
+			if err != nil {
 				return err
+			}
+			if held = actor.Held(replayed, in[:split]); held != nil {
+				return nil
 			}
 		}
 		if split < len(in) {
 			var err error
 			out, err = actor.ApplyDeferred(tx, p.ID, in[split:])
+			held = actor.Held(out, in[split:])
 			return err
 		}
 		return nil
@@ -378,9 +389,20 @@ func (p *Partition) applyLog(msgs []logMsg, floor uint64) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	p.applied.Store(msgs[len(msgs)-1].seq)
+	applied := msgs[len(msgs)-1].seq
+	if e, ok := held.(*actor.NewerSchemaError); ok {
+		applied = 0
+		for _, m := range msgs {
+			if m.seq < e.Seq {
+				applied = m.seq
+			}
+		}
+	}
+	if applied > 0 {
+		p.applied.Store(applied)
+	}
 	if len(out) == 0 {
-		return 0, nil
+		return 0, held
 	}
 	if err := actor.Render(out); err != nil {
 		return 0, err
@@ -388,7 +410,12 @@ func (p *Partition) applyLog(msgs []logMsg, floor uint64) (int, error) {
 	if p.committed != nil {
 		p.committed()
 	}
+	decided := 0
 	for i, o := range out {
+		if o.Held {
+			break
+		}
+		decided++
 		to := msgs[split+i].header.Get(HeaderReplyTo)
 		if o.Reply == nil || !ValidReplySubject(to) {
 			continue
@@ -397,12 +424,15 @@ func (p *Partition) applyLog(msgs []logMsg, floor uint64) (int, error) {
 			p.log.Warn("reply", "seq", o.Seq, "err", err)
 		}
 	}
-	return len(out), nil
+	return decided, held
 }
 
 // syncTo has the partition's goroutine apply everything the stream holds on
 // subject (a calendar's stored subject) before the caller reads the index.
 func (p *Partition) syncTo(ctx context.Context, subject string) error {
+	if e := p.Stalled(); e != nil {
+		return fmt.Errorf("%w: partition %d: %v", ErrUnavailable, p.ID, e)
+	}
 	last, err := p.lastSeqFor(ctx, subject)
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrUnavailable, err)

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/bookline/bookline/actor"
+	"github.com/bookline/bookline/actor/zones"
 	"github.com/bookline/bookline/calendarsync"
 	"github.com/bookline/bookline/data"
 )
@@ -195,6 +196,9 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 	if _, err = reconcileIndex(ctx, stream, n.Store, cfg.Partitions, cfg.Logger); err != nil {
 		return nil, err
 	}
+	if err = noteTzdata(n.Store, cfg.DataDir, cfg.Logger); err != nil {
+		return nil, err
+	}
 	if cfg.NATSURL == "" && !cfg.SyncInterval {
 		// What earlier sessions (maybe with --sync interval) and the
 		// stream creation wrote is made durable once, before anything is
@@ -242,6 +246,30 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 	}
 	n.StartWriters()
 	return n, nil
+}
+
+// noteTzdata records in the index that this build's time zone data decides
+// from now on, and reports loudly when the index was (also) decided with
+// other data: decisions about calendars whose zone rules differ between the
+// releases may then differ from what a replay by this build gives.
+func noteTzdata(store *data.Store, dataDir string, log *slog.Logger) error {
+	var versions string
+	if err := store.Commit(func(tx *data.Tx) (err error) {
+		versions, err = tx.NoteTzdata(zones.Version)
+		return err
+	}); err != nil {
+		return fmt.Errorf("queue: record the time zone data: %w", err)
+	}
+	if versions == zones.Version {
+		return nil
+	}
+	log.Error("INDEX DECIDED WITH OTHER TIME ZONE DATA: decisions in this index were made with time zone rules "+
+		"(index_tzdata) other than this build's (build_tzdata); for calendars whose zones changed between those "+
+		"releases they may differ from a replay of the log, and bookline verify reports the index as different. "+
+		"To rebuild it from the log with this build's rules: stop bookline, move "+IndexFile(dataDir)+" aside and "+
+		"start again (the index is rebuilt from the stream before it serves), or build a new one with bookline replay",
+		"index_tzdata", versions, "build_tzdata", zones.Version)
+	return nil
 }
 
 // StartWriters starts one writer goroutine per partition. Each catches up
@@ -317,12 +345,13 @@ func (n *Node) Refused(cmd *actor.Command) (reply []byte, code string, err error
 	if n.cluster != nil || len(n.Parts) == 0 || !actor.ValidCalendarID(cmd.CalendarID) {
 		return nil, "", nil
 	}
-	if !n.Parts[PartitionOf(cmd.CalendarID, len(n.Parts))].CaughtUp() {
+	p := PartitionOf(cmd.CalendarID, len(n.Parts))
+	if !n.Parts[p].CaughtUp() || n.Parts[p].Stalled() != nil {
 		return nil, "", nil
 	}
 	now := time.Now()
 	err = n.Store.View(func(tx *data.Tx) error {
-		reply, code, err = actor.Refused(tx, cmd, now)
+		reply, code, err = actor.Refused(tx, p, cmd, now)
 		return err
 	})
 	return reply, code, err
@@ -363,6 +392,11 @@ func (n *Node) Ready() error {
 		}
 		if err := l.Err(); err != nil {
 			return fmt.Errorf("%w: %v", ErrNotReady, err)
+		}
+	}
+	for _, p := range n.Parts {
+		if e := p.Stalled(); e != nil {
+			return fmt.Errorf("%w: partition %d stopped: %v", ErrNotReady, p.ID, e)
 		}
 	}
 	for _, p := range n.Parts {

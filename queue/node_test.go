@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/bookline/bookline/actor"
+	"github.com/bookline/bookline/actor/zones"
 	"github.com/bookline/bookline/data"
 	"github.com/bookline/bookline/data/datatest"
 	"github.com/bookline/bookline/queue"
@@ -321,6 +322,61 @@ func TestIndexOfUncleanRebootIsRebuilt(t *testing.T) {
 	r := submit(t, n, book("a", "after-0", 300, 1))
 	if r.Outcome != actor.OutcomeAccepted {
 		t.Fatalf("booking after the rebuild: %+v", r)
+	}
+}
+
+// TestIndexOfOtherTzdataIsReported: the index records the time zone data
+// releases that decided it, and a start with a build whose release is not
+// the only one recorded says so loudly, with what to do; the digest carries
+// the releases, so a replay by this build is told apart.
+func TestIndexOfOtherTzdataIsReported(t *testing.T) {
+	dir := t.TempDir()
+	logs := &queuetest.SyncBuffer{}
+	n := startNode(t, dir, logs)
+	workload(t, n, "w", 20)
+	if d := digestOf(t, n.Store); d.Tzdata != zones.Version {
+		t.Fatalf("new index records tzdata %q, want %q", d.Tzdata, zones.Version)
+	}
+	if got := replayInto(t, n.JS, queue.ReplayOptions{}); got.Tzdata != zones.Version || got.Total != digestOf(t, n.Store).Total {
+		t.Fatalf("replay: tzdata %q, total differs from live", got.Tzdata)
+	}
+	stopNode(t, n)
+	if strings.Contains(logs.String(), "TIME ZONE DATA") {
+		t.Fatalf("reported other time zone data for an index of this build:\n%s", logs)
+	}
+
+	// A build with another release decided some commands of this index.
+	s, err := data.Open(queue.IndexFile(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Commit(func(tx *data.Tx) error { _, err := tx.NoteTzdata("1999z"); return err }); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	logs = &queuetest.SyncBuffer{}
+	n = startNode(t, dir, logs)
+	want := zones.Version + ",1999z," + zones.Version
+	var line string
+	for _, l := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(l, "TIME ZONE DATA") {
+			line = l
+		}
+	}
+	for _, s := range []string{"level=ERROR", want, "bookline replay"} {
+		if !strings.Contains(line, s) {
+			t.Fatalf("start log does not report the index's time zone data (%q missing):\n%s", s, logs)
+		}
+	}
+	live := digestOf(t, n.Store)
+	if live.Tzdata != want {
+		t.Fatalf("digest tzdata %q, want %q", live.Tzdata, want)
+	}
+	fresh := replayInto(t, n.JS, queue.ReplayOptions{})
+	if cal, differs := data.FirstDifference(live, fresh); !differs || cal != "" {
+		t.Fatalf("replay by this build vs the mixed index: differs %v at %q", differs, cal)
 	}
 }
 

@@ -92,6 +92,9 @@ type PartitionStatus struct {
 	// read (e.g. while the writer recreates its consumer).
 	NumPending    int64
 	NumAckPending int64
+	// Stalled says why the writer stopped for good (a command of a newer
+	// schema); nil while it runs.
+	Stalled *actor.NewerSchemaError
 }
 
 // PartitionStatuses samples every partition: applied sequence and catch-up
@@ -100,7 +103,8 @@ type PartitionStatus struct {
 func (n *Node) PartitionStatuses(ctx context.Context) []PartitionStatus {
 	out := make([]PartitionStatus, 0, len(n.Parts))
 	for _, p := range n.Parts {
-		st := PartitionStatus{Partition: p.ID, AppliedSeq: p.AppliedSeq(), CaughtUp: p.CaughtUp(), NumPending: -1, NumAckPending: -1}
+		st := PartitionStatus{Partition: p.ID, AppliedSeq: p.AppliedSeq(), CaughtUp: p.CaughtUp(), NumPending: -1, NumAckPending: -1,
+			Stalled: p.Stalled()}
 		if ctx.Err() == nil {
 			if c, err := n.JS.Consumer(ctx, StreamName, ConsumerPrefix+strconv.Itoa(p.ID)); err == nil {
 				if info, err := c.Info(ctx); err == nil {

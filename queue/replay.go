@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/bookline/bookline/actor"
+	"github.com/bookline/bookline/actor/zones"
 	"github.com/bookline/bookline/data"
 )
 
@@ -69,6 +70,10 @@ func Replay(ctx context.Context, js jetstream.JetStream, store *data.Store, opt 
 	if !empty {
 		return st, ErrIndexNotEmpty
 	}
+	// Everything is decided with this build's time zone data.
+	if err := store.CommitUnsynced(func(tx *data.Tx) error { _, err := tx.NoteTzdata(zones.Version); return err }); err != nil {
+		return st, err
+	}
 	s, err := js.Stream(ctx, StreamName)
 	if err != nil {
 		return st, fmt.Errorf("queue: command stream: %w", err)
@@ -114,8 +119,14 @@ func Replay(ctx context.Context, js jetstream.JetStream, store *data.Store, opt 
 						if len(batch) == 0 {
 							continue
 						}
-						if _, err := actor.ApplyReplay(tx, p, batch); err != nil {
+						out, err := actor.ApplyReplay(tx, p, batch)
+						if err != nil {
 							return err
+						}
+						if err := actor.Held(out, batch); err != nil {
+							// Only a build that knows the command's
+							// schema can replay the stream past it.
+							return fmt.Errorf("queue: replay partition %d: %w", p, err)
 						}
 					}
 					if j.final {
@@ -184,7 +195,8 @@ func Replay(ctx context.Context, js jetstream.JetStream, store *data.Store, opt 
 		if p >= len(chunk) {
 			chunk = append(chunk, make([][]actor.Decoded, p+1-len(chunk))...)
 		}
-		chunk[p] = append(chunk[p], actor.Decode(actor.Input{Seq: seq, At: meta.Timestamp, SubjectCalendar: cal, Data: m.Data()}))
+		chunk[p] = append(chunk[p], actor.Decode(actor.Input{Seq: seq, At: meta.Timestamp, SubjectCalendar: cal,
+			Schema: m.Headers().Get(HeaderSchema), Data: m.Data()}))
 		if pending++; pending >= size {
 			jobs <- job{chunk: chunk, n: pending, lastSeq: seq, last: last}
 			chunk, pending, size = nil, 0, min(2*size, replayChunk)

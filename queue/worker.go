@@ -41,6 +41,9 @@ type Partition struct {
 
 	caughtUp atomic.Bool
 	applied  atomic.Uint64
+	// stalled is why the writer stopped for good (a command of a newer
+	// schema, see stall); nil while it runs.
+	stalled atomic.Pointer[actor.NewerSchemaError]
 	// committed, when set, is called after every committed batch.
 	committed func()
 	// observe, when set, is told about every committed batch (metrics; see
@@ -74,6 +77,11 @@ func (p *Partition) CaughtUp() bool { return p.caughtUp.Load() }
 
 // AppliedSeq is the last stream sequence this partition applied.
 func (p *Partition) AppliedSeq() uint64 { return p.applied.Load() }
+
+// Stalled says why the partition's writer stopped deciding for good: it met
+// a command of a schema version this build does not know (nil while it
+// runs). Only a build that knows the version can go on.
+func (p *Partition) Stalled() *actor.NewerSchemaError { return p.stalled.Load() }
 
 // consumer (re)creates the partition's durable consumer so that it delivers
 // from the index's applied sequence + 1: the index, not the consumer's ack
@@ -114,11 +122,17 @@ func (p *Partition) consumer(ctx context.Context) (jetstream.Consumer, uint64, e
 
 // Run processes the partition until ctx ends; the batch in flight is
 // finished (committed, answered, acked) before it returns. On a store or
-// NATS failure it starts over from the index's applied sequence.
+// NATS failure it starts over from the index's applied sequence. On a
+// command of a newer schema it stops deciding until ctx ends (see stall).
 func (p *Partition) Run(ctx context.Context) error {
+	p.stalled.Store(nil) // a new attempt (StartWriters again)
 	for ctx.Err() == nil {
 		err := p.run(ctx)
 		if errors.Is(err, data.ErrClosed) || ctx.Err() != nil {
+			return nil
+		}
+		if e, ok := errors.AsType[*actor.NewerSchemaError](err); ok {
+			p.stall(ctx, e)
 			return nil
 		}
 		p.log.Error("partition writer restarting", "err", err)
@@ -128,6 +142,37 @@ func (p *Partition) Run(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// stallReport is how often a stopped partition says so again.
+const stallReport = time.Minute
+
+// stall stops the partition at a command of a newer schema until ctx ends.
+// A newer build accepted that command (or will), so this build must not
+// decide it: a rejection recorded here would make the indexes differ, and
+// skipping it would break the partition's order. The command is not
+// applied or acknowledged and the applied sequence stays before it; the
+// partition is not ready (Node.Ready, /readyz) and says why at error level
+// every stallReport until the process is replaced by a build that knows
+// the version. In cluster mode the partition is handed to the other
+// instances (which may be upgraded already).
+func (p *Partition) stall(ctx context.Context, e *actor.NewerSchemaError) {
+	p.stalled.Store(e)
+	p.caughtUp.Store(false)
+	if p.cluster != nil {
+		p.release()
+	}
+	t := time.NewTicker(stallReport)
+	defer t.Stop()
+	for {
+		p.log.Error("PARTITION STOPPED AT A NEWER SCHEMA: upgrade bookline", "seq", e.Seq, "schema", e.Version,
+			"known", actor.SchemaVersion, "applied_seq", p.applied.Load(), "reason", e.Error())
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }
 
 func (p *Partition) run(ctx context.Context) error {
@@ -242,7 +287,7 @@ func (p *Partition) run(ctx context.Context) error {
 			}
 			err := p.catchUp(ctx, r.to, "read")
 			r.done <- err
-			if errors.Is(err, data.ErrClosed) {
+			if _, newer := errors.AsType[*actor.NewerSchemaError](err); newer || errors.Is(err, data.ErrClosed) {
 				return err
 			}
 			continue
@@ -323,6 +368,7 @@ func (p *Partition) submit(batch []jetstream.Msg) (*inFlight, error) {
 			Seq:             seq,
 			At:              meta.Timestamp,
 			SubjectCalendar: calendarOfStoredSubject(m.Subject()),
+			Schema:          m.Headers().Get(HeaderSchema),
 			Data:            m.Data(),
 		})
 	}
@@ -343,7 +389,9 @@ func (p *Partition) submit(batch []jetstream.Msg) (*inFlight, error) {
 }
 
 // finish answers a committed batch: replies to every command that asked for
-// one, then acks the batch.
+// one, then acks the batch up to its last applied message. A batch that
+// apply held at a command of a newer schema returns its
+// *actor.NewerSchemaError once the messages before it are answered.
 func (p *Partition) finish(b *inFlight) error {
 	batch, in, out := b.msgs, b.in, *b.out
 	// JSON for the replies is encoded here, after the commit, in this
@@ -354,7 +402,12 @@ func (p *Partition) finish(b *inFlight) error {
 	if p.committed != nil {
 		p.committed()
 	}
+	last := -1 // the last message applied or skipped: acknowledged
 	for i, o := range out {
+		if o.Held {
+			break
+		}
+		last = i
 		if !o.Skipped {
 			p.applied.Store(o.Seq)
 		}
@@ -370,14 +423,17 @@ func (p *Partition) finish(b *inFlight) error {
 			p.log.Warn("reply", "seq", o.Seq, "err", err)
 		}
 	}
-	// AckAll: acknowledging the last message acknowledges the batch.
-	if err := batch[len(batch)-1].Ack(); err != nil {
-		p.log.Warn("ack", "err", err)
+	// AckAll: acknowledging the last message acknowledges the batch. A
+	// held message and those after it are not acknowledged.
+	if last >= 0 {
+		if err := batch[last].Ack(); err != nil {
+			p.log.Warn("ack", "err", err)
+		}
 	}
 	// --- observer hook (metrics): keep this the last block of apply ---
 	if p.observe != nil {
 		p.observe(BatchStats{Partition: p.ID, Msgs: batch, In: in, Out: out, AppliedSeq: p.applied.Load(), Done: time.Now()})
 	}
 	// --- end observer hook ---
-	return nil
+	return actor.Held(out, in)
 }

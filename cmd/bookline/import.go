@@ -22,6 +22,7 @@ import (
 	"github.com/nats-io/nuid"
 
 	"github.com/bookline/bookline/actor"
+	"github.com/bookline/bookline/actor/zones"
 	"github.com/bookline/bookline/queue"
 )
 
@@ -600,7 +601,7 @@ func icsTime(get func(string) (string, map[string]string, bool), name string) (t
 	if tzid == "" {
 		return time.Time{}, fmt.Errorf("%s: floating time %q: needs a Z suffix or TZID", name, v)
 	}
-	loc, err := time.LoadLocation(tzid)
+	loc, err := zones.Load(tzid)
 	if err != nil {
 		return time.Time{}, fmt.Errorf("%s: TZID %q is not an IANA time zone", name, tzid)
 	}

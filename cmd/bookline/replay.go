@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"sort"
@@ -265,10 +266,18 @@ func runVerify(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		fmt.Fprintf(stdout, "ok: live index equals a replay of the stream (digest %s, %d calendars)\n", live.Total, len(live.Calendars))
 		return nil
 	}
-	if cal == "" {
-		fmt.Fprintf(stdout, "DIFFERENT: applied sequences differ (live %v, replay %v)\n", live.Applied, fresh.Applied)
-	} else {
+	if live.Tzdata != fresh.Tzdata {
+		recorded := live.Tzdata
+		if recorded == "" {
+			recorded = "releases not recorded"
+		}
+		fmt.Fprintf(stdout, "DIFFERENT: time zone data: the live index was decided with %s, this replay with %s\n", recorded, fresh.Tzdata)
+	}
+	switch {
+	case cal != "":
 		fmt.Fprintf(stdout, "DIFFERENT: first differing calendar %q (live digest %s, replay %s)\n", cal, live.Total, fresh.Total)
+	case !maps.Equal(live.Applied, fresh.Applied):
+		fmt.Fprintf(stdout, "DIFFERENT: applied sequences differ (live %v, replay %v)\n", live.Applied, fresh.Applied)
 	}
 	return errVerifyFailed
 }

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bookline/bookline/actor/zones"
 	"github.com/bookline/bookline/data"
 )
 
@@ -106,5 +107,19 @@ func TestReplayAndVerify(t *testing.T) {
 	code, out, errs = runMain("verify", "--data-dir", dir, "--source-dir", dir)
 	if code == 0 || !strings.Contains(out, `first differing calendar "v2"`) {
 		t.Fatalf("verify of a tampered index: exit %d\n%s\n%s", code, out, errs)
+	}
+
+	// An index decided (also) with other time zone data is told apart.
+	if store, err = data.Open(filepath.Join(dir, "index.db")); err != nil {
+		t.Fatal(err)
+	}
+	err = store.Commit(func(tx *data.Tx) error { _, err := tx.NoteTzdata("1999z"); return err })
+	store.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs = runMain("verify", "--data-dir", dir, "--source-dir", dir)
+	if want := "time zone data: the live index was decided with " + zones.Version + ",1999z, this replay with " + zones.Version; code == 0 || !strings.Contains(out, want) {
+		t.Fatalf("verify of an index of other time zone data: exit %d, want %q\n%s\n%s", code, want, out, errs)
 	}
 }
