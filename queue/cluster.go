@@ -246,7 +246,8 @@ const catchUpChunk = 4096
 // not have been decided by anyone yet (the owner may have died holding
 // them): they are decided normally, with their outcome events and replies.
 // Deciding one twice is harmless: apply is deterministic, so the second
-// reply is identical to the first, and events carry Nats-Msg-Id evt-<seq>.
+// reply is identical to the first, and events carry one Nats-Msg-Id per
+// command (EventMsgID).
 func (p *Partition) catchUp(ctx context.Context, to uint64, why string) error {
 	from := p.applied.Load()
 	if to <= from {

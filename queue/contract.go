@@ -39,8 +39,13 @@ const (
 	// not submitted over HTTP. Informational only.
 	HeaderTraceID = "Bookline-Trace-Id"
 	// HeaderCommandSeq, on outcome events, is the stream sequence of the
-	// command the event reports.
+	// command the event reports, within the stream HeaderCommandStream
+	// names.
 	HeaderCommandSeq = "Bookline-Command-Seq"
+	// HeaderCommandStream, on outcome events, names the incarnation of the
+	// command stream that sequence belongs to (streamIdentity): a stream
+	// deleted and created again numbers its commands from 1 again.
+	HeaderCommandStream = "Bookline-Command-Stream"
 	// HeaderContentType is always application/json.
 	HeaderContentType = "Content-Type"
 

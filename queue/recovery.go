@@ -78,9 +78,20 @@ func reconcileIndex(ctx context.Context, s jetstream.Stream, store *data.Store, 
 			}
 		}
 	}
-	var reset []int
+	var (
+		reset []int
+		aside int
+	)
 	err = store.Commit(func(tx *data.Tx) error {
 		reset = reset[:0]
+		if known != "" && known != identity {
+			// Unpublished outcome events of the old stream keep its
+			// identity; the new stream's sequences start at 1 again.
+			var err error
+			if aside, err = tx.SetAsideEvents(known); err != nil {
+				return err
+			}
+		}
 		for p, why := range reasons {
 			if err := tx.ResetPartition(p, func(cal string) bool { return PartitionOf(cal, partitions) == p }); err != nil {
 				return err
@@ -92,6 +103,10 @@ func reconcileIndex(ctx context.Context, s jetstream.Stream, store *data.Store, 
 	})
 	if err != nil {
 		return nil, err
+	}
+	if aside > 0 {
+		log.Warn("outcome events of the previous command stream were not published yet; publishing them under its identity",
+			"events", aside, "previous_stream", known)
 	}
 	for _, p := range reset {
 		log.Error("INDEX AHEAD OF STREAM: not serving this partition from the index; rebuilding it from the stream",
