@@ -2,6 +2,8 @@ package actor
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -76,12 +78,32 @@ type Decoded struct {
 	// mirror is set by apply when decisions may queue Google sync
 	// operations (live writers yes, replay no).
 	mirror bool
+	// msg is the message as delivered, for MessageHash.
+	msg Input
+}
+
+// MessageHash identifies one message of the log: SHA-256 (first 16 bytes)
+// over its subject's calendar token, its stream timestamp (Unix
+// nanoseconds) and its body. The index keeps the hash of the last message
+// it applied per partition, beside the sequence (data.Tx.SetApplied), so
+// that a restart can tell the message it applied from another one stored
+// at the same sequence later (a stream that lost its tail and was refilled):
+// the stream timestamp differs even when a client re-sent the same body.
+func MessageHash(in Input) []byte {
+	h := sha256.New()
+	h.Write([]byte("bookline-msg-v1\x00"))
+	h.Write([]byte(in.SubjectCalendar))
+	var ts [9]byte
+	binary.BigEndian.PutUint64(ts[1:], uint64(in.At.UnixNano()))
+	h.Write(ts[:]) // a 0 separator, then the time
+	h.Write(in.Data)
+	return h.Sum(nil)[:16]
 }
 
 // Decode turns a raw message into a command. It never fails: a message that
 // is not a valid command comes back with Reject set.
 func Decode(in Input) Decoded {
-	d := Decoded{Seq: in.Seq, At: in.At.UTC()}
+	d := Decoded{Seq: in.Seq, At: in.At.UTC(), msg: in}
 	reject := func(code, msg string, details []FieldError) Decoded {
 		d.Reject = &Reply{V: SchemaVersion, RequestID: d.Cmd.RequestID, CalendarID: in.SubjectCalendar,
 			Type: d.Cmd.Type, Outcome: OutcomeRejected, Code: code, Message: msg, Details: details, Seq: in.Seq}
@@ -182,6 +204,7 @@ func apply(tx *data.Tx, partition int, batch []Decoded, events bool) ([]Output, 
 	applied := tx.AppliedSeq(partition)
 	out := make([]Output, len(batch))
 	var buf []byte
+	last := -1 // the last decided message of the batch
 	for i := range batch {
 		d := &batch[i]
 		out[i].Seq = d.Seq
@@ -207,7 +230,7 @@ func apply(tx *data.Tx, partition int, batch []Decoded, events bool) ([]Output, 
 			return nil, fmt.Errorf("actor: partition %d seq %d: %w", partition, d.Seq, err)
 		}
 		out[i].Decision = reply
-		applied = d.Seq
+		applied, last = d.Seq, i
 		// Every decided command leaves its outcome event in the outbox,
 		// in this same transaction (see queue's event publisher).
 		if !events {
@@ -224,8 +247,8 @@ func apply(tx *data.Tx, partition int, batch []Decoded, events bool) ([]Output, 
 			return nil, err
 		}
 	}
-	if len(batch) > 0 {
-		if err := tx.SetAppliedSeq(partition, applied); err != nil {
+	if last >= 0 {
+		if err := tx.SetApplied(partition, applied, MessageHash(batch[last].msg)); err != nil {
 			return nil, err
 		}
 	}

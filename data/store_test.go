@@ -744,6 +744,41 @@ func TestAppliedSeq(t *testing.T) {
 	check()
 }
 
+// TestAppliedMessageHash: the applied sequence can carry the hash of the
+// message at it; a value without one (an index written before hashes were
+// kept) reads as "no hash yet", and the hash is not part of the digest.
+func TestAppliedMessageHash(t *testing.T) {
+	s := datatest.MustOpen(t)
+	var before data.Digest
+	mustCommit(t, s, func(tx *data.Tx) error { return tx.SetAppliedSeq(1, 7) })
+	mustView(t, s, func(tx *data.Tx) error {
+		if seq, hash := tx.AppliedMsg(1); seq != 7 || hash != nil {
+			t.Errorf("AppliedMsg without a hash = %d, %x", seq, hash)
+		}
+		var err error
+		before, err = tx.Digest()
+		return err
+	})
+	hash := []byte("0123456789abcdef")
+	mustCommit(t, s, func(tx *data.Tx) error { return tx.SetApplied(1, 7, hash) })
+	mustView(t, s, func(tx *data.Tx) error {
+		if seq, got := tx.AppliedMsg(1); seq != 7 || !bytes.Equal(got, hash) {
+			t.Errorf("AppliedMsg = %d, %x", seq, got)
+		}
+		if seq := tx.AppliedSeq(1); seq != 7 {
+			t.Errorf("AppliedSeq = %d", seq)
+		}
+		if got := tx.Applied(); got[1] != 7 {
+			t.Errorf("Applied = %v", got)
+		}
+		d, err := tx.Digest()
+		if err == nil && (d.Total != before.Total || d.Applied[1] != 7) {
+			t.Errorf("the hash changed the digest: %+v vs %+v", d, before)
+		}
+		return err
+	})
+}
+
 // --- commit, close, reopen ---
 
 func TestCommitErrorLeavesNoWrites(t *testing.T) {

@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/bookline/bookline/actor"
 	"github.com/bookline/bookline/data"
 )
 
@@ -48,9 +50,13 @@ func reconcileIndex(ctx context.Context, s jetstream.Stream, store *data.Store, 
 	var (
 		known   string
 		applied map[int]uint64
+		hashes  = map[int][]byte{}
 	)
 	if err := store.View(func(tx *data.Tx) error {
 		known, applied = tx.StreamIdentity(), tx.Applied()
+		for p := range applied {
+			_, hashes[p] = tx.AppliedMsg(p)
+		}
 		return nil
 	}); err != nil {
 		return nil, err
@@ -73,8 +79,16 @@ func reconcileIndex(ctx context.Context, s jetstream.Stream, store *data.Store, 
 			} else if err != nil {
 				return nil, fmt.Errorf("queue: read stream seq %d: %w", a, err)
 			}
-			if mp, _, ok := parseStoredSubject(m.Subject); !ok || mp != p {
+			mp, cal, ok := parseStoredSubject(m.Subject)
+			if !ok || mp != p {
 				reasons[p] = fmt.Sprintf("stream seq %d is %s, not a message of partition %d: the stream's history differs from the index's", a, m.Subject, p)
+				break
+			}
+			// The right partition, but is it the message that was applied?
+			// After a lost tail, new messages refill the same sequences.
+			if h := hashes[p]; h != nil && !bytes.Equal(h, actor.MessageHash(actor.Input{Seq: a, At: m.Time, SubjectCalendar: cal, Data: m.Data})) {
+				reasons[p] = fmt.Sprintf("stream seq %d (%s, stored %s) is another message than the one the index applied there: the stream lost its tail and new messages refilled it",
+					a, m.Subject, m.Time.UTC().Format(time.RFC3339Nano))
 			}
 		}
 	}

@@ -1,0 +1,129 @@
+package queue_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/bookline/bookline/actor"
+	"github.com/bookline/bookline/data"
+	"github.com/bookline/bookline/queue"
+	"github.com/bookline/bookline/queue/queuetest"
+)
+
+// withStream runs fn against the embedded stream store of a stopped
+// bookline's data directory.
+func withStream(t *testing.T, dir string, fn func(js jetstream.JetStream)) {
+	t.Helper()
+	ns, err := queue.StartEmbedded(queue.EmbeddedConfig{StoreDir: queue.StoreDirFor(dir)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { ns.Shutdown(); ns.WaitForShutdown() }()
+	nc, err := queue.ConnectEmbedded(ns, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fn(js)
+}
+
+// publishCommand stores cmd in the command stream and returns its sequence.
+func publishCommand(t *testing.T, js jetstream.JetStream, cmd actor.Command) uint64 {
+	t.Helper()
+	cmd.V = actor.SchemaVersion
+	body, err := json.Marshal(cmd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := nats.NewMsg(queue.CommandSubject(cmd.CalendarID))
+	m.Data = body
+	ack, err := js.PublishMsg(context.Background(), m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ack.Sequence
+}
+
+// TestRefilledTailIsRebuilt simulates a power loss that took the stream's
+// unsynced tail while the index kept what it had applied from it, after
+// which new commands refilled the stream up to the index's applied
+// sequence before bookline started. The message at the applied sequence
+// then belongs to the right partition but is another message: the index
+// must be rebuilt from the stream, not trusted (the new commands would be
+// skipped as "already applied" and never decided).
+func TestRefilledTailIsRebuilt(t *testing.T) {
+	dir := t.TempDir()
+	cfg := queue.NodeConfig{DataDir: dir, Partitions: 1} // one partition: every message is "its"
+	n := startNodeWith(t, cfg, nil)
+	workload(t, n, "before", 20)
+	stopNode(t, n)
+	saved := filepath.Join(t.TempDir(), "nats-copy")
+	copyDir(t, queue.StoreDirFor(dir), saved)
+
+	// A restart on the intact stream finds the message it applied last.
+	logs := &queuetest.SyncBuffer{}
+	n = startNodeWith(t, cfg, logs)
+	if bytes.Contains([]byte(logs.String()), []byte("INDEX AHEAD OF STREAM")) {
+		t.Fatalf("index reset on an intact stream:\n%s", logs.String())
+	}
+	workload(t, n, "after", 20) // lost with the stream's tail
+	applied := digestOf(t, n.Store).Applied[0]
+	stopNode(t, n)
+	if err := os.RemoveAll(queue.StoreDirFor(dir)); err != nil {
+		t.Fatal(err)
+	}
+	copyDir(t, saved, queue.StoreDirFor(dir))
+
+	// Before bookline is back, importers refill the stream exactly up to
+	// the sequence the index applied.
+	refills := 0
+	withStream(t, dir, func(js jetstream.JetStream) {
+		seq := publishCommand(t, js, upsert("refill"))
+		if seq >= applied {
+			t.Fatalf("the stream kept seq %d of an index at %d: nothing was lost", seq, applied)
+		}
+		for seq < applied {
+			seq = publishCommand(t, js, book("refill", fmt.Sprintf("refill-%d", refills), refills, 1))
+			refills++
+		}
+	})
+
+	logs = &queuetest.SyncBuffer{}
+	n = startNodeWith(t, cfg, logs)
+	if !bytes.Contains([]byte(logs.String()), []byte("INDEX AHEAD OF STREAM")) {
+		t.Fatalf("no loud rebuild message in logs:\n%s", logs.String())
+	}
+	if err := n.Store.View(func(tx *data.Tx) error {
+		if !tx.CalendarExists("refill") {
+			return fmt.Errorf("the refilled calendar.upsert was skipped")
+		}
+		for i := 0; i < refills; i++ {
+			if _, ok, err := tx.Request("refill", fmt.Sprintf("refill-%d", i)); err != nil || !ok {
+				return fmt.Errorf("refilled booking %d was not decided (%v)", i, err)
+			}
+		}
+		if _, ok, _ := tx.Request("a", "after-0"); ok {
+			return fmt.Errorf("a request of the lost tail is still recorded")
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	live := digestOf(t, n.Store)
+	if got := replayInto(t, n.JS, queue.ReplayOptions{}); got.Total != live.Total {
+		cal, _ := data.FirstDifference(live, got)
+		t.Fatalf("rebuilt index differs from the stream, first at %q", cal)
+	}
+}
