@@ -121,6 +121,12 @@ func StreamConfig(partitions, replicas int) jetstream.StreamConfig {
 		Duplicates: DuplicateWindow,
 		MaxMsgSize: MaxMessageBytes,
 		Replicas:   replicas,
+		// The index and every rebuild of it derive from the whole log:
+		// a command removed from it is a booking or request record
+		// missing from the next index built. The server never lets
+		// these flags be cleared again.
+		DenyDelete: true,
+		DenyPurge:  true,
 	}
 }
 

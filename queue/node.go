@@ -186,6 +186,7 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 	if err != nil {
 		return nil, err
 	}
+	stream = denyRemovals(ctx, n.JS, stream, cfg.Logger)
 	if n.cluster != nil {
 		n.cluster.stream = stream
 	}

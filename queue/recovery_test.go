@@ -127,3 +127,42 @@ func TestRefilledTailIsRebuilt(t *testing.T) {
 		t.Fatalf("rebuilt index differs from the stream, first at %q", cal)
 	}
 }
+
+// TestCommandStreamDeniesDeleteAndPurge: the command stream is the source
+// of truth, so messages cannot be deleted or purged from it; a stream
+// created without those flags gets them at start.
+func TestCommandStreamDeniesDeleteAndPurge(t *testing.T) {
+	check := func(n *queue.Node) {
+		t.Helper()
+		ctx := context.Background()
+		s, err := n.JS.Stream(ctx, queue.StreamName)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c := s.CachedInfo().Config; !c.DenyDelete || !c.DenyPurge {
+			t.Fatalf("command stream deny_delete=%v deny_purge=%v", c.DenyDelete, c.DenyPurge)
+		}
+		if err := s.Purge(ctx); err == nil {
+			t.Error("the command stream was purged")
+		}
+		if err := s.DeleteMsg(ctx, 1); err == nil {
+			t.Error("a command was deleted from the stream")
+		}
+	}
+	n := startNode(t, t.TempDir(), nil)
+	submit(t, n, upsert("deny"))
+	check(n)
+
+	// A stream left by an earlier bookline, without the flags.
+	dir := t.TempDir()
+	withStream(t, dir, func(js jetstream.JetStream) {
+		cfg := queue.StreamConfig(4, 1)
+		cfg.DenyDelete, cfg.DenyPurge = false, false
+		if _, err := js.CreateStream(context.Background(), cfg); err != nil {
+			t.Fatal(err)
+		}
+		publishCommand(t, js, upsert("old"))
+	})
+	n = startNode(t, dir, nil)
+	check(n)
+}
