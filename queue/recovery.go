@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -62,11 +63,25 @@ func reconcileIndex(ctx context.Context, s jetstream.Stream, store *data.Store, 
 		return nil, err
 	}
 	reasons := map[int]string{}
+	recreated := known != "" && known != identity
+	if recreated {
+		// Another stream, maybe with another partition count: every
+		// calendar may now belong to another partition, so every
+		// partition starts over, not only those with an applied entry.
+		why := fmt.Sprintf("index was built from stream %s, the stream now is %s", known, identity)
+		for p := range applied {
+			reasons[p] = why
+		}
+		for p := 0; p < partitions; p++ {
+			reasons[p] = why
+		}
+	}
 	for p, a := range applied {
+		if reasons[p] != "" {
+			continue
+		}
 		switch {
 		case a == 0:
-		case known != "" && known != identity:
-			reasons[p] = fmt.Sprintf("index was built from stream %s, the stream now is %s", known, identity)
 		case p >= partitions:
 			reasons[p] = fmt.Sprintf("partition %d does not exist with %d partitions", p, partitions)
 		case a > info.State.LastSeq:
@@ -98,7 +113,7 @@ func reconcileIndex(ctx context.Context, s jetstream.Stream, store *data.Store, 
 	)
 	err = store.Commit(func(tx *data.Tx) error {
 		reset = reset[:0]
-		if known != "" && known != identity {
+		if recreated {
 			// Unpublished outcome events of the old stream keep its
 			// identity; the new stream's sequences start at 1 again.
 			var err error
@@ -106,18 +121,25 @@ func reconcileIndex(ctx context.Context, s jetstream.Stream, store *data.Store, 
 				return err
 			}
 		}
-		for p, why := range reasons {
-			if err := tx.ResetPartition(p, func(cal string) bool { return PartitionOf(cal, partitions) == p }); err != nil {
+		all := recreated // the first reset drops every calendar at once
+		for p := range reasons {
+			belongs := func(cal string) bool { return PartitionOf(cal, partitions) == p }
+			if recreated {
+				drop := all
+				belongs = func(string) bool { return drop }
+				all = false
+			}
+			if err := tx.ResetPartition(p, belongs); err != nil {
 				return err
 			}
 			reset = append(reset, p)
-			_ = why
 		}
 		return tx.SetStreamIdentity(identity)
 	})
 	if err != nil {
 		return nil, err
 	}
+	slices.Sort(reset)
 	if aside > 0 {
 		log.Warn("outcome events of the previous command stream were not published yet; publishing them under its identity",
 			"events", aside, "previous_stream", known)

@@ -166,3 +166,44 @@ func TestCommandStreamDeniesDeleteAndPurge(t *testing.T) {
 	n = startNode(t, dir, nil)
 	check(n)
 }
+
+// TestRecreatedStreamWithOtherPartitionCount: the command stream is
+// deleted and created again with another partition count. Nothing of the
+// old stream may survive in the index, including calendars whose new
+// partition had no applied sequence in it.
+func TestRecreatedStreamWithOtherPartitionCount(t *testing.T) {
+	dir := t.TempDir()
+	n := startNodeWith(t, queue.NodeConfig{DataDir: dir, Partitions: 4}, nil)
+	var cals []string
+	for i := 0; len(cals) < 6; i++ {
+		// Only in old partitions 2 and 3, so that partitions 0 and 1
+		// (the new stream's) have no applied sequence in the index.
+		if c := fmt.Sprintf("cal%d", i); queue.PartitionOf(c, 4) >= 2 {
+			cals = append(cals, c)
+			submit(t, n, upsert(c))
+		}
+	}
+	stopNode(t, n)
+	withStream(t, dir, func(js jetstream.JetStream) {
+		if err := js.DeleteStream(context.Background(), queue.StreamName); err != nil {
+			t.Fatal(err)
+		}
+	})
+	logs := &queuetest.SyncBuffer{}
+	n = startNodeWith(t, queue.NodeConfig{DataDir: dir, Partitions: 2}, logs)
+	if err := n.Store.View(func(tx *data.Tx) error {
+		if ids := tx.CalendarIDs(); len(ids) > 0 {
+			return fmt.Errorf("calendars of the deleted stream are still served: %v", ids)
+		}
+		if a := tx.Applied(); len(a) > 0 {
+			return fmt.Errorf("applied sequences of the deleted stream: %v", a)
+		}
+		return nil
+	}); err != nil {
+		t.Fatalf("%v\n%s", err, logs.String())
+	}
+	// The new stream's commands are decided afresh.
+	if r := submit(t, n, upsert(cals[0])); r.Seq != 1 || !r.Created {
+		t.Fatalf("first command of the new stream: %+v", r)
+	}
+}
