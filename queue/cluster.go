@@ -255,6 +255,15 @@ func (p *Partition) catchUp(ctx context.Context, to uint64, why string) error {
 		return nil
 	}
 	began := time.Now()
+	// Reading from from+1 on, the stream starts at the first message it
+	// has without a word.
+	sinfo, err := p.cluster.stream.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("queue: stream info: %w", err)
+	}
+	if err := historyGap(p.ID, from, firstSeq(sinfo)); err != nil {
+		return err
+	}
 	info, err := p.cons.Info(ctx)
 	if err != nil {
 		return fmt.Errorf("queue: consumer info: %w", err)
@@ -408,19 +417,32 @@ func (p *Partition) syncTo(ctx context.Context, subject string) error {
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
+	if last == 0 {
+		// No message of the calendar: it never had one, or they were
+		// removed, and then what this index lacks of it is unknowable.
+		info, err := p.cluster.stream.Info(ctx)
+		if err != nil {
+			return fmt.Errorf("%w: %v", ErrUnavailable, err)
+		}
+		if err := historyGap(p.ID, p.applied.Load(), firstSeq(info)); err != nil {
+			return fmt.Errorf("%w: %w", ErrUnavailable, err)
+		}
+	}
 	if p.applied.Load() >= last {
 		return nil
 	}
 	req := catchRequest{to: last, done: make(chan error, 1)}
 	select {
 	case p.reads <- req:
+	case <-p.stopped:
+		return fmt.Errorf("%w: %w", ErrUnavailable, p.Halted())
 	case <-ctx.Done():
 		return fmt.Errorf("%w: partition %d writer busy or stopped", ErrUnavailable, p.ID)
 	}
 	select {
 	case err := <-req.done:
 		if err != nil {
-			return fmt.Errorf("%w: %v", ErrUnavailable, err)
+			return fmt.Errorf("%w: %w", ErrUnavailable, err)
 		}
 		return nil
 	case <-ctx.Done():

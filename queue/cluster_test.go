@@ -3,11 +3,13 @@ package queue_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -259,6 +261,76 @@ func TestClusterReadYourWritesTakeoverAndJoin(t *testing.T) {
 	for _, x := range ids {
 		if err := c.Store.View(func(tx *data.Tx) error { _, err := tx.Booking(x.cal, x.id); return err }); err != nil {
 			t.Fatalf("joined instance lacks %s/%s: %v", x.cal, x.id, err)
+		}
+	}
+}
+
+// TestClusterCatchUpRefusesHistoryGap: an instance whose index of a
+// partition is behind must not catch up across messages the stream no
+// longer has (a retention limit removed them). It refuses that partition,
+// naming the missing range, and keeps serving reads of the partition it
+// can still catch up; the owner keeps deciding both.
+func TestClusterCatchUpRefusesHistoryGap(t *testing.T) {
+	url := queuetest.StartServer(t)
+	a := startInstance(t, url, "a", nil)
+	stale, fresh := "stale", "fresh"
+	for queue.PartitionOf(fresh, 2) == queue.PartitionOf(stale, 2) {
+		fresh += "x"
+	}
+	submit(t, a, upsert(stale))
+	submit(t, a, upsert(fresh)) // a is pinned to both partitions now
+	b := startInstance(t, url, "b", nil)
+	for i := 0; i < 5; i++ {
+		submit(t, a, book(stale, fmt.Sprintf("s-%d", i), i, 1))
+	}
+	r := submit(t, a, book(fresh, "f-0", 0, 1))
+	ctx := context.Background()
+	if err := b.SyncCalendar(ctx, fresh); err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i < 3; i++ {
+		submit(t, a, book(fresh, fmt.Sprintf("f-%d", i), i, 1))
+	}
+	first := truncateStream(t, a.JS, 3)
+	if first != r.Seq {
+		t.Fatalf("stream starts at %d, want %d", first, r.Seq)
+	}
+	// b applied the stale calendar's partition up to its upsert (seq 1);
+	// the stream has no message of that calendar any more.
+	err := b.SyncCalendar(ctx, stale)
+	if missing := fmt.Sprintf("2..%d", first-1); !errors.Is(err, queue.ErrHistoryMissing) || !strings.Contains(err.Error(), missing) {
+		t.Fatalf("read of a calendar whose messages were removed: %v", err)
+	}
+	// A new command of it: b must not catch up across the gap.
+	submit(t, a, book(stale, "s-new", 10, 1))
+	first = truncateStream(t, a.JS, 3)
+	err = b.SyncCalendar(ctx, stale)
+	if missing := fmt.Sprintf("2..%d", first-1); !errors.Is(err, queue.ErrHistoryMissing) || !strings.Contains(err.Error(), missing) {
+		t.Fatalf("catch-up across the lost seqs %s: %v", missing, err)
+	}
+	queuetest.CheckFor(t, 10*time.Second, func() error {
+		if err := b.Ready(); !errors.Is(err, queue.ErrHistoryMissing) {
+			return fmt.Errorf("b ready: %v", err)
+		}
+		return nil
+	})
+	// The other partition still catches up on b.
+	if first != r.Seq+1 {
+		t.Fatalf("stream starts at %d, want %d", first, r.Seq+1)
+	}
+	if err := b.SyncCalendar(ctx, fresh); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Store.View(func(tx *data.Tx) error {
+		_, err := tx.Booking(fresh, actor.BookingID(fresh, "f-2"))
+		return err
+	}); err != nil {
+		t.Fatalf("b did not catch up the partition it can: %v", err)
+	}
+	// The owner keeps deciding both.
+	for _, c := range []string{stale, fresh} {
+		if r := submit(t, a, book(c, "after-"+c, 20, 1)); r.Outcome != actor.OutcomeAccepted {
+			t.Fatalf("%s after the truncation: %+v", c, r)
 		}
 	}
 }

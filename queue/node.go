@@ -359,6 +359,9 @@ func (n *Node) Ready() error {
 		}
 	}
 	for _, p := range n.Parts {
+		if err := p.Halted(); err != nil {
+			return fmt.Errorf("%w: partition %d: %w", ErrNotReady, p.ID, err)
+		}
 		if !p.CaughtUp() {
 			return fmt.Errorf("%w: partition %d catching up (applied seq %d)", ErrNotReady, p.ID, p.AppliedSeq())
 		}

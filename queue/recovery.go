@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -42,6 +43,10 @@ func streamIdentity(info *jetstream.StreamInfo) string {
 // of the stream (the stream lost its unsynced tail in a power loss, or was
 // recreated) is not served from the index: its calendars are dropped and it
 // rebuilds from the stream. It returns the partitions it reset.
+//
+// It refuses (ErrHistoryMissing, the index left as it was) when the stream
+// no longer holds messages a partition needs: those after its applied
+// sequence, or all of them for a partition that builds from the start.
 func reconcileIndex(ctx context.Context, s jetstream.Stream, store *data.Store, partitions int, log *slog.Logger) ([]int, error) {
 	info, err := s.Info(ctx)
 	if err != nil {
@@ -106,6 +111,28 @@ func reconcileIndex(ctx context.Context, s jetstream.Stream, store *data.Store, 
 					a, m.Subject, m.Time.UTC().Format(time.RFC3339Nano))
 			}
 		}
+	}
+	// Whatever is rebuilt or continued must find its history in the
+	// stream; otherwise the index would silently lack commands.
+	var gaps []error
+	for p := 0; p < partitions; p++ {
+		from := applied[p]
+		if reasons[p] != "" {
+			from = 0 // rebuilt from the start
+		}
+		if err := historyGap(p, from, firstSeq(info)); err != nil {
+			gaps = append(gaps, err)
+		}
+	}
+	if len(gaps) > 0 {
+		for _, p := range slices.Sorted(maps.Keys(reasons)) {
+			gaps = append(gaps, fmt.Errorf("(partition %d would have been rebuilt from the start: %s)", p, reasons[p]))
+		}
+		return nil, errors.Join(gaps...)
+	}
+	if info.State.NumDeleted > 0 {
+		log.Warn("the command stream has deleted messages inside its history: an index rebuilt from it lacks them",
+			"deleted", info.State.NumDeleted, "first_seq", info.State.FirstSeq, "last_seq", info.State.LastSeq)
 	}
 	var (
 		reset []int

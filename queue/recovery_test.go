@@ -4,16 +4,20 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/bookline/bookline/actor"
 	"github.com/bookline/bookline/data"
+	"github.com/bookline/bookline/data/datatest"
 	"github.com/bookline/bookline/queue"
 	"github.com/bookline/bookline/queue/queuetest"
 )
@@ -128,6 +132,28 @@ func TestRefilledTailIsRebuilt(t *testing.T) {
 	}
 }
 
+// truncateStream keeps only the last keep messages of the command stream,
+// as a retention limit (or a purge before deny_purge) would, and returns
+// its new first sequence.
+func truncateStream(t *testing.T, js jetstream.JetStream, keep int) uint64 {
+	t.Helper()
+	ctx := context.Background()
+	s, err := js.Stream(ctx, queue.StreamName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := s.CachedInfo().Config
+	cfg.MaxMsgs = int64(keep)
+	if s, err = js.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State.FirstSeq
+}
+
 // TestCommandStreamDeniesDeleteAndPurge: the command stream is the source
 // of truth, so messages cannot be deleted or purged from it; a stream
 // created without those flags gets them at start.
@@ -165,6 +191,108 @@ func TestCommandStreamDeniesDeleteAndPurge(t *testing.T) {
 	})
 	n = startNode(t, dir, nil)
 	check(n)
+}
+
+// TestHistoryGapIsRefused: a retention limit (or a purge) removed the start
+// of the command stream. A running node keeps serving its partitions: their
+// consumers go on. But neither a restart, nor a rebuild of an empty index,
+// nor bookline replay may build an index from what is left: each is refused
+// with the missing range named, and the index is left as it was.
+func TestHistoryGapIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	cfg := queue.NodeConfig{DataDir: dir, Partitions: 2}
+	n := startNodeWith(t, cfg, nil)
+	quiet, busy := "quiet", "busy"
+	for queue.PartitionOf(busy, 2) == queue.PartitionOf(quiet, 2) {
+		busy += "x"
+	}
+	submit(t, n, upsert(quiet))
+	submit(t, n, upsert(busy))
+	for i := 0; i < 5; i++ {
+		submit(t, n, book(busy, fmt.Sprintf("b-%d", i), i, 1))
+	}
+	first := truncateStream(t, n.JS, 5)
+	// Still served, both partitions.
+	r := submit(t, n, book(quiet, "q-0", 0, 1))
+	if r.Outcome != actor.OutcomeAccepted {
+		t.Fatalf("the quiet partition after the truncation: %+v", r)
+	}
+	quietApplied := r.Seq
+	for i := 5; i < 15; i++ {
+		if r := submit(t, n, book(busy, fmt.Sprintf("b-%d", i), i, 1)); r.Outcome != actor.OutcomeAccepted {
+			t.Fatalf("the busy partition after the truncation: %+v", r)
+		}
+	}
+	// A writer that starts over (here: all of them) cannot prove that
+	// the removed range held nothing of the quiet partition: that one
+	// stops, the busy one goes on.
+	n.StopWriters()
+	n.StartWriters()
+	queuetest.CheckFor(t, 10*time.Second, func() error {
+		if err := n.Ready(); !errors.Is(err, queue.ErrHistoryMissing) {
+			return fmt.Errorf("ready after the writers started over: %v", err)
+		}
+		return nil
+	})
+	if r := submit(t, n, book(busy, "b-after-restart", 30, 1)); r.Outcome != actor.OutcomeAccepted {
+		t.Fatalf("the busy partition after its writer started over: %+v", r)
+	}
+	s, err := n.JS.Stream(context.Background(), queue.StreamName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first = info.State.FirstSeq; first <= quietApplied+1 {
+		t.Fatalf("stream starts at %d, the quiet partition applied %d: no gap", first, quietApplied)
+	}
+	want := digestOf(t, n.Store)
+	stopNode(t, n)
+
+	start := func() error {
+		t.Helper()
+		n, err := queue.StartNode(queue.NodeConfig{DataDir: dir, Partitions: 2})
+		if err == nil {
+			stopNode(t, n)
+		}
+		return err
+	}
+	missing := fmt.Sprintf("%d..%d", quietApplied+1, first-1)
+	err = start()
+	if !errors.Is(err, queue.ErrHistoryMissing) || !strings.Contains(err.Error(), missing) ||
+		!strings.Contains(err.Error(), fmt.Sprintf("partition %d", queue.PartitionOf(quiet, 2))) {
+		t.Fatalf("start on a stream that lost seqs %s: %v", missing, err)
+	}
+	store, err := data.Open(queue.IndexFile(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := digestOf(t, store); got.Total != want.Total {
+		t.Fatal("the refused start changed the index")
+	}
+	if err := store.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	all := fmt.Sprintf("1..%d", first-1)
+	withStream(t, dir, func(js jetstream.JetStream) {
+		_, err := queue.Replay(context.Background(), js, datatest.MustOpen(t), queue.ReplayOptions{})
+		if !errors.Is(err, queue.ErrHistoryMissing) || !strings.Contains(err.Error(), all) {
+			t.Fatalf("replay of a stream without seqs %s: %v", all, err)
+		}
+	})
+
+	// A new, empty index on the same stream.
+	for _, f := range []string{"", ".session"} {
+		if err := os.Remove(queue.IndexFile(dir) + f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err = start(); !errors.Is(err, queue.ErrHistoryMissing) || !strings.Contains(err.Error(), all) {
+		t.Fatalf("an empty index on a stream without seqs %s: %v", all, err)
+	}
 }
 
 // TestRecreatedStreamWithOtherPartitionCount: the command stream is
