@@ -59,7 +59,7 @@ func (h *holdExpirer) once(ctx context.Context, now time.Time) error {
 			continue
 		}
 		cmd := &actor.Command{V: actor.SchemaVersion, Type: actor.TypeHoldExpire, CalendarID: cal,
-			RequestID: "expire." + strconv.FormatInt(exp.UnixNano(), 10)}
+			RequestID: actor.ExpireRequestID(exp)}
 		body, err := json.Marshal(cmd)
 		if err != nil {
 			return err
