@@ -1216,3 +1216,31 @@ func BenchmarkCommitGroup(b *testing.B) {
 		})
 	}
 }
+
+// TestDueHoldsWhere: holds of calendars left out neither appear nor use up
+// the maximum.
+func TestDueHoldsWhere(t *testing.T) {
+	s := datatest.MustOpen(t)
+	putCalendar(t, s, "a", "b")
+	var bks []data.Booking
+	for i, cal := range []string{"a", "a", "a", "b", "b"} {
+		bk := booking(cal, fmt.Sprintf("h%d", i), 10*i, 10*i+5)
+		exp := at(i)
+		bk.Status, bk.ExpiresAt = data.StatusHeld, &exp
+		bks = append(bks, bk)
+	}
+	putBookings(t, s, bks...)
+	mustView(t, s, func(tx *data.Tx) error {
+		onlyB := func(cal string) bool { return cal == "b" }
+		if got := tx.DueHoldsWhere(at(10), 2, onlyB); len(got) != 2 || got[0].ID != "h3" || got[1].ID != "h4" {
+			t.Errorf("due holds of b: %+v", got)
+		}
+		if got := tx.DueHoldsWhere(at(3), 2, onlyB); len(got) != 1 || got[0].ID != "h3" {
+			t.Errorf("due holds of b at minute 3: %+v", got)
+		}
+		if got := tx.DueHoldsWhere(at(10), 10, func(string) bool { return true }); len(got) != 5 {
+			t.Errorf("all due holds: %+v", got)
+		}
+		return nil
+	})
+}

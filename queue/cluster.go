@@ -461,22 +461,31 @@ func (p *Partition) notePin(m jetstream.Msg) {
 
 // pinned reports whether the server currently pins this instance's puller.
 func (p *Partition) pinned(ctx context.Context) (bool, error) {
+	mine, _, err := p.ownership(ctx)
+	return mine, err
+}
+
+// ownership reports whether the server currently pins this instance's
+// puller (mine), or nobody's (unowned: the owner stopped or was unpinned,
+// and the server pins the next puller only when it delivers a message).
+// Before the partition's consumer is known it reports neither.
+func (p *Partition) ownership(ctx context.Context) (mine, unowned bool, err error) {
 	p.pinMu.Lock()
 	pin, cons := p.pinID, p.cons
 	p.pinMu.Unlock()
-	if pin == "" || cons == nil {
-		return false, nil
+	if cons == nil {
+		return false, false, nil
 	}
 	info, err := cons.Info(ctx)
 	if err != nil {
-		return false, err
+		return false, false, err
 	}
 	for _, g := range info.PriorityGroups {
-		if g.Group == OwnerGroup && g.PinnedClientID == pin {
-			return true, nil
+		if g.Group == OwnerGroup {
+			return pin != "" && g.PinnedClientID == pin, g.PinnedClientID == "", nil
 		}
 	}
-	return false, nil
+	return false, true, nil
 }
 
 // release unpins this instance from the partition when it stops gracefully,

@@ -213,7 +213,8 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 	if every <= 0 {
 		every = time.Second
 	}
-	n.holds = &holdExpirer{js: n.JS, store: n.Store, log: cfg.Logger.With("component", "holds"), every: every}
+	n.holds = &holdExpirer{js: n.JS, stream: stream, store: n.Store, log: cfg.Logger.With("component", "holds"), every: every,
+		now: time.Now, early: map[string]earlyExpire{}}
 	if cfg.Observer != nil {
 		n.events.failed = cfg.Observer.EventPublishFailed
 	}
@@ -233,6 +234,7 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 		}
 		n.Parts = append(n.Parts, p)
 	}
+	n.holds.parts = n.Parts
 	n.StartWriters()
 	return n, nil
 }
