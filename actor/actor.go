@@ -2,6 +2,8 @@ package actor
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -88,6 +90,26 @@ type Decoded struct {
 	// mirror is set by apply when decisions may queue Google sync
 	// operations (live writers yes, replay no).
 	mirror bool
+	// msg is the message as delivered, for MessageHash.
+	msg Input
+}
+
+// MessageHash identifies one message of the log: SHA-256 (first 16 bytes)
+// over its subject's calendar token, its stream timestamp (Unix
+// nanoseconds) and its body. The index keeps the hash of the last message
+// it applied per partition, beside the sequence (data.Tx.SetApplied), so
+// that a restart can tell the message it applied from another one stored
+// at the same sequence later (a stream that lost its tail and was refilled):
+// the stream timestamp differs even when a client re-sent the same body.
+func MessageHash(in Input) []byte {
+	h := sha256.New()
+	h.Write([]byte("bookline-msg-v1\x00"))
+	h.Write([]byte(in.SubjectCalendar))
+	var ts [9]byte
+	binary.BigEndian.PutUint64(ts[1:], uint64(in.At.UnixNano()))
+	h.Write(ts[:]) // a 0 separator, then the time
+	h.Write(in.Data)
+	return h.Sum(nil)[:16]
 }
 
 // Decode turns a raw message into a command. It never fails: a message that
@@ -98,7 +120,7 @@ type Decoded struct {
 // may accept what this one would reject (other fields, other types, a
 // larger body), so nothing of a newer command may become a rejection here.
 func Decode(in Input) Decoded {
-	d := Decoded{Seq: in.Seq, At: in.At.UTC()}
+	d := Decoded{Seq: in.Seq, At: in.At.UTC(), msg: in}
 	reject := func(code, msg string, details []FieldError) Decoded {
 		d.Reject = &Reply{V: SchemaVersion, RequestID: d.Cmd.RequestID, CalendarID: in.SubjectCalendar,
 			Type: d.Cmd.Type, Outcome: OutcomeRejected, Code: code, Message: msg, Details: details, Seq: in.Seq}
@@ -291,6 +313,7 @@ func apply(tx *data.Tx, partition int, batch []Decoded, events bool) ([]Output, 
 	out := make([]Output, len(batch))
 	var buf []byte
 	held := false
+	last := -1 // the last decided message of the batch
 	for i := range batch {
 		d := &batch[i]
 		out[i].Seq = d.Seq
@@ -331,7 +354,7 @@ func apply(tx *data.Tx, partition int, batch []Decoded, events bool) ([]Output, 
 			return nil, fmt.Errorf("actor: partition %d seq %d: %w", partition, d.Seq, err)
 		}
 		out[i].Decision = reply
-		applied = d.Seq
+		applied, last = d.Seq, i
 		// Every decided command leaves its outcome event in the outbox,
 		// in this same transaction (see queue's event publisher).
 		if !events {
@@ -348,8 +371,8 @@ func apply(tx *data.Tx, partition int, batch []Decoded, events bool) ([]Output, 
 			return nil, err
 		}
 	}
-	if len(batch) > 0 {
-		if err := tx.SetAppliedSeq(partition, applied); err != nil {
+	if last >= 0 {
+		if err := tx.SetApplied(partition, applied, MessageHash(batch[last].msg)); err != nil {
 			return nil, err
 		}
 	}
@@ -399,7 +422,10 @@ func decide(tx *data.Tx, d *Decoded) (*Reply, error) {
 	case TypeHoldRelease:
 		r, err = releaseHold(tx, d)
 	case TypeHoldExpire:
-		r, err = expireHolds(tx, d)
+		var early bool
+		if r, early, err = expireHolds(tx, d); err == nil && early {
+			return &r, nil // not recorded: see expireHolds
+		}
 	case TypeBusySet, TypeBusyClear:
 		r, err = setBusy(tx, d)
 	default:
@@ -658,15 +684,52 @@ func releaseHold(tx *data.Tx, d *Decoded) (Reply, error) {
 	return r, nil
 }
 
+// ExpireRequestID is the request id of the hold.expire command the node's
+// hold expirer publishes for a calendar's holds due at exp:
+// expire-at.<exp in Unix nanoseconds>.
+//
+// Earlier builds published expire.<ns>, and recorded such a command even
+// when it was stored before that instant. Commands with that id are still
+// decided that way, so that the logs they are in replay to the same index;
+// only the expire-at. form is left unrecorded when early (expireHolds).
+func ExpireRequestID(exp time.Time) string {
+	return expirePrefix + strconv.FormatInt(exp.UnixNano(), 10)
+}
+
+const expirePrefix = "expire-at."
+
+// ExpireTarget is the expiry an ExpireRequestID names.
+func ExpireTarget(reqID string) (time.Time, bool) {
+	ns, ok := strings.CutPrefix(reqID, expirePrefix)
+	if !ok {
+		return time.Time{}, false
+	}
+	n, err := strconv.ParseInt(ns, 10, 64)
+	if err != nil {
+		return time.Time{}, false
+	}
+	return time.Unix(0, n).UTC(), true
+}
+
 // expireHolds records the expiry of every hold of the calendar whose time
 // has passed at the command's log time. The command is published by the
 // node's hold expirer, so intervals free up even when nothing else
 // arrives; decisions never depended on it (an expired hold stops counting
 // at its expiry time anyway).
-func expireHolds(tx *data.Tx, d *Decoded) (Reply, error) {
+//
+// The expirer decides that a hold is due by its own clock, which can be
+// ahead of the stream leader's that stamps the log time. A command whose
+// request id names an expiry after its log time (early) expires what is
+// due at its log time like any other, but is not recorded: its request id
+// must still be able to expire that hold once it is due, and the expirer
+// publishes it again (see queue/holds.go). The decision depends only on the
+// log time and the request id, so replay agrees.
+func expireHolds(tx *data.Tx, d *Decoded) (r Reply, early bool, err error) {
 	if !tx.CalendarExists(d.Cmd.CalendarID) {
-		return d.reject(CodeCalendarNotFound, "calendar not found"), nil
+		return d.reject(CodeCalendarNotFound, "calendar not found"), false, nil
 	}
+	target, named := ExpireTarget(d.Cmd.RequestID)
+	early = named && d.At.Before(target)
 	n := 0
 	for _, h := range tx.DueHolds(d.At, 1<<30) {
 		if h.Calendar != d.Cmd.CalendarID {
@@ -676,20 +739,24 @@ func expireHolds(tx *data.Tx, d *Decoded) (Reply, error) {
 		if errors.Is(err, data.ErrNotFound) || (err == nil && bk.Status != data.StatusHeld) {
 			// A stale index entry (its calendar was rebuilt): drop it.
 			if err := tx.DropDueHold(h); err != nil {
-				return Reply{}, err
+				return Reply{}, false, err
 			}
 			continue
 		} else if err != nil {
-			return Reply{}, err
+			return Reply{}, false, err
 		}
 		if err := expireIfDue(tx, &bk, d.At); err != nil {
-			return Reply{}, err
+			return Reply{}, false, err
 		}
 		n++
 	}
-	r := d.accept()
+	r = d.accept()
 	r.Message = fmt.Sprintf("%d holds expired", n)
-	return r, nil
+	if early {
+		r.Message += fmt.Sprintf("; the expiry this request names (%s) is after the command's log time: not recorded",
+			target.Format(time.RFC3339Nano))
+	}
+	return r, early, nil
 }
 
 func rescheduleBooking(tx *data.Tx, d *Decoded) (Reply, error) {

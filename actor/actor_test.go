@@ -731,7 +731,17 @@ func TestAppliedSeq(t *testing.T) {
 		return actor.Input{Seq: seq, At: t0.Add(time.Duration(seq) * time.Second), SubjectCalendar: "cal1", Data: []byte(body)}
 	}
 	// Sequences need not be contiguous (other subjects share the stream).
-	h.apply(mk(5, upsertCmd("cal1", "u1", "n")), mk(6, `junk`), mk(9, bookCmd("cal1", "r1", at(0), at(10), "A")))
+	last := mk(9, bookCmd("cal1", "r1", at(0), at(10), "A"))
+	h.apply(mk(5, upsertCmd("cal1", "u1", "n")), mk(6, `junk`), last)
+	wantHash := actor.MessageHash(last)
+	checkHash := func() {
+		t.Helper()
+		h.view(func(tx *data.Tx) {
+			if seq, hash := tx.AppliedMsg(3); seq != 9 || !bytes.Equal(hash, wantHash) {
+				t.Errorf("applied %d with hash %x, want 9 with the hash of that message %x", seq, hash, wantHash)
+			}
+		})
+	}
 	h.view(func(tx *data.Tx) {
 		if got := tx.AppliedSeq(3); got != 9 {
 			t.Errorf("applied seq %d, want 9", got)
@@ -740,6 +750,12 @@ func TestAppliedSeq(t *testing.T) {
 			t.Errorf("other partition's applied seq %d", got)
 		}
 	})
+	checkHash()
+	// Another message at the same sequence (same body, stored later) has
+	// another hash.
+	if other := mk(9, bookCmd("cal1", "r1", at(0), at(10), "A")); bytes.Equal(actor.MessageHash(actor.Input{Seq: 9, At: other.At.Add(time.Nanosecond), SubjectCalendar: other.SubjectCalendar, Data: other.Data}), wantHash) {
+		t.Error("the hash ignores the stream timestamp")
+	}
 	// An older message that was never applied (seq <= applied) is taken as
 	// a redelivery and not applied.
 	out := h.apply(mk(7, bookCmd("cal1", "r7", at(100), at(110), "A")))[0]
@@ -751,6 +767,7 @@ func TestAppliedSeq(t *testing.T) {
 			t.Errorf("old message applied: %v", err)
 		}
 	})
+	checkHash() // a batch of redeliveries keeps the hash of what was applied
 	// An empty batch changes nothing.
 	h.apply()
 	h.view(func(tx *data.Tx) {
@@ -758,6 +775,7 @@ func TestAppliedSeq(t *testing.T) {
 			t.Errorf("applied seq %d after an empty batch", got)
 		}
 	})
+	checkHash()
 }
 
 func TestMessageTimeIsNow(t *testing.T) {

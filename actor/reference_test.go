@@ -26,7 +26,7 @@ var (
 )
 
 func decodeReference(in Input) Decoded {
-	d := Decoded{Seq: in.Seq, At: in.At.UTC()}
+	d := Decoded{Seq: in.Seq, At: in.At.UTC(), msg: in}
 	reject := func(code, msg string, details []FieldError) Decoded {
 		d.Reject = &Reply{V: SchemaVersion, RequestID: d.Cmd.RequestID, CalendarID: in.SubjectCalendar,
 			Type: d.Cmd.Type, Outcome: OutcomeRejected, Code: code, Message: msg, Details: details, Seq: in.Seq}

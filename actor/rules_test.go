@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -365,6 +366,82 @@ func TestCapacitySeats(t *testing.T) {
 	}
 	// A booking after the overlap region still fits.
 	wantCode(t, h.do(now, bookingCmd("class", slot.Add(time.Hour), 30*time.Minute)), "")
+}
+
+// TestEarlyHoldExpireKeepsItsRequestID: the hold expirer names the expiry
+// it publishes for (request id expire.<ns>), at its own clock. Stored
+// before that instant in log time (its clock ahead of the stream leader's),
+// the command expires what is due at its log time but must not use up its
+// request id: the same command stored on time then expires the hold,
+// instead of being answered from a record of "nothing due yet".
+func TestEarlyHoldExpireKeepsItsRequestID(t *testing.T) {
+	h := newRuleHarness(t)
+	now := time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC)
+	wantCode(t, h.do(now, calendarCmd("h", "UTC", data.Rules{})), "")
+	slot := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	hold := func(at time.Time, req string, start time.Time, ttl int) data.Booking {
+		r := h.do(at, actor.Command{Type: actor.TypeHoldCreate, RequestID: req, CalendarID: "h",
+			Booking: &actor.BookingSpec{Start: start, End: start.Add(time.Hour), Customer: "c", TTLSeconds: ttl}})
+		wantCode(t, r, "")
+		return *r.Booking
+	}
+	short, long := hold(now, "short", slot, 60), hold(now, "long", slot.Add(2*time.Hour), 300)
+	expire := actor.Command{Type: actor.TypeHoldExpire, CalendarID: "h", RequestID: actor.ExpireRequestID(*long.ExpiresAt)}
+	status := func(id string) string {
+		t.Helper()
+		var st string
+		_ = h.s.View(func(tx *data.Tx) error {
+			bk, err := tx.Booking("h", id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			st = bk.Status
+			return nil
+		})
+		return st
+	}
+	recorded := func() bool {
+		t.Helper()
+		var ok bool
+		_ = h.s.View(func(tx *data.Tx) (err error) { _, ok, err = tx.Request("h", expire.RequestID); return err })
+		return ok
+	}
+
+	// Stored a second before the expiry it names: what is due then
+	// expires, the rest stays, and the id is not used up.
+	early := h.do(long.ExpiresAt.Add(-time.Second), expire)
+	wantCode(t, early, "")
+	if status(short.ID) != data.StatusExpired || status(long.ID) != data.StatusHeld {
+		t.Fatalf("early expire: short %s, long %s", status(short.ID), status(long.ID))
+	}
+	if recorded() {
+		t.Fatal("an early expire command used up its request id")
+	}
+	// The same command, stored on time.
+	onTime := h.do(*long.ExpiresAt, expire)
+	wantCode(t, onTime, "")
+	if st := status(long.ID); st != data.StatusExpired {
+		t.Fatalf("expire on time after an early one: hold %s", st)
+	}
+	if !recorded() {
+		t.Fatal("the expire command on time was not recorded")
+	}
+	// From then on its id answers from the record.
+	if again := h.do(long.ExpiresAt.Add(time.Hour), expire); again.Seq != onTime.Seq || early.Seq == onTime.Seq {
+		t.Fatalf("repeat: %+v, want the record of seq %d", again, onTime.Seq)
+	}
+
+	// The id form of earlier builds (expire.<ns>) is decided as those
+	// builds did, recorded even when early, so that their logs replay to
+	// the same index.
+	third := hold(long.ExpiresAt.Add(time.Hour), "third", slot.Add(4*time.Hour), 600)
+	legacy := actor.Command{Type: actor.TypeHoldExpire, CalendarID: "h", RequestID: "expire." + strconv.FormatInt(third.ExpiresAt.UnixNano(), 10)}
+	wantCode(t, h.do(third.ExpiresAt.Add(-time.Second), legacy), "")
+	var ok bool
+	_ = h.s.View(func(tx *data.Tx) (err error) { _, ok, err = tx.Request("h", legacy.RequestID); return err })
+	if !ok || status(third.ID) != data.StatusHeld {
+		t.Fatalf("legacy early expire: recorded %v, hold %s", ok, status(third.ID))
+	}
 }
 
 func TestHoldsExpireByLogTime(t *testing.T) {

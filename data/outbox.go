@@ -12,11 +12,23 @@ import (
 // path sends the events to NATS and deletes them once JetStream has them,
 // so an event is never lost to a crash and never delays a reply.
 
-var bucketEvents = []byte("events") // stream seq (8) -> calendar, payload (see PutEvent)
+var (
+	bucketEvents = []byte("events") // stream seq (8) -> calendar, payload (see PutEvent)
+	// bucketEventsAside holds the events of an earlier incarnation of the
+	// command stream that were not published when the index moved to a new
+	// one: stream identity ++ 0 ++ seq (8) -> calendar, payload. Kept apart
+	// so that the new incarnation's sequences, which start at 1 again,
+	// neither overwrite them nor take their identity.
+	bucketEventsAside = []byte("events.aside")
+)
 
 // Event is one pending outcome event.
 type Event struct {
 	Seq uint64
+	// Stream is the identity of the command stream Seq belongs to when it
+	// is not the one the index is built from now (see SetAsideEvents); ""
+	// otherwise.
+	Stream string
 	// Calendar is the calendar token of the command's subject (at most
 	// 255 bytes: subject tokens of commands are bounded by the writer).
 	Calendar string
@@ -83,11 +95,78 @@ func (t *Tx) DeleteEvents(seqs []uint64) error {
 	return nil
 }
 
-// ClearEvents drops every queued event (used by replay, which must not
-// announce history again).
+// ClearEvents drops every queued event, of every stream incarnation (used
+// by replay, which must not announce history again).
 func (t *Tx) ClearEvents() error {
-	if t.tx.Bucket(bucketEvents) == nil {
+	for _, name := range [][]byte{bucketEvents, bucketEventsAside} {
+		if t.tx.Bucket(name) == nil {
+			continue
+		}
+		if err := t.tx.DeleteBucket(name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// SetAsideEvents moves every queued event to the events of an earlier
+// stream incarnation, under identity (the stream they were decided from),
+// before the index starts over from another stream. It returns how many
+// it moved.
+func (t *Tx) SetAsideEvents(identity string) (int, error) {
+	b := t.tx.Bucket(bucketEvents)
+	if b == nil {
+		return 0, nil
+	}
+	aside, err := t.tx.CreateBucketIfNotExists(bucketEventsAside)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	err = b.ForEach(func(k, v []byte) error {
+		n++
+		key := make([]byte, 0, len(identity)+1+len(k))
+		key = append(append(append(key, identity...), 0), k...)
+		return aside.Put(key, bytes.Clone(v))
+	})
+	if err != nil {
+		return 0, err
+	}
+	return n, t.tx.DeleteBucket(bucketEvents)
+}
+
+// AsideEvents returns up to max events of earlier stream incarnations (see
+// SetAsideEvents), each with its Stream set.
+func (t *Tx) AsideEvents(max int) ([]Event, error) {
+	b := t.tx.Bucket(bucketEventsAside)
+	if b == nil {
+		return nil, nil
+	}
+	var out []Event
+	c := b.Cursor()
+	for k, v := c.First(); k != nil && len(out) < max; k, v = c.Next() {
+		i := bytes.IndexByte(k, 0)
+		if i < 0 || len(k) != i+9 || len(v) < 1 || len(v) < 1+int(v[0]) {
+			return nil, fmt.Errorf("data: malformed set-aside event %q", k)
+		}
+		n := int(v[0])
+		out = append(out, Event{Seq: binary.BigEndian.Uint64(k[i+1:]), Stream: string(k[:i]),
+			Calendar: string(v[1 : 1+n]), Payload: bytes.Clone(v[1+n:])})
+	}
+	return out, nil
+}
+
+// DeleteAsideEvents removes published events of earlier incarnations.
+func (t *Tx) DeleteAsideEvents(evs []Event) error {
+	b := t.tx.Bucket(bucketEventsAside)
+	if b == nil {
 		return nil
 	}
-	return t.tx.DeleteBucket(bucketEvents)
+	for _, ev := range evs {
+		key := append(append([]byte(ev.Stream), 0), seqKey(ev.Seq)...)
+		if err := b.Delete(key); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -494,19 +494,40 @@ func partitionKey(p int) []byte {
 
 // AppliedSeq is the last stream sequence applied for partition p (0 if none).
 func (t *Tx) AppliedSeq(p int) uint64 {
+	seq, _ := t.AppliedMsg(p)
+	return seq
+}
+
+// AppliedMsg is the last stream sequence applied for partition p and the
+// hash of the message applied at it (see SetApplied). The hash is nil when
+// the index has none yet: written before hashes were kept, or by
+// SetAppliedSeq.
+func (t *Tx) AppliedMsg(p int) (seq uint64, hash []byte) {
 	v := t.tx.Bucket(bucketApplied).Get(partitionKey(p))
-	if v == nil {
-		return 0
+	if len(v) < 8 {
+		return 0, nil
 	}
-	return binary.BigEndian.Uint64(v)
+	if len(v) > 8 {
+		hash = bytes.Clone(v[8:])
+	}
+	return binary.BigEndian.Uint64(v), hash
 }
 
 // SetAppliedSeq records seq as the last stream sequence applied for partition
-// p, in the same transaction as the changes it caused.
-func (t *Tx) SetAppliedSeq(p int, seq uint64) error {
-	var b [8]byte
-	binary.BigEndian.PutUint64(b[:], seq)
-	return t.tx.Bucket(bucketApplied).Put(partitionKey(p), b[:])
+// p, in the same transaction as the changes it caused, without a message
+// hash.
+func (t *Tx) SetAppliedSeq(p int, seq uint64) error { return t.SetApplied(p, seq, nil) }
+
+// SetApplied records seq as the last stream sequence applied for partition
+// p, with hash, a digest of the message at seq, in the same transaction as
+// the changes it caused. The value is seq (8 bytes, big-endian) ++ hash;
+// a value of 8 bytes (an older index) reads as "no hash yet". The hash
+// lets a restart notice that the stream holds another message at seq than
+// the one applied (a lost tail that new messages refilled).
+func (t *Tx) SetApplied(p int, seq uint64, hash []byte) error {
+	b := make([]byte, 8, 8+len(hash))
+	binary.BigEndian.PutUint64(b, seq)
+	return t.tx.Bucket(bucketApplied).Put(partitionKey(p), append(b, hash...))
 }
 
 // Calendar returns the calendar with id, or ErrNotFound.

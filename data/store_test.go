@@ -744,6 +744,41 @@ func TestAppliedSeq(t *testing.T) {
 	check()
 }
 
+// TestAppliedMessageHash: the applied sequence can carry the hash of the
+// message at it; a value without one (an index written before hashes were
+// kept) reads as "no hash yet", and the hash is not part of the digest.
+func TestAppliedMessageHash(t *testing.T) {
+	s := datatest.MustOpen(t)
+	var before data.Digest
+	mustCommit(t, s, func(tx *data.Tx) error { return tx.SetAppliedSeq(1, 7) })
+	mustView(t, s, func(tx *data.Tx) error {
+		if seq, hash := tx.AppliedMsg(1); seq != 7 || hash != nil {
+			t.Errorf("AppliedMsg without a hash = %d, %x", seq, hash)
+		}
+		var err error
+		before, err = tx.Digest()
+		return err
+	})
+	hash := []byte("0123456789abcdef")
+	mustCommit(t, s, func(tx *data.Tx) error { return tx.SetApplied(1, 7, hash) })
+	mustView(t, s, func(tx *data.Tx) error {
+		if seq, got := tx.AppliedMsg(1); seq != 7 || !bytes.Equal(got, hash) {
+			t.Errorf("AppliedMsg = %d, %x", seq, got)
+		}
+		if seq := tx.AppliedSeq(1); seq != 7 {
+			t.Errorf("AppliedSeq = %d", seq)
+		}
+		if got := tx.Applied(); got[1] != 7 {
+			t.Errorf("Applied = %v", got)
+		}
+		d, err := tx.Digest()
+		if err == nil && (d.Total != before.Total || d.Applied[1] != 7) {
+			t.Errorf("the hash changed the digest: %+v vs %+v", d, before)
+		}
+		return err
+	})
+}
+
 // --- commit, close, reopen ---
 
 func TestCommitErrorLeavesNoWrites(t *testing.T) {
@@ -1180,4 +1215,32 @@ func BenchmarkCommitGroup(b *testing.B) {
 			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "commits/s")
 		})
 	}
+}
+
+// TestDueHoldsWhere: holds of calendars left out neither appear nor use up
+// the maximum.
+func TestDueHoldsWhere(t *testing.T) {
+	s := datatest.MustOpen(t)
+	putCalendar(t, s, "a", "b")
+	var bks []data.Booking
+	for i, cal := range []string{"a", "a", "a", "b", "b"} {
+		bk := booking(cal, fmt.Sprintf("h%d", i), 10*i, 10*i+5)
+		exp := at(i)
+		bk.Status, bk.ExpiresAt = data.StatusHeld, &exp
+		bks = append(bks, bk)
+	}
+	putBookings(t, s, bks...)
+	mustView(t, s, func(tx *data.Tx) error {
+		onlyB := func(cal string) bool { return cal == "b" }
+		if got := tx.DueHoldsWhere(at(10), 2, onlyB); len(got) != 2 || got[0].ID != "h3" || got[1].ID != "h4" {
+			t.Errorf("due holds of b: %+v", got)
+		}
+		if got := tx.DueHoldsWhere(at(3), 2, onlyB); len(got) != 1 || got[0].ID != "h3" {
+			t.Errorf("due holds of b at minute 3: %+v", got)
+		}
+		if got := tx.DueHoldsWhere(at(10), 10, func(string) bool { return true }); len(got) != 5 {
+			t.Errorf("all due holds: %+v", got)
+		}
+		return nil
+	})
 }

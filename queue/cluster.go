@@ -246,7 +246,8 @@ const catchUpChunk = 4096
 // not have been decided by anyone yet (the owner may have died holding
 // them): they are decided normally, with their outcome events and replies.
 // Deciding one twice is harmless: apply is deterministic, so the second
-// reply is identical to the first, and events carry Nats-Msg-Id evt-<seq>.
+// reply is identical to the first, and events carry one Nats-Msg-Id per
+// command (EventMsgID).
 func (p *Partition) catchUp(ctx context.Context, to uint64, why string) error {
 	from := p.applied.Load()
 	if to <= from {
@@ -254,6 +255,15 @@ func (p *Partition) catchUp(ctx context.Context, to uint64, why string) error {
 		return nil
 	}
 	began := time.Now()
+	// Reading from from+1 on, the stream starts at the first message it
+	// has without a word.
+	sinfo, err := p.cluster.stream.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("queue: stream info: %w", err)
+	}
+	if err := historyGap(p.ID, from, firstSeq(sinfo)); err != nil {
+		return err
+	}
 	info, err := p.cons.Info(ctx)
 	if err != nil {
 		return fmt.Errorf("queue: consumer info: %w", err)
@@ -437,19 +447,32 @@ func (p *Partition) syncTo(ctx context.Context, subject string) error {
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
+	if last == 0 {
+		// No message of the calendar: it never had one, or they were
+		// removed, and then what this index lacks of it is unknowable.
+		info, err := p.cluster.stream.Info(ctx)
+		if err != nil {
+			return fmt.Errorf("%w: %v", ErrUnavailable, err)
+		}
+		if err := historyGap(p.ID, p.applied.Load(), firstSeq(info)); err != nil {
+			return fmt.Errorf("%w: %w", ErrUnavailable, err)
+		}
+	}
 	if p.applied.Load() >= last {
 		return nil
 	}
 	req := catchRequest{to: last, done: make(chan error, 1)}
 	select {
 	case p.reads <- req:
+	case <-p.stopped:
+		return fmt.Errorf("%w: %w", ErrUnavailable, p.Halted())
 	case <-ctx.Done():
 		return fmt.Errorf("%w: partition %d writer busy or stopped", ErrUnavailable, p.ID)
 	}
 	select {
 	case err := <-req.done:
 		if err != nil {
-			return fmt.Errorf("%w: %v", ErrUnavailable, err)
+			return fmt.Errorf("%w: %w", ErrUnavailable, err)
 		}
 		return nil
 	case <-ctx.Done():
@@ -468,22 +491,31 @@ func (p *Partition) notePin(m jetstream.Msg) {
 
 // pinned reports whether the server currently pins this instance's puller.
 func (p *Partition) pinned(ctx context.Context) (bool, error) {
+	mine, _, err := p.ownership(ctx)
+	return mine, err
+}
+
+// ownership reports whether the server currently pins this instance's
+// puller (mine), or nobody's (unowned: the owner stopped or was unpinned,
+// and the server pins the next puller only when it delivers a message).
+// Before the partition's consumer is known it reports neither.
+func (p *Partition) ownership(ctx context.Context) (mine, unowned bool, err error) {
 	p.pinMu.Lock()
 	pin, cons := p.pinID, p.cons
 	p.pinMu.Unlock()
-	if pin == "" || cons == nil {
-		return false, nil
+	if cons == nil {
+		return false, false, nil
 	}
 	info, err := cons.Info(ctx)
 	if err != nil {
-		return false, err
+		return false, false, err
 	}
 	for _, g := range info.PriorityGroups {
-		if g.Group == OwnerGroup && g.PinnedClientID == pin {
-			return true, nil
+		if g.Group == OwnerGroup {
+			return pin != "" && g.PinnedClientID == pin, g.PinnedClientID == "", nil
 		}
 	}
-	return false, nil
+	return false, true, nil
 }
 
 // release unpins this instance from the partition when it stops gracefully,

@@ -3,11 +3,14 @@ package queue_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -260,5 +263,201 @@ func TestClusterReadYourWritesTakeoverAndJoin(t *testing.T) {
 		if err := c.Store.View(func(tx *data.Tx) error { _, err := tx.Booking(x.cal, x.id); return err }); err != nil {
 			t.Fatalf("joined instance lacks %s/%s: %v", x.cal, x.id, err)
 		}
+	}
+}
+
+// TestClusterCatchUpRefusesHistoryGap: an instance whose index of a
+// partition is behind must not catch up across messages the stream no
+// longer has (a retention limit removed them). It refuses that partition,
+// naming the missing range, and keeps serving reads of the partition it
+// can still catch up; the owner keeps deciding both.
+func TestClusterCatchUpRefusesHistoryGap(t *testing.T) {
+	url := queuetest.StartServer(t)
+	a := startInstance(t, url, "a", nil)
+	stale, fresh := "stale", "fresh"
+	for queue.PartitionOf(fresh, 2) == queue.PartitionOf(stale, 2) {
+		fresh += "x"
+	}
+	submit(t, a, upsert(stale))
+	submit(t, a, upsert(fresh)) // a is pinned to both partitions now
+	b := startInstance(t, url, "b", nil)
+	for i := 0; i < 5; i++ {
+		submit(t, a, book(stale, fmt.Sprintf("s-%d", i), i, 1))
+	}
+	r := submit(t, a, book(fresh, "f-0", 0, 1))
+	ctx := context.Background()
+	if err := b.SyncCalendar(ctx, fresh); err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i < 3; i++ {
+		submit(t, a, book(fresh, fmt.Sprintf("f-%d", i), i, 1))
+	}
+	first := truncateStream(t, a.JS, 3)
+	if first != r.Seq {
+		t.Fatalf("stream starts at %d, want %d", first, r.Seq)
+	}
+	// b applied the stale calendar's partition up to its upsert (seq 1);
+	// the stream has no message of that calendar any more.
+	err := b.SyncCalendar(ctx, stale)
+	if missing := fmt.Sprintf("2..%d", first-1); !errors.Is(err, queue.ErrHistoryMissing) || !strings.Contains(err.Error(), missing) {
+		t.Fatalf("read of a calendar whose messages were removed: %v", err)
+	}
+	// A new command of it: b must not catch up across the gap.
+	submit(t, a, book(stale, "s-new", 10, 1))
+	first = truncateStream(t, a.JS, 3)
+	err = b.SyncCalendar(ctx, stale)
+	if missing := fmt.Sprintf("2..%d", first-1); !errors.Is(err, queue.ErrHistoryMissing) || !strings.Contains(err.Error(), missing) {
+		t.Fatalf("catch-up across the lost seqs %s: %v", missing, err)
+	}
+	queuetest.CheckFor(t, 10*time.Second, func() error {
+		if err := b.Ready(); !errors.Is(err, queue.ErrHistoryMissing) {
+			return fmt.Errorf("b ready: %v", err)
+		}
+		return nil
+	})
+	// The other partition still catches up on b.
+	if first != r.Seq+1 {
+		t.Fatalf("stream starts at %d, want %d", first, r.Seq+1)
+	}
+	if err := b.SyncCalendar(ctx, fresh); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Store.View(func(tx *data.Tx) error {
+		_, err := tx.Booking(fresh, actor.BookingID(fresh, "f-2"))
+		return err
+	}); err != nil {
+		t.Fatalf("b did not catch up the partition it can: %v", err)
+	}
+	// The owner keeps deciding both.
+	for _, c := range []string{stale, fresh} {
+		if r := submit(t, a, book(c, "after-"+c, 20, 1)); r.Outcome != actor.OutcomeAccepted {
+			t.Fatalf("%s after the truncation: %+v", c, r)
+		}
+	}
+}
+
+// TestClusterHoldExpiries: three instances on a three-node cluster (R3)
+// take holds with short ttls, and every hold is read on another instance
+// than the one that created it, so every index holds holds of partitions
+// it does not own. Every hold must end expired on every instance, with at
+// most one hold.expire command stored per expiry: only the owner of a
+// caught-up partition publishes them. (A non-owner's index stops where its
+// last read left it; expiring from there, it would publish the same expiry
+// again and again, stored again each time the dedupe window, here 2 s, has
+// passed.) BOOKLINE_LONG_TESTS=1 runs 200 holds over two minutes instead
+// of 120 over about ten seconds.
+func TestClusterHoldExpiries(t *testing.T) {
+	span, holds := 10*time.Second, 120
+	if os.Getenv("BOOKLINE_LONG_TESTS") != "" {
+		span, holds = 2*time.Minute, 200
+	}
+	c := queuetest.StartCluster(t, 3)
+	var nodes []*queue.Node
+	// The default takeover timeout keeps pins where they are on a loaded
+	// machine; the short dedupe window lets repeated expiries show.
+	for i := 0; i < 3; i++ {
+		n, err := queue.StartNode(queue.NodeConfig{DataDir: t.TempDir(), NATSURL: c.URLs(), InstanceID: fmt.Sprintf("i%d", i),
+			Partitions: 4, Replicas: 3, TakeoverTimeout: 5 * time.Second, HoldExpiryInterval: 200 * time.Millisecond,
+			DuplicateWindow: 2 * time.Second, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { stopNode(t, n) })
+		queuetest.CheckFor(t, 30*time.Second, n.Ready)
+		nodes = append(nodes, n)
+	}
+	var cals []string
+	for i := 0; i < 8; i++ {
+		cals = append(cals, fmt.Sprintf("hx-%d", i))
+		submit(t, nodes[i%3], actor.Command{Type: actor.TypeCalendarUpsert, RequestID: "cal", CalendarID: cals[i],
+			Calendar: &actor.CalendarSpec{Timezone: "UTC"}})
+	}
+	ctx := context.Background()
+	day := time.Now().Add(48 * time.Hour).Truncate(24 * time.Hour)
+	type held struct{ cal, id string }
+	var all []held
+	pace := time.NewTicker(span / time.Duration(holds))
+	defer pace.Stop()
+	for i := 0; i < holds; i++ {
+		<-pace.C // spread the holds, so that expiries keep coming due
+		cal := cals[i%len(cals)]
+		start := day.Add(time.Duration(i) * time.Hour)
+		r := submit(t, nodes[i%3], actor.Command{Type: actor.TypeHoldCreate, RequestID: fmt.Sprintf("h-%d", i), CalendarID: cal,
+			Booking: &actor.BookingSpec{Start: start, End: start.Add(30 * time.Minute), Customer: "c", TTLSeconds: 1 + i%3}})
+		if r.Outcome != actor.OutcomeAccepted {
+			t.Fatalf("hold %d: %+v", i, r)
+		}
+		all = append(all, held{cal, r.Booking.ID})
+		// Read on another instance: its index now has the hold.
+		if err := nodes[(i+1)%3].SyncCalendar(ctx, cal); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, n := range nodes {
+		queuetest.CheckFor(t, 30*time.Second, func() error {
+			for _, cal := range cals {
+				if err := n.SyncCalendar(ctx, cal); err != nil {
+					return err
+				}
+			}
+			return n.Store.View(func(tx *data.Tx) error {
+				for _, h := range all {
+					bk, err := tx.Booking(h.cal, h.id)
+					if err != nil {
+						return err
+					}
+					if bk.Status != data.StatusExpired {
+						return fmt.Errorf("%s: hold %s/%s is %s", n.InstanceID(), h.cal, h.id, bk.Status)
+					}
+				}
+				return nil
+			})
+		})
+	}
+
+	// Every stored command, once: expiries counted per calendar and the
+	// expiry they name.
+	s, err := nodes[0].JS.Stream(ctx, queue.StreamName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cons, err := nodes[0].JS.OrderedConsumer(ctx, queue.StreamName, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	expiries := map[string]int{}
+	total := 0
+	for read := uint64(0); read < info.State.Msgs; {
+		batch, err := cons.Fetch(int(min(info.State.Msgs-read, 1000)), jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for m := range batch.Messages() {
+			read++
+			var cmd actor.Command
+			if err := json.Unmarshal(m.Data(), &cmd); err != nil {
+				t.Fatal(err)
+			}
+			if cmd.Type == actor.TypeHoldExpire {
+				expiries[cmd.CalendarID+" "+cmd.RequestID]++
+				total++
+			}
+		}
+		if err := batch.Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for k, n := range expiries {
+		if n > 1 {
+			t.Errorf("%d expire commands stored for %s", n, k)
+		}
+	}
+	t.Logf("%d holds, %d expire commands for %d expiries", holds, total, len(expiries))
+	if total == 0 || total > holds {
+		t.Fatalf("%d expire commands for %d holds", total, holds)
 	}
 }

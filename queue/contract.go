@@ -39,8 +39,13 @@ const (
 	// not submitted over HTTP. Informational only.
 	HeaderTraceID = "Bookline-Trace-Id"
 	// HeaderCommandSeq, on outcome events, is the stream sequence of the
-	// command the event reports.
+	// command the event reports, within the stream HeaderCommandStream
+	// names.
 	HeaderCommandSeq = "Bookline-Command-Seq"
+	// HeaderCommandStream, on outcome events, names the incarnation of the
+	// command stream that sequence belongs to (streamIdentity): a stream
+	// deleted and created again numbers its commands from 1 again.
+	HeaderCommandStream = "Bookline-Command-Stream"
 	// HeaderContentType is always application/json.
 	HeaderContentType = "Content-Type"
 
@@ -116,6 +121,12 @@ func StreamConfig(partitions, replicas int) jetstream.StreamConfig {
 		Duplicates: DuplicateWindow,
 		MaxMsgSize: MaxMessageBytes,
 		Replicas:   replicas,
+		// The index and every rebuild of it derive from the whole log:
+		// a command removed from it is a booking or request record
+		// missing from the next index built. The server never lets
+		// these flags be cleared again.
+		DenyDelete: true,
+		DenyPurge:  true,
 	}
 }
 
@@ -159,3 +170,46 @@ func defaultPartitions(ctx context.Context, js jetstream.JetStream, cluster bool
 	}
 	return 0, fmt.Errorf("%w: stream %s has no partition transform bookline understands", ErrPartitionMismatch, StreamName)
 }
+
+// ErrHistoryMissing is returned when the command stream no longer holds
+// messages an index needs: building on what is left would give an index
+// without some bookings and request records.
+var ErrHistoryMissing = errors.New("queue: the command stream's history does not reach back far enough")
+
+// HistoryGapError names the stream sequences an index needs and the
+// command stream no longer has (a purge, deleted messages or a retention
+// limit removed its start). It matches ErrHistoryMissing.
+type HistoryGapError struct {
+	// Partition is the partition that needs them, or -1 for a replay of
+	// the whole stream.
+	Partition int
+	// From and To are the missing sequences, inclusive.
+	From, To uint64
+}
+
+func (e *HistoryGapError) Error() string {
+	who := "an index replayed from it"
+	if e.Partition >= 0 {
+		who = fmt.Sprintf("partition %d", e.Partition)
+	}
+	return fmt.Sprintf("%v: %s needs stream seqs %d..%d, which %s no longer has (it starts at seq %d; removed by a purge, deletes or a retention limit); "+
+		"refusing to build an index without them", ErrHistoryMissing, who, e.From, e.To, StreamName, e.To+1)
+}
+
+func (e *HistoryGapError) Unwrap() error { return ErrHistoryMissing }
+
+// historyGap reports the sequences a partition that applied up to applied
+// (0: nothing, it builds from the start) needs and a stream starting at
+// first lacks. The applied sequence is the last message of the partition,
+// not how far the stream was read, so a removed range is a gap even when
+// none of its messages were the partition's: the index cannot tell.
+func historyGap(partition int, applied, first uint64) error {
+	if first <= applied+1 {
+		return nil
+	}
+	return &HistoryGapError{Partition: partition, From: applied + 1, To: first - 1}
+}
+
+// firstSeq is the first sequence the stream still holds (for an empty,
+// never used stream 1).
+func firstSeq(info *jetstream.StreamInfo) uint64 { return max(info.State.FirstSeq, 1) }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -23,7 +24,7 @@ const (
 	// EventSubjectInvalid carries outcomes of messages whose subject token
 	// is not a valid calendar id.
 	EventSubjectInvalid = "bookline.evt-invalid"
-	// EventDuplicateWindow dedupes re-sent events (Nats-Msg-Id "evt-<seq>")
+	// EventDuplicateWindow dedupes re-sent events (Nats-Msg-Id EventMsgID)
 	// after a crash between publishing and deleting them from the outbox:
 	// the outbox is re-sent as soon as the node is back, so minutes
 	// suffice. JetStream keeps every id of the window in memory (about
@@ -75,6 +76,9 @@ type eventPublisher struct {
 	// newestAck is the event stream's highest sequence acknowledged to
 	// this publisher: a sync must cover it before deletions.
 	newestAck uint64
+	// asideDone is set once no events of earlier stream incarnations are
+	// left (see drainAside).
+	asideDone bool
 }
 
 // Deleting published events from the outbox needs a sync of the event
@@ -175,8 +179,17 @@ func (e *eventPublisher) flushDeletes(force bool) error {
 // drainOnce publishes up to one batch of queued events and deletes the ones
 // JetStream acknowledged.
 func (e *eventPublisher) drainOnce(ctx context.Context) (int, error) {
-	var evs []data.Event
+	if !e.asideDone {
+		if err := e.drainAside(ctx); err != nil {
+			return 0, err
+		}
+	}
+	var (
+		evs      []data.Event
+		identity string
+	)
 	if err := e.store.View(func(tx *data.Tx) (err error) {
+		identity = tx.StreamIdentity()
 		evs, err = tx.PendingEventsExcept(eventBatch, e.published)
 		return err
 	}); err != nil || len(evs) == 0 {
@@ -185,20 +198,12 @@ func (e *eventPublisher) drainOnce(ctx context.Context) (int, error) {
 	futures := make([]jetstream.PubAckFuture, 0, len(evs))
 	var corrupt, published []uint64
 	for _, ev := range evs {
-		payload, err := actor.BinaryToJSON(ev.Payload)
+		m, err := e.eventMsg(ev, identity)
 		if err != nil {
-			// Cannot happen short of disk corruption; do not let one
-			// entry stall every event behind it.
-			e.log.Error("dropping undecodable outcome event", "seq", ev.Seq, "err", err)
 			corrupt = append(corrupt, ev.Seq)
 			continue
 		}
-		m := nats.NewMsg(EventSubject(ev.Calendar))
-		m.Data = payload
-		m.Header.Set(HeaderSchema, strconv.Itoa(actor.SchemaVersion))
-		m.Header.Set(HeaderContentType, "application/json")
-		m.Header.Set(HeaderCommandSeq, strconv.FormatUint(ev.Seq, 10))
-		f, err := e.js.PublishMsgAsync(m, jetstream.WithMsgID("evt-"+strconv.FormatUint(ev.Seq, 10)), jetstream.WithExpectStream(EventStreamName))
+		f, err := e.js.PublishMsgAsync(m, jetstream.WithExpectStream(EventStreamName))
 		if err != nil {
 			break
 		}
@@ -235,6 +240,85 @@ acks:
 		return len(done), fmt.Errorf("event stream: %w", firstErr)
 	}
 	return len(done), nil
+}
+
+// eventMsg is the message of outcome event ev, decided from the command
+// stream incarnation identity (ev.Stream when set). An error means the
+// entry cannot be decoded, which short of disk corruption cannot happen:
+// it is logged and dropped rather than stall every event behind it.
+func (e *eventPublisher) eventMsg(ev data.Event, identity string) (*nats.Msg, error) {
+	if ev.Stream != "" {
+		identity = ev.Stream
+	}
+	payload, err := actor.BinaryToJSON(ev.Payload)
+	if err != nil {
+		e.log.Error("dropping undecodable outcome event", "seq", ev.Seq, "stream", identity, "err", err)
+		return nil, err
+	}
+	m := nats.NewMsg(EventSubject(ev.Calendar))
+	m.Data = payload
+	m.Header.Set(HeaderSchema, strconv.Itoa(actor.SchemaVersion))
+	m.Header.Set(HeaderContentType, "application/json")
+	m.Header.Set(HeaderCommandSeq, strconv.FormatUint(ev.Seq, 10))
+	m.Header.Set(HeaderCommandStream, identity)
+	m.Header.Set(jetstream.MsgIDHeader, EventMsgID(identity, ev.Seq))
+	return m, nil
+}
+
+// EventMsgID is the Nats-Msg-Id of the outcome event of the command at
+// stream sequence seq of the command stream incarnation identity
+// (BOOKLINE_CMD@<creation time>): evt-<creation time in Unix
+// nanoseconds>-<seq>. Sequences start at 1 again in a stream that was
+// deleted and created again; the creation time tells the two apart, for
+// JetStream's dedupe window and for consumers that dedupe by id.
+func EventMsgID(identity string, seq uint64) string {
+	s := strconv.FormatUint(seq, 10)
+	_, created, ok := strings.Cut(identity, "@")
+	t, err := time.Parse(time.RFC3339Nano, created)
+	if !ok || err != nil {
+		return "evt-" + s // no identity known: cannot happen once the index was reconciled
+	}
+	return "evt-" + strconv.FormatInt(t.UnixNano(), 10) + "-" + s
+}
+
+// drainAside publishes the events of earlier command stream incarnations
+// that were set aside when the index moved to a new stream (see
+// reconcileIndex), each under its own incarnation's identity, and deletes
+// them once the event stream has them. They are rare (what was unpublished
+// at that one restart), so they go one batch at a time, before the rest.
+func (e *eventPublisher) drainAside(ctx context.Context) error {
+	for {
+		var evs []data.Event
+		if err := e.store.View(func(tx *data.Tx) (err error) {
+			evs, err = tx.AsideEvents(eventBatch)
+			return err
+		}); err != nil {
+			return err
+		}
+		if len(evs) == 0 {
+			e.asideDone = true
+			return nil
+		}
+		wait, cancel := context.WithTimeout(ctx, 10*time.Second)
+		for _, ev := range evs {
+			m, err := e.eventMsg(ev, ev.Stream)
+			if err != nil {
+				continue
+			}
+			if _, err := e.js.PublishMsg(wait, m, jetstream.WithExpectStream(EventStreamName)); err != nil {
+				cancel()
+				return fmt.Errorf("event stream: %w", err)
+			}
+		}
+		cancel()
+		var durable func() error
+		if e.logSync != nil {
+			durable = e.logSync.Request()
+		}
+		if err := e.store.CommitDurable(durable, func(tx *data.Tx) error { return tx.DeleteAsideEvents(evs) }); err != nil {
+			return err
+		}
+	}
 }
 
 func ensureEventStream(ctx context.Context, js jetstream.JetStream, replicas int) (jetstream.Stream, error) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"path/filepath"
 	"strconv"
@@ -112,4 +113,27 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.Str
 		return nil, fmt.Errorf("%w: stream %s transforms to %q, want %q", ErrPartitionMismatch, StreamName, dest, cfg.SubjectTransform.Destination)
 	}
 	return s, nil
+}
+
+// denyRemovals gives a command stream that an earlier bookline created
+// without them DenyDelete and DenyPurge. The server allows setting these
+// flags on an existing stream (and never clearing them). If it refuses, for
+// instance because this NATS user may not update streams, bookline runs on
+// with a warning: removals stay possible, but reconcileIndex, Replay and
+// the partition writers still refuse to build on a history with its start
+// removed.
+func denyRemovals(ctx context.Context, js jetstream.JetStream, s jetstream.Stream, log *slog.Logger) jetstream.Stream {
+	c := s.CachedInfo().Config
+	if c.DenyDelete && c.DenyPurge {
+		return s
+	}
+	c.DenyDelete, c.DenyPurge = true, true
+	updated, err := js.UpdateStream(ctx, c)
+	if err != nil {
+		log.Warn("could not make the command stream deny message deletes and purges; an admin can remove commands from it",
+			"stream", StreamName, "err", err)
+		return s
+	}
+	log.Info("the command stream now denies message deletes and purges", "stream", StreamName)
+	return updated
 }

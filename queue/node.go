@@ -187,6 +187,7 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 	if err != nil {
 		return nil, err
 	}
+	stream = denyRemovals(ctx, n.JS, stream, cfg.Logger)
 	if n.cluster != nil {
 		n.cluster.stream = stream
 	}
@@ -224,7 +225,8 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 	if every <= 0 {
 		every = time.Second
 	}
-	n.holds = &holdExpirer{js: n.JS, store: n.Store, log: cfg.Logger.With("component", "holds"), every: every}
+	n.holds = &holdExpirer{js: n.JS, stream: stream, store: n.Store, log: cfg.Logger.With("component", "holds"), every: every,
+		now: time.Now, early: map[string]earlyExpire{}}
 	if cfg.Observer != nil {
 		n.events.failed = cfg.Observer.EventPublishFailed
 	}
@@ -244,6 +246,7 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 		}
 		n.Parts = append(n.Parts, p)
 	}
+	n.holds.parts = n.Parts
 	n.StartWriters()
 	return n, nil
 }
@@ -398,8 +401,9 @@ func (n *Node) Ready() error {
 		if e := p.Stalled(); e != nil {
 			return fmt.Errorf("%w: partition %d stopped: %v", ErrNotReady, p.ID, e)
 		}
-	}
-	for _, p := range n.Parts {
+		if err := p.Halted(); err != nil {
+			return fmt.Errorf("%w: partition %d: %w", ErrNotReady, p.ID, err)
+		}
 		if !p.CaughtUp() {
 			return fmt.Errorf("%w: partition %d catching up (applied seq %d)", ErrNotReady, p.ID, p.AppliedSeq())
 		}

@@ -1,16 +1,20 @@
 package queue
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/bookline/bookline/actor"
 	"github.com/bookline/bookline/data"
 )
 
@@ -39,6 +43,10 @@ func streamIdentity(info *jetstream.StreamInfo) string {
 // of the stream (the stream lost its unsynced tail in a power loss, or was
 // recreated) is not served from the index: its calendars are dropped and it
 // rebuilds from the stream. It returns the partitions it reset.
+//
+// It refuses (ErrHistoryMissing, the index left as it was) when the stream
+// no longer holds messages a partition needs: those after its applied
+// sequence, or all of them for a partition that builds from the start.
 func reconcileIndex(ctx context.Context, s jetstream.Stream, store *data.Store, partitions int, log *slog.Logger) ([]int, error) {
 	info, err := s.Info(ctx)
 	if err != nil {
@@ -48,19 +56,37 @@ func reconcileIndex(ctx context.Context, s jetstream.Stream, store *data.Store, 
 	var (
 		known   string
 		applied map[int]uint64
+		hashes  = map[int][]byte{}
 	)
 	if err := store.View(func(tx *data.Tx) error {
 		known, applied = tx.StreamIdentity(), tx.Applied()
+		for p := range applied {
+			_, hashes[p] = tx.AppliedMsg(p)
+		}
 		return nil
 	}); err != nil {
 		return nil, err
 	}
 	reasons := map[int]string{}
+	recreated := known != "" && known != identity
+	if recreated {
+		// Another stream, maybe with another partition count: every
+		// calendar may now belong to another partition, so every
+		// partition starts over, not only those with an applied entry.
+		why := fmt.Sprintf("index was built from stream %s, the stream now is %s", known, identity)
+		for p := range applied {
+			reasons[p] = why
+		}
+		for p := 0; p < partitions; p++ {
+			reasons[p] = why
+		}
+	}
 	for p, a := range applied {
+		if reasons[p] != "" {
+			continue
+		}
 		switch {
 		case a == 0:
-		case known != "" && known != identity:
-			reasons[p] = fmt.Sprintf("index was built from stream %s, the stream now is %s", known, identity)
 		case p >= partitions:
 			reasons[p] = fmt.Sprintf("partition %d does not exist with %d partitions", p, partitions)
 		case a > info.State.LastSeq:
@@ -73,25 +99,77 @@ func reconcileIndex(ctx context.Context, s jetstream.Stream, store *data.Store, 
 			} else if err != nil {
 				return nil, fmt.Errorf("queue: read stream seq %d: %w", a, err)
 			}
-			if mp, _, ok := parseStoredSubject(m.Subject); !ok || mp != p {
+			mp, cal, ok := parseStoredSubject(m.Subject)
+			if !ok || mp != p {
 				reasons[p] = fmt.Sprintf("stream seq %d is %s, not a message of partition %d: the stream's history differs from the index's", a, m.Subject, p)
+				break
+			}
+			// The right partition, but is it the message that was applied?
+			// After a lost tail, new messages refill the same sequences.
+			if h := hashes[p]; h != nil && !bytes.Equal(h, actor.MessageHash(actor.Input{Seq: a, At: m.Time, SubjectCalendar: cal, Data: m.Data})) {
+				reasons[p] = fmt.Sprintf("stream seq %d (%s, stored %s) is another message than the one the index applied there: the stream lost its tail and new messages refilled it",
+					a, m.Subject, m.Time.UTC().Format(time.RFC3339Nano))
 			}
 		}
 	}
-	var reset []int
+	// Whatever is rebuilt or continued must find its history in the
+	// stream; otherwise the index would silently lack commands.
+	var gaps []error
+	for p := 0; p < partitions; p++ {
+		from := applied[p]
+		if reasons[p] != "" {
+			from = 0 // rebuilt from the start
+		}
+		if err := historyGap(p, from, firstSeq(info)); err != nil {
+			gaps = append(gaps, err)
+		}
+	}
+	if len(gaps) > 0 {
+		for _, p := range slices.Sorted(maps.Keys(reasons)) {
+			gaps = append(gaps, fmt.Errorf("(partition %d would have been rebuilt from the start: %s)", p, reasons[p]))
+		}
+		return nil, errors.Join(gaps...)
+	}
+	if info.State.NumDeleted > 0 {
+		log.Warn("the command stream has deleted messages inside its history: an index rebuilt from it lacks them",
+			"deleted", info.State.NumDeleted, "first_seq", info.State.FirstSeq, "last_seq", info.State.LastSeq)
+	}
+	var (
+		reset []int
+		aside int
+	)
 	err = store.Commit(func(tx *data.Tx) error {
 		reset = reset[:0]
-		for p, why := range reasons {
-			if err := tx.ResetPartition(p, func(cal string) bool { return PartitionOf(cal, partitions) == p }); err != nil {
+		if recreated {
+			// Unpublished outcome events of the old stream keep its
+			// identity; the new stream's sequences start at 1 again.
+			var err error
+			if aside, err = tx.SetAsideEvents(known); err != nil {
+				return err
+			}
+		}
+		all := recreated // the first reset drops every calendar at once
+		for p := range reasons {
+			belongs := func(cal string) bool { return PartitionOf(cal, partitions) == p }
+			if recreated {
+				drop := all
+				belongs = func(string) bool { return drop }
+				all = false
+			}
+			if err := tx.ResetPartition(p, belongs); err != nil {
 				return err
 			}
 			reset = append(reset, p)
-			_ = why
 		}
 		return tx.SetStreamIdentity(identity)
 	})
 	if err != nil {
 		return nil, err
+	}
+	slices.Sort(reset)
+	if aside > 0 {
+		log.Warn("outcome events of the previous command stream were not published yet; publishing them under its identity",
+			"events", aside, "previous_stream", known)
 	}
 	for _, p := range reset {
 		log.Error("INDEX AHEAD OF STREAM: not serving this partition from the index; rebuilding it from the stream",

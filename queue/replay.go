@@ -50,7 +50,8 @@ const (
 
 // Replay rebuilds an index from the command stream with the same decode and
 // decisions the writers use (actor.ApplyReplay), but sends no replies, queues
-// no events and has no side effects.
+// no events and has no side effects. It refuses (ErrHistoryMissing) a
+// stream whose first messages were removed.
 //
 // Only the last transaction is fsynced; the ones before it are written
 // without (data.Store.CommitUnsynced). The store must therefore be a new
@@ -84,6 +85,13 @@ func Replay(ctx context.Context, js jetstream.JetStream, store *data.Store, opt 
 		last = opt.ToSeq
 	}
 	identity := streamIdentity(info)
+	// An index from a stream whose start is gone would lack those
+	// commands' bookings and request records: refuse rather than build
+	// it. (Ordered consumers start at the first message there is, without
+	// a word.)
+	if err := historyGap(-1, 0, firstSeq(info)); err != nil {
+		return st, err
+	}
 	if last == 0 || last < info.State.FirstSeq {
 		return st, store.Commit(func(tx *data.Tx) error { return tx.SetStreamIdentity(identity) })
 	}

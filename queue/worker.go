@@ -64,11 +64,38 @@ type Partition struct {
 	pinMu sync.Mutex // guards pinID and cons, read by OwnedPartitions
 	pinID string
 	cons  jetstream.Consumer
+
+	// halted is set when the stream no longer holds messages this
+	// partition needs (ErrHistoryMissing); the writer has stopped and
+	// stays stopped, while the other partitions go on.
+	halted     atomic.Pointer[error]
+	haltedOnce sync.Once
+	stopped    chan struct{} // closed when halted is set
 }
 
 // NewPartition prepares the writer of partition id.
 func NewPartition(id int, nc *nats.Conn, js jetstream.JetStream, store *data.Store, log *slog.Logger) *Partition {
-	return &Partition{ID: id, nc: nc, js: js, store: store, log: log.With("partition", id)}
+	return &Partition{ID: id, nc: nc, js: js, store: store, log: log.With("partition", id), stopped: make(chan struct{})}
+}
+
+// Halted is the reason this partition's writer stopped for good (the
+// stream lacks history it needs), or nil.
+func (p *Partition) Halted() error {
+	if err := p.halted.Load(); err != nil {
+		return *err
+	}
+	return nil
+}
+
+// halt stops serving the partition for good: it is not caught up (no
+// refusals from its index, no hold expiries) and Ready says why.
+func (p *Partition) halt(err error) {
+	p.haltedOnce.Do(func() {
+		p.halted.Store(&err)
+		p.caughtUp.Store(false)
+		close(p.stopped)
+		p.log.Error("HISTORY MISSING: this instance stops serving the partition; the others go on", "err", err)
+	})
 }
 
 // CaughtUp reports whether the partition has applied everything that was in
@@ -97,6 +124,15 @@ func (p *Partition) consumer(ctx context.Context) (jetstream.Consumer, uint64, e
 		cons, err := p.clusterConsumer(ctx, applied)
 		return cons, 0, err
 	}
+	// The consumer is created to start at applied+1, and the server
+	// starts a consumer at the first message it has without a word.
+	s, err := p.js.Stream(ctx, StreamName)
+	if err != nil {
+		return nil, 0, fmt.Errorf("queue: command stream: %w", err)
+	}
+	if err := historyGap(p.ID, applied, firstSeq(s.CachedInfo())); err != nil {
+		return nil, 0, err
+	}
 	name := ConsumerPrefix + strconv.Itoa(p.ID)
 	if err := p.js.DeleteConsumer(ctx, StreamName, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return nil, 0, fmt.Errorf("queue: reset consumer %s: %w", name, err)
@@ -124,8 +160,15 @@ func (p *Partition) consumer(ctx context.Context) (jetstream.Consumer, uint64, e
 // finished (committed, answered, acked) before it returns. On a store or
 // NATS failure it starts over from the index's applied sequence. On a
 // command of a newer schema it stops deciding until ctx ends (see stall).
+//
+// When the stream lacks messages the partition needs (ErrHistoryMissing) it
+// stops for good: restarting cannot bring them back, and building on
+// without them would give an index without some commands.
 func (p *Partition) Run(ctx context.Context) error {
 	p.stalled.Store(nil) // a new attempt (StartWriters again)
+	if err := p.Halted(); err != nil {
+		return err
+	}
 	for ctx.Err() == nil {
 		err := p.run(ctx)
 		if errors.Is(err, data.ErrClosed) || ctx.Err() != nil {
@@ -134,6 +177,13 @@ func (p *Partition) Run(ctx context.Context) error {
 		if e, ok := errors.AsType[*actor.NewerSchemaError](err); ok {
 			p.stall(ctx, e)
 			return nil
+		}
+		if errors.Is(err, ErrHistoryMissing) {
+			p.halt(err)
+			if p.cluster != nil {
+				p.release() // another instance may have the history
+			}
+			return err
 		}
 		p.log.Error("partition writer restarting", "err", err)
 		select {
@@ -287,7 +337,7 @@ func (p *Partition) run(ctx context.Context) error {
 			}
 			err := p.catchUp(ctx, r.to, "read")
 			r.done <- err
-			if _, newer := errors.AsType[*actor.NewerSchemaError](err); newer || errors.Is(err, data.ErrClosed) {
+			if _, newer := errors.AsType[*actor.NewerSchemaError](err); newer || errors.Is(err, data.ErrClosed) || errors.Is(err, ErrHistoryMissing) {
 				return err
 			}
 			continue
