@@ -961,6 +961,32 @@ func (t *Tx) ForEachConfirmed(calID string, fn func(id string, iv Interval) erro
 	})
 }
 
+// ForEachSlot calls fn for every entry of calID's slot index (confirmed
+// bookings and holds, expired or not) in start order.
+func (t *Tx) ForEachSlot(calID string, fn func(Slot) error) error {
+	slots := t.calSub(calID, iSlots)
+	if slots == nil {
+		return nil
+	}
+	return slots.ForEach(func(k, v []byte) error {
+		if len(k) < 8 || v == nil {
+			return nil
+		}
+		return fn(decodeSlot(k, v))
+	})
+}
+
+// CheckFile runs bbolt's own consistency check of the whole file (page
+// references, freelist, key order) as this transaction sees it; nil when
+// it finds nothing. It reads every page: for tests and tools.
+func (t *Tx) CheckFile() error {
+	var errs []error
+	for err := range t.tx.Check() {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
 // ForEachBooking calls fn for every booking record of calID, confirmed or
 // cancelled, in booking id order.
 func (t *Tx) ForEachBooking(calID string, fn func(Booking) error) error {
