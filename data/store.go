@@ -817,33 +817,6 @@ func (t *Tx) DueHolds(now time.Time, max int) []DueHold {
 	return out
 }
 
-// FirstOverlap returns the confirmed booking interval of calID that overlaps
-// iv, if any. It relies on the index invariant that confirmed bookings of a
-// calendar never overlap each other: ordered by start, they are also ordered
-// by end, so the only candidate is the booking with the greatest start before
-// iv.End. One Seek and one Prev: O(log n).
-func (t *Tx) FirstOverlap(calID string, iv Interval) (id string, found Interval, ok bool) {
-	slots := t.calSub(calID, iSlots)
-	if slots == nil {
-		return "", Interval{}, false
-	}
-	c := slots.Cursor()
-	k, v := c.Seek(EncodeTime(iv.End))
-	if k == nil {
-		k, v = c.Last()
-	} else {
-		k, v = c.Prev()
-	}
-	if k == nil {
-		return "", Interval{}, false
-	}
-	cand := Interval{Start: DecodeTime(k[:8]), End: DecodeTime(v)}
-	if !cand.Overlaps(iv) {
-		return "", Interval{}, false
-	}
-	return string(k[8:]), cand, true
-}
-
 // Request returns the recorded outcome of request id reqID on calID.
 func (t *Tx) Request(calID, reqID string) (RequestRecord, bool, error) {
 	var rec RequestRecord
