@@ -235,15 +235,11 @@ func apply(tx *data.Tx, partition int, batch []Decoded, events bool) ([]Output, 
 // decide applies one new command and returns its reply.
 func decide(tx *data.Tx, d *Decoded) (*Reply, error) {
 	if d.Reject != nil {
-		// Invalid commands are answered and, when they carry a usable
-		// request id and calendar, recorded like any other outcome.
-		if ValidRequestID(d.Reject.RequestID) && ValidCalendarID(d.Reject.CalendarID) {
-			if _, ok, err := tx.Request(d.Reject.CalendarID, d.Reject.RequestID); err != nil || ok {
-				return d.Reject, err // never overwrite an earlier decided outcome
-			}
-			err := tx.PutRequest(d.Reject.CalendarID, d.Reject.RequestID, data.RequestRecord{Seq: d.Seq, Reply: AppendReply(nil, d.Reject)})
-			return d.Reject, err
-		}
+		// An invalid command is answered (and reported as an event), but
+		// not recorded: it must not consume its request id, or the
+		// corrected command, sent again under the same key, would be
+		// refused as a reused key. Its answer depends on the message
+		// alone, so a redelivery computes the same one again.
 		return d.Reject, nil
 	}
 	cmd := &d.Cmd

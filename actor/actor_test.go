@@ -640,28 +640,37 @@ func TestIdempotencyKeyReused(t *testing.T) {
 	}
 }
 
-func TestInvalidCommandRecorded(t *testing.T) {
+// TestInvalidCommandConsumesNoKey: an invalid command is answered, not
+// recorded, so the corrected command under the same request id (the
+// client's retry after fixing its request) is decided normally.
+func TestInvalidCommandConsumesNoKey(t *testing.T) {
 	h := newHarness(t)
 	h.send("cal1", upsertCmd("cal1", "u1", "n"))
 	bad := bookCmd("cal1", "r1", at(60), at(60), "Ada") // end == start
 	out, r := h.send("cal1", bad)
 	wantCode(t, r, actor.CodeInvalidRequest)
 	h.view(func(tx *data.Tx) {
-		rec, ok, err := tx.Request("cal1", "r1")
-		if !ok || err != nil || !bytes.Equal(recordJSON(t, rec), out.Reply) {
-			t.Errorf("record of an invalid request: %+v, %v, %v", rec, ok, err)
+		if rec, ok, err := tx.Request("cal1", "r1"); ok || err != nil {
+			t.Errorf("an invalid request was recorded: %s, %v", recordString(t, rec), err)
 		}
 	})
-	// A fixed body under the same key is a reused key.
-	_, r = h.send("cal1", bookCmd("cal1", "r1", at(60), at(120), "Ada"))
-	wantCode(t, r, actor.CodeIdempotencyKeyReused)
+	// The same invalid command again: the same rejection, computed again.
+	again, _ := h.send("cal1", bad)
+	if r2 := decodeReply(t, again.Reply); r2.Code != r.Code || r2.Message != r.Message || r2.Seq != h.seq {
+		t.Errorf("second invalid command: %s, first %s", again.Reply, out.Reply)
+	}
+	// The corrected body under the same key is a new request.
+	fixed, r := h.send("cal1", bookCmd("cal1", "r1", at(60), at(120), "Ada"))
+	wantCode(t, r, "")
+	if retry, _ := h.send("cal1", bookCmd("cal1", "r1", at(60), at(120), "Ada")); !bytes.Equal(retry.Reply, fixed.Reply) {
+		t.Errorf("retry of the corrected request\n%s\nwant\n%s", retry.Reply, fixed.Reply)
+	}
 	// An invalid command never overwrites an earlier decided outcome.
-	okOut, _ := h.send("cal1", bookCmd("cal1", "r2", at(60), at(120), "Ada"))
-	_, r = h.send("cal1", bookCmd("cal1", "r2", at(60), at(30), "Ada"))
+	_, r = h.send("cal1", bookCmd("cal1", "r1", at(60), at(30), "Ada"))
 	wantCode(t, r, actor.CodeInvalidRequest)
 	h.view(func(tx *data.Tx) {
-		rec, _, _ := tx.Request("cal1", "r2")
-		if !bytes.Equal(recordJSON(t, rec), okOut.Reply) {
+		rec, _, _ := tx.Request("cal1", "r1")
+		if !bytes.Equal(recordJSON(t, rec), fixed.Reply) {
 			t.Errorf("record overwritten by an invalid command: %s", recordJSON(t, rec))
 		}
 	})
@@ -687,7 +696,7 @@ func TestRedelivery(t *testing.T) {
 		h.input("cal1", bookCmd("cal1", "r2", at(90), at(150), "Bob")), // slot taken
 		h.input("cal1", cancelCmd("cal1", "c1", actor.BookingID("cal1", "r1"))),
 		h.input("cal1", `garbage`),                                                          // invalid, no request id
-		h.input("cal1", bookCmd("cal1", "r3", at(0), at(0), "Eve")),                         // invalid, recorded
+		h.input("cal1", bookCmd("cal1", "r3", at(0), at(0), "Eve")),                         // invalid, not recorded
 		h.input("cal1", bookCmd("cal1", "r1", at(60), at(121), "Ada")),                      // key reused
 		h.input("cal1", bookCmd("cal1", "r4", at(90), at(150), "Bob")),                      // now free
 		h.input("cal2", bookCmd("cal2", "r5", at(90), at(150), "Bob")),                      // no calendar

@@ -818,6 +818,12 @@ func (t *Tx) DueHolds(now time.Time, max int) []DueHold {
 }
 
 // Request returns the recorded outcome of request id reqID on calID.
+//
+// A record without a fingerprint is reported as absent: only invalid
+// commands were recorded without one, by versions that let an invalid
+// command consume its request id. Ignoring them (here and in the digest)
+// makes an index built by such a version decide, and digest, like a
+// replay of the same log by this one.
 func (t *Tx) Request(calID, reqID string) (RequestRecord, bool, error) {
 	var rec RequestRecord
 	b := t.calSub(calID, iRequests)
@@ -825,17 +831,25 @@ func (t *Tx) Request(calID, reqID string) (RequestRecord, bool, error) {
 		return rec, false, nil
 	}
 	v := b.Get([]byte(reqID))
-	if v == nil {
+	if v == nil || legacyInvalidRecord(v) {
 		return rec, false, nil
 	}
 	rec, err := decodeRecord(v)
 	return rec, err == nil, err
 }
 
+// legacyInvalidRecord reports whether an encoded request record is the
+// rejection of an invalid command (no fingerprint), see Request.
+func legacyInvalidRecord(v []byte) bool { return len(v) >= 10 && v[0] == recordVersion && v[9] == 0 }
+
 // PutRequest records the outcome of a request. Records are kept forever:
 // they are what makes an idempotency key outlive NATS's dedupe window.
-// A request on a calendar that does not exist is recorded too.
+// A request on a calendar that does not exist is recorded too. Only valid
+// commands are recorded, so rec must have a fingerprint.
 func (t *Tx) PutRequest(calID, reqID string, rec RequestRecord) error {
+	if rec.Fingerprint == "" {
+		return fmt.Errorf("data: request record of %s/%s without a fingerprint", calID, reqID)
+	}
 	if _, err := t.calBucket(calID, true); err != nil {
 		return err
 	}

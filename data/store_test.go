@@ -596,8 +596,15 @@ func TestRequestRecords(t *testing.T) {
 			return err
 		}
 		// Records on calendars that do not exist are kept too.
-		return tx.PutRequest("ghost", "r1", data.RequestRecord{Seq: 8, Reply: json.RawMessage(`{"code":"calendar_not_found"}`)})
+		return tx.PutRequest("ghost", "r1", data.RequestRecord{Fingerprint: "fp2", Seq: 8, Reply: json.RawMessage(`{"code":"calendar_not_found"}`)})
 	})
+	// Only valid commands, which have a fingerprint, are recorded.
+	err := s.Commit(func(tx *data.Tx) error {
+		return tx.PutRequest("cal", "r3", data.RequestRecord{Seq: 9, Reply: json.RawMessage(`{}`)})
+	})
+	if err == nil {
+		t.Error("a record without a fingerprint was stored")
+	}
 	mustView(t, s, func(tx *data.Tx) error {
 		got, ok, err := tx.Request("cal", "r1")
 		if !ok || err != nil || jsonOf(t, got) != jsonOf(t, rec) {
@@ -969,6 +976,63 @@ func TestReopenKeepsData(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestLegacyInvalidRecordsIgnored: earlier versions recorded the rejection
+// of an invalid command (without a fingerprint) under its request id.
+// Such a record is absent for every reader and for the digest, so that the
+// index decides and digests like a replay that never recorded it.
+func TestLegacyInvalidRecordsIgnored(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "index.db")
+	s, err := data.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	putCalendar(t, s, "cal")
+	mustCommit(t, s, func(tx *data.Tx) error {
+		return tx.PutRequest("cal", "ok", data.RequestRecord{Fingerprint: "f", Seq: 2, Reply: json.RawMessage(`{}`)})
+	})
+	before := digest(t, s)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		// version 1, seq 3, no fingerprint, a reply
+		old := append([]byte{1, 0, 0, 0, 0, 0, 0, 0, 3, 0}, `{"code":"invalid_request"}`...)
+		return tx.Bucket([]byte("cal")).Bucket([]byte("cal")).Bucket([]byte("r")).Put([]byte("old"), old)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if s, err = data.Open(path); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	mustView(t, s, func(tx *data.Tx) error {
+		if rec, ok, err := tx.Request("cal", "old"); ok || err != nil {
+			t.Errorf("legacy record of an invalid command read as %+v, %v", rec, err)
+		}
+		return nil
+	})
+	if after := digest(t, s); after.Total != before.Total {
+		t.Errorf("a legacy record of an invalid command changed the digest: %+v vs %+v", after, before)
+	}
+}
+
+func digest(t *testing.T, s *data.Store) (d data.Digest) {
+	t.Helper()
+	mustView(t, s, func(tx *data.Tx) (err error) {
+		d, err = tx.Digest()
+		return err
+	})
+	return d
 }
 
 func TestOpenSchemaMismatch(t *testing.T) {
