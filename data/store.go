@@ -407,6 +407,9 @@ func (s *Store) commitGroup(group []*commitReq) {
 type Tx struct {
 	tx   *bolt.Tx
 	cals *calCache
+	// nextExpiry is, per partition, the earliest request record expiry
+	// PruneRequests left in the index in this transaction (see retention.go).
+	nextExpiry map[int]time.Time
 	// byCal remembers, for this transaction only, each calendar's bucket
 	// handles and decoded record, which the writer looks up several times
 	// per command. Dropped whenever a calendar bucket is deleted.
@@ -602,6 +605,13 @@ func (t *Tx) calSub(calID string, i int) *bolt.Bucket {
 		t.txCal(calID).subs[i] = b
 	}
 	return b
+}
+
+// BookingExists reports whether calendar calID has a booking (or hold)
+// record with id, whatever its status, without decoding it.
+func (t *Tx) BookingExists(calID, id string) bool {
+	b := t.calSub(calID, iBookings)
+	return b != nil && b.Get([]byte(id)) != nil
 }
 
 // Booking returns the booking id of calendar calID, or ErrNotFound.
@@ -858,14 +868,26 @@ func (t *Tx) PutRequest(calID, reqID string, rec RequestRecord) error {
 
 // Request records are binary, not JSON: they are written once per command
 // and JSON would re-validate the embedded reply on every encode.
-// Layout: version 1 (1 byte), seq (8), fingerprint length (1), fingerprint,
-// reply (the rest).
-const recordVersion = 1
+// Layout of a record kept forever: version 1 (1 byte), seq (8), fingerprint
+// length (1), fingerprint, reply (the rest). A record that expires is
+// version 2: version (1), seq (8), expiry (8, EncodeTime), fingerprint
+// length (1), fingerprint, reply. Records kept forever keep the first
+// layout, so indexes and digests of logs without retention are unchanged.
+const (
+	recordVersion         = 1
+	recordVersionExpiring = 2
+)
 
 func encodeRecord(rec RequestRecord) []byte {
-	b := make([]byte, 0, 10+len(rec.Fingerprint)+len(rec.Reply))
-	b = append(b, recordVersion)
-	b = binary.BigEndian.AppendUint64(b, rec.Seq)
+	b := make([]byte, 0, 18+len(rec.Fingerprint)+len(rec.Reply))
+	if rec.Expires.IsZero() {
+		b = append(b, recordVersion)
+		b = binary.BigEndian.AppendUint64(b, rec.Seq)
+	} else {
+		b = append(b, recordVersionExpiring)
+		b = binary.BigEndian.AppendUint64(b, rec.Seq)
+		b = append(b, EncodeTime(rec.Expires)...)
+	}
 	b = append(b, byte(len(rec.Fingerprint)))
 	b = append(b, rec.Fingerprint...)
 	return append(b, rec.Reply...)
@@ -873,13 +895,29 @@ func encodeRecord(rec RequestRecord) []byte {
 
 func decodeRecord(v []byte) (RequestRecord, error) {
 	var rec RequestRecord
-	if len(v) < 10 || v[0] != recordVersion || len(v) < 10+int(v[9]) {
-		return rec, fmt.Errorf("data: malformed request record")
+	bad := fmt.Errorf("data: malformed request record")
+	if len(v) < 10 {
+		return rec, bad
 	}
 	rec.Seq = binary.BigEndian.Uint64(v[1:9])
-	n := int(v[9])
-	rec.Fingerprint = string(v[10 : 10+n])
-	rec.Reply = bytes.Clone(v[10+n:])
+	rest := v[9:]
+	switch v[0] {
+	case recordVersion:
+	case recordVersionExpiring:
+		if len(rest) < 9 {
+			return rec, bad
+		}
+		rec.Expires = DecodeTime(rest[:8])
+		rest = rest[8:]
+	default:
+		return rec, bad
+	}
+	n := int(rest[0])
+	if len(rest) < 1+n {
+		return rec, bad
+	}
+	rec.Fingerprint = string(rest[1 : 1+n])
+	rec.Reply = bytes.Clone(rest[1+n:])
 	return rec, nil
 }
 

@@ -49,7 +49,10 @@ func MustOpen(tb testing.TB) *data.Store {
 //   - a held record is missing from the hold expiry index;
 //   - a booking record belongs to another calendar than the one it is filed
 //     under, or its interval is empty;
-//   - a live busy block has no busy slot, or a busy slot no live block.
+//   - a live busy block has no busy slot, or a busy slot no live block;
+//   - a request record that expires is missing from the request expiry
+//     index (entries without their record are allowed: they are dropped
+//     when due).
 //
 // Every calendar listed by Tx.CalendarIDs is checked. It reports every
 // violation it finds (up to a limit per calendar), not only the first.
@@ -81,6 +84,47 @@ func CheckTx(tb testing.TB, tx *data.Tx) {
 			tb.Errorf("datatest: invariant violated: %s", p)
 		}
 	}
+	for _, p := range checkRequestExpiry(tx) {
+		tb.Errorf("datatest: invariant violated: %s", p)
+	}
+}
+
+// checkRequestExpiry checks that every request record with an expiry, of
+// every calendar and of every calendar the expiry index names, is in the
+// index under that expiry.
+func checkRequestExpiry(tx *data.Tx) []string {
+	var problems []string
+	entries := map[string]bool{}
+	cals := map[string]bool{}
+	for _, c := range tx.CalendarIDs() {
+		cals[c] = true
+	}
+	err := tx.ForEachRequestExpiry(func(e data.RequestExpiry) error {
+		entries[holdKey(e.Calendar, e.Request, e.Expires)] = true
+		cals[e.Calendar] = true
+		return nil
+	})
+	if err != nil {
+		return []string{fmt.Sprintf("request expiry index: %v", err)}
+	}
+	for _, cal := range slices.Sorted(maps.Keys(cals)) {
+		err := tx.ForEachRequest(cal, func(req string, rec data.RequestRecord) error {
+			if !rec.Expires.IsZero() && !entries[holdKey(cal, req, rec.Expires)] {
+				problems = append(problems, fmt.Sprintf("calendar %q: request %s expires at %s but is not in the request expiry index", cal, req, rec.Expires.Format(time.RFC3339Nano)))
+				if len(problems) >= maxProblems {
+					return errTooMany
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			if !errors.Is(err, errTooMany) {
+				problems = append(problems, fmt.Sprintf("calendar %q: walk requests: %v", cal, err))
+			}
+			break
+		}
+	}
+	return problems
 }
 
 func holdKey(cal, id string, exp time.Time) string {

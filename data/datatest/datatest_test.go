@@ -207,3 +207,25 @@ func TestCheckInvariantsBuffersTouching(t *testing.T) {
 	putCal(t, s, data.Rules{BufferAfterMinutes: 30}, a, b)
 	check(t, s)
 }
+
+func TestCheckInvariantsRequestExpiryIndex(t *testing.T) {
+	s := open(t, filepath.Join(t.TempDir(), "i.db"))
+	defer s.Close()
+	putCal(t, s, data.Rules{})
+	err := s.Commit(func(tx *data.Tx) error {
+		rec := data.RequestRecord{Fingerprint: "f", Seq: 1, Reply: []byte(`{}`), Expires: t0}
+		if err := tx.PutExpiringRequest(0, "cal", "indexed", rec); err != nil {
+			return err
+		}
+		return tx.PutRequest("cal", "lost", rec) // an expiry nobody would act on
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check(t, s, "request lost expires")
+	rec := &recorder{TB: t}
+	datatest.CheckInvariants(rec, s)
+	if len(rec.errs) != 1 {
+		t.Errorf("want 1 violation, got %q", rec.errs)
+	}
+}
