@@ -112,6 +112,16 @@ type Command struct {
 	RecordTTLSeconds int `json:"record_ttl_seconds,omitempty"`
 }
 
+// RecordTTLSeconds turns a record retention into record_ttl_seconds:
+// whole seconds, rounded up, at most MaxRecordTTLSeconds; 0 (or less)
+// keeps records forever.
+func RecordTTLSeconds(d time.Duration) int {
+	if d <= 0 {
+		return 0
+	}
+	return int(min((d+time.Second-1)/time.Second, MaxRecordTTLSeconds))
+}
+
 // BusySpec is the body of busy.set (all fields) and busy.clear (block_id).
 type BusySpec struct {
 	BlockID string    `json:"block_id"`

@@ -72,6 +72,13 @@ type Config struct {
 	// refuses (see Refuser); by default such a request is answered from
 	// the index.
 	LogEveryBooking bool
+	// KeylessRecordRetention is how long, in log time, the request record
+	// of a write without an Idempotency-Key is kept: long enough for its
+	// 202 Location to be read, as nobody else can name it. 0 keeps it
+	// forever. KeyedRecordRetention is the same for writes with a key (0,
+	// forever, is what makes every retry of a key get its first answer).
+	// Both travel with the command (record_ttl_seconds).
+	KeylessRecordRetention, KeyedRecordRetention time.Duration
 }
 
 // Refuser is implemented by backends that can answer a valid booking.create
@@ -386,6 +393,11 @@ func (s *Server) byIDCommand(typ, param string, notFound *Error) fiber.Handler {
 // submit validates cmd, sends it through the log and answers with its
 // decided outcome, 202 when the answer is late, 503 when the log is down.
 func (s *Server) submit(c *fiber.Ctx, cmd *actor.Command) error {
+	if c.Get("Idempotency-Key") == "" {
+		cmd.RecordTTLSeconds = actor.RecordTTLSeconds(s.cfg.KeylessRecordRetention)
+	} else {
+		cmd.RecordTTLSeconds = actor.RecordTTLSeconds(s.cfg.KeyedRecordRetention)
+	}
 	if errs := cmd.Validate(); len(errs) > 0 {
 		return invalid(errs...)
 	}

@@ -23,6 +23,8 @@ type holdExpirer struct {
 	store *data.Store
 	log   *slog.Logger
 	every time.Duration
+	// recordTTL is the record_ttl_seconds of the commands it publishes.
+	recordTTL int
 }
 
 func (h *holdExpirer) run(ctx context.Context) {
@@ -59,7 +61,7 @@ func (h *holdExpirer) once(ctx context.Context, now time.Time) error {
 			continue
 		}
 		cmd := &actor.Command{V: actor.SchemaVersion, Type: actor.TypeHoldExpire, CalendarID: cal,
-			RequestID: "expire." + strconv.FormatInt(exp.UnixNano(), 10)}
+			RequestID: "expire." + strconv.FormatInt(exp.UnixNano(), 10), RecordTTLSeconds: h.recordTTL}
 		body, err := json.Marshal(cmd)
 		if err != nil {
 			return err

@@ -56,6 +56,11 @@ type NodeConfig struct {
 	TakeoverTimeout time.Duration
 	// HoldExpiryInterval is how often due holds are looked for (default 1s).
 	HoldExpiryInterval time.Duration
+	// InternalRecordRetention is the log time for which the request
+	// records of the commands bookline makes itself (hold.expire, busy
+	// time from Google) are kept; the commands carry it
+	// (record_ttl_seconds). 0 keeps them forever.
+	InternalRecordRetention time.Duration
 	// DuplicateWindow overrides the stream's Nats-Msg-Id window when the
 	// stream is created (default DuplicateWindow).
 	DuplicateWindow time.Duration
@@ -88,6 +93,9 @@ type Node struct {
 	cmdSync, evtSync *logSync
 	events           *eventPublisher
 	holds            *holdExpirer
+	// internalTTL is the record_ttl_seconds of the commands the node makes
+	// itself (NodeConfig.InternalRecordRetention).
+	internalTTL int
 	// Google mirrors bookings to linked Google calendars and imports their
 	// busy time (queue/google.go).
 	Google *calendarsync.Syncer
@@ -212,7 +220,9 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 	if every <= 0 {
 		every = time.Second
 	}
-	n.holds = &holdExpirer{js: n.JS, store: n.Store, log: cfg.Logger.With("component", "holds"), every: every}
+	n.holds = &holdExpirer{js: n.JS, store: n.Store, log: cfg.Logger.With("component", "holds"), every: every,
+		recordTTL: actor.RecordTTLSeconds(cfg.InternalRecordRetention)}
+	n.internalTTL = actor.RecordTTLSeconds(cfg.InternalRecordRetention)
 	if cfg.Observer != nil {
 		n.events.failed = cfg.Observer.EventPublishFailed
 	}
