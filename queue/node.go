@@ -330,6 +330,43 @@ func (n *Node) Refused(cmd *actor.Command) (reply []byte, code string, err error
 	return reply, code, err
 }
 
+// RecordedFor answers cmd from the record of another request id, reqID,
+// when that record was made for the same request (same fingerprint): the
+// recorded reply as JSON, with ok. Before reading it brings the index up to
+// the calendar's last logged command, like a read (SyncCalendar in cluster
+// mode; on one instance, until the calendar's partition caught up after a
+// start), so a request stored before this process started is seen; it
+// fails with ErrUnavailable when ctx ends first.
+func (n *Node) RecordedFor(ctx context.Context, cmd *actor.Command, reqID, fingerprint string) (reply []byte, ok bool, err error) {
+	if !actor.ValidCalendarID(cmd.CalendarID) || !actor.ValidRequestID(reqID) {
+		return nil, false, nil
+	}
+	if n.cluster != nil {
+		if err := n.SyncCalendar(ctx, cmd.CalendarID); err != nil {
+			return nil, false, err
+		}
+	} else if len(n.Parts) > 0 {
+		p := n.Parts[PartitionOf(cmd.CalendarID, len(n.Parts))]
+		for wait := time.Millisecond; !p.CaughtUp(); wait = min(2*wait, 50*time.Millisecond) {
+			select {
+			case <-ctx.Done():
+				return nil, false, fmt.Errorf("%w: partition %d is catching up", ErrUnavailable, p.ID)
+			case <-time.After(wait):
+			}
+		}
+	}
+	err = n.Store.View(func(tx *data.Tx) error {
+		rec, found, err := tx.Request(cmd.CalendarID, reqID)
+		if !found || err != nil || rec.Fingerprint != fingerprint {
+			return err
+		}
+		reply, err = actor.RecordJSON(rec)
+		ok = err == nil
+		return err
+	})
+	return reply, ok, err
+}
+
 // Lookup reads the recorded reply of a request id, if it was decided.
 func (n *Node) Lookup(calID, reqID string) (reply []byte, ok bool, err error) {
 	err = n.Store.View(func(tx *data.Tx) error {
