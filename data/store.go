@@ -1003,7 +1003,9 @@ func (t *Tx) ForEachSlot(calID string, fn func(Slot) error) error {
 
 // CheckFile runs bbolt's own consistency check of the whole file (page
 // references, freelist, key order) as this transaction sees it; nil when
-// it finds nothing. It reads every page: for tests and tools.
+// it finds nothing. It reads every page: for tests and tools. bbolt's check
+// reads the file's freelist, which belongs to the writer: call it inside
+// Commit (and roll back), never in a View while commits may run.
 func (t *Tx) CheckFile() error {
 	var errs []error
 	for err := range t.tx.Check() {

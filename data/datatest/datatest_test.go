@@ -229,3 +229,43 @@ func TestCheckInvariantsRequestExpiryIndex(t *testing.T) {
 		t.Errorf("want 1 violation, got %q", rec.errs)
 	}
 }
+
+// TestCheckInvariantsWhileWriting: the checker runs while other goroutines
+// commit (the harnesses check a running node), so bbolt's file check must
+// not read the writer's freelist under it.
+func TestCheckInvariantsWhileWriting(t *testing.T) {
+	s := open(t, filepath.Join(t.TempDir(), "i.db"))
+	defer s.Close()
+	putCal(t, s, data.Rules{})
+	stop := make(chan struct{})
+	done := make(chan error)
+	go func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				close(done)
+				return
+			default:
+			}
+			b := bk(fmt.Sprintf("b%06d", i), i*10%100000, i*10%100000+5)
+			err := s.Commit(func(tx *data.Tx) error {
+				if err := tx.PutBooking(b); err != nil {
+					return err
+				}
+				b.Status = data.StatusCancelled // frees pages in the next commits
+				return tx.PutBooking(b)
+			})
+			if err != nil {
+				done <- err
+				return
+			}
+		}
+	}()
+	for range 30 {
+		check(t, s)
+	}
+	close(stop)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
