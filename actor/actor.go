@@ -246,7 +246,8 @@ func Held(out []Output, in []Decoded) error {
 type Output struct {
 	Seq uint64
 	// Decision is the decided reply; nil only for a redelivered valid
-	// command whose request record is missing (the index does not hold it).
+	// command whose request record is missing (the index does not hold it,
+	// or its retention ended) or was replaced by a later decision.
 	Decision *Reply
 	// Reply is Decision encoded as JSON. Apply fills it; ApplyDeferred
 	// leaves it to Render, so that no JSON is encoded inside the write
@@ -336,7 +337,7 @@ func apply(tx *data.Tx, partition int, batch []Decoded, events bool) ([]Output, 
 				out[i].Decision = d.Reject
 				continue
 			}
-			reply, _, err := recorded(tx, d)
+			reply, err := answeredBefore(tx, d)
 			if err != nil {
 				return nil, err
 			}
@@ -349,7 +350,13 @@ func apply(tx *data.Tx, partition int, batch []Decoded, events bool) ([]Output, 
 		// Decided on a copy: d.At stays the message's own timestamp.
 		dn := *d
 		dn.At, dn.mirror = now, events
-		reply, err := decide(tx, &dn)
+		// Request records whose retention ended by this command's log
+		// time go first, a few per command: which ones depends on the
+		// log alone, never on how it was cut into batches.
+		if _, err := tx.PruneRequests(partition, now, prunePerCommand); err != nil {
+			return nil, fmt.Errorf("actor: partition %d seq %d: %w", partition, d.Seq, err)
+		}
+		reply, err := decide(tx, partition, &dn)
 		if err != nil {
 			return nil, fmt.Errorf("actor: partition %d seq %d: %w", partition, d.Seq, err)
 		}
@@ -384,18 +391,19 @@ func apply(tx *data.Tx, partition int, batch []Decoded, events bool) ([]Output, 
 	return out, nil
 }
 
-// decide applies one new command and returns its reply.
-func decide(tx *data.Tx, d *Decoded) (*Reply, error) {
+// prunePerCommand bounds the expired request records (and stale expiry
+// entries) a command removes before it is decided. A command adds at most
+// one record, so a backlog shrinks by at least three per command.
+const prunePerCommand = 4
+
+// decide applies one new command of partition p and returns its reply.
+func decide(tx *data.Tx, p int, d *Decoded) (*Reply, error) {
 	if d.Reject != nil {
-		// Invalid commands are answered and, when they carry a usable
-		// request id and calendar, recorded like any other outcome.
-		if ValidRequestID(d.Reject.RequestID) && ValidCalendarID(d.Reject.CalendarID) {
-			if _, ok, err := tx.Request(d.Reject.CalendarID, d.Reject.RequestID); err != nil || ok {
-				return d.Reject, err // never overwrite an earlier decided outcome
-			}
-			err := tx.PutRequest(d.Reject.CalendarID, d.Reject.RequestID, data.RequestRecord{Seq: d.Seq, Reply: AppendReply(nil, d.Reject)})
-			return d.Reject, err
-		}
+		// An invalid command is answered (and reported as an event), but
+		// not recorded: it must not consume its request id, or the
+		// corrected command, sent again under the same key, would be
+		// refused as a reused key. Its answer depends on the message
+		// alone, so a redelivery computes the same one again.
 		return d.Reject, nil
 	}
 	cmd := &d.Cmd
@@ -434,23 +442,54 @@ func decide(tx *data.Tx, d *Decoded) (*Reply, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &r, tx.PutRequest(cmd.CalendarID, cmd.RequestID, data.RequestRecord{Fingerprint: d.Fingerprint, Seq: d.Seq, Reply: AppendReply(nil, &r)})
+	rec := data.RequestRecord{Fingerprint: d.Fingerprint, Seq: d.Seq, Reply: AppendReply(nil, &r)}
+	if cmd.RecordTTLSeconds > 0 {
+		rec.Expires = d.At.Add(time.Duration(cmd.RecordTTLSeconds) * time.Second)
+		return &r, tx.PutExpiringRequest(p, cmd.CalendarID, cmd.RequestID, rec)
+	}
+	return &r, tx.PutRequest(cmd.CalendarID, cmd.RequestID, rec)
 }
 
 // recorded answers a command whose request id was decided before: the same
 // request gets the recorded reply, a different one idempotency_key_reused
 // (not recorded: the key keeps answering its first request).
+//
+// A record whose retention ended at or before the command's log time is
+// not seen, whether or not PruneRequests removed it yet.
 func recorded(tx *data.Tx, d *Decoded) (reply *Reply, seen bool, err error) {
 	rec, seen, err := tx.Request(d.Cmd.CalendarID, d.Cmd.RequestID)
 	if !seen || err != nil {
 		return nil, false, err
 	}
+	if !rec.Expires.IsZero() && !d.At.Before(rec.Expires) {
+		return nil, false, nil
+	}
+	reply, err = answerFrom(rec, d)
+	return reply, true, err
+}
+
+// answeredBefore is the answer a redelivered valid command got when it was
+// decided: from its request record, as long as that record is still the
+// one it was answered from (decided at or before it). When the record is
+// gone, or was replaced by a later decision after its retention ended, the
+// answer is lost and nil is returned: a redelivery must never be answered
+// with another request's outcome.
+func answeredBefore(tx *data.Tx, d *Decoded) (*Reply, error) {
+	rec, seen, err := tx.Request(d.Cmd.CalendarID, d.Cmd.RequestID)
+	if !seen || err != nil || rec.Seq > d.Seq {
+		return nil, err
+	}
+	return answerFrom(rec, d)
+}
+
+// answerFrom is d's answer given the record of its request id.
+func answerFrom(rec data.RequestRecord, d *Decoded) (*Reply, error) {
 	if rec.Fingerprint == d.Fingerprint {
 		r, err := DecodeReply(rec.Reply)
-		return &r, true, err
+		return &r, err
 	}
 	r := d.reject(CodeIdempotencyKeyReused, "this request id (idempotency key) was already used with a different request")
-	return &r, true, nil
+	return &r, nil
 }
 
 func (d *Decoded) reply() Reply {
@@ -512,10 +551,10 @@ func (d *Decoded) refuse(v verdict) Reply {
 }
 
 // newBooking builds the record a booking.create or hold.create makes.
-func newBooking(d *Decoded, cal *data.Calendar, status string) data.Booking {
+func newBooking(d *Decoded, id string, cal *data.Calendar, status string) data.Booking {
 	spec := d.Cmd.Booking
 	return data.Booking{
-		ID:           BookingID(d.Cmd.CalendarID, d.Cmd.RequestID),
+		ID:           id,
 		CalendarID:   d.Cmd.CalendarID,
 		Start:        spec.Start,
 		End:          spec.End,
@@ -544,12 +583,27 @@ func bookable(tx *data.Tx, d *Decoded) (cal data.Calendar, rej *Reply, err error
 	return cal, nil, nil
 }
 
+// madeBefore refuses a create whose booking id (derived from the request
+// id) exists: its request record expired, and deciding it again would
+// overwrite the booking that request made.
+func madeBefore(tx *data.Tx, d *Decoded, id string) *Reply {
+	if !tx.BookingExists(d.Cmd.CalendarID, id) {
+		return nil
+	}
+	r := d.reject(CodeIdempotencyKeyReused, "this request id (idempotency key) was already used: its record has expired, the booking it made remains")
+	return &r
+}
+
 func createBooking(tx *data.Tx, d *Decoded) (Reply, error) {
+	id := BookingID(d.Cmd.CalendarID, d.Cmd.RequestID)
+	if rej := madeBefore(tx, d, id); rej != nil {
+		return *rej, nil
+	}
 	cal, rej, err := bookable(tx, d)
 	if rej != nil || err != nil {
 		return deref(rej), err
 	}
-	bk := newBooking(d, &cal, data.StatusConfirmed)
+	bk := newBooking(d, id, &cal, data.StatusConfirmed)
 	if err := tx.PutBooking(bk); err != nil {
 		return Reply{}, err
 	}
@@ -590,11 +644,15 @@ func holdable(tx *data.Tx, d *Decoded) (cal data.Calendar, ttl time.Duration, re
 }
 
 func createHold(tx *data.Tx, d *Decoded) (Reply, error) {
+	id := BookingID(d.Cmd.CalendarID, d.Cmd.RequestID)
+	if rej := madeBefore(tx, d, id); rej != nil {
+		return *rej, nil
+	}
 	cal, ttl, rej, err := holdable(tx, d)
 	if rej != nil || err != nil {
 		return deref(rej), err
 	}
-	bk := newBooking(d, &cal, data.StatusHeld)
+	bk := newBooking(d, id, &cal, data.StatusHeld)
 	exp := d.At.Add(ttl)
 	bk.ExpiresAt = &exp
 	if err := tx.PutBooking(bk); err != nil {

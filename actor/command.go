@@ -54,6 +54,9 @@ const (
 	MaxBookingDuration = 7 * 24 * time.Hour
 	MinYear            = 1970
 	MaxYear            = 2199
+	// MaxRecordTTLSeconds bounds record_ttl_seconds (about 10 years):
+	// longer is what 0, forever, is for.
+	MaxRecordTTLSeconds = 10 * 366 * 24 * 3600
 )
 
 // Limits of Google links and busy blocks.
@@ -102,6 +105,23 @@ type Command struct {
 	BookingID  string        `json:"booking_id,omitempty"`
 	Reschedule *IntervalSpec `json:"reschedule,omitempty"`
 	Busy       *BusySpec     `json:"busy,omitempty"`
+	// RecordTTLSeconds is how long the request record is kept, in log
+	// time from the command's own stream timestamp; 0 (absent) keeps it
+	// forever. The publisher chooses it, and the log carries it, so every
+	// writer and every replay drop the record at the same point of the
+	// log. It is not part of the fingerprint: a retry is the same request
+	// whatever retention it asks for.
+	RecordTTLSeconds int `json:"record_ttl_seconds,omitempty"`
+}
+
+// RecordTTLSeconds turns a record retention into record_ttl_seconds:
+// whole seconds, rounded up, at most MaxRecordTTLSeconds; 0 (or less)
+// keeps records forever.
+func RecordTTLSeconds(d time.Duration) int {
+	if d <= 0 {
+		return 0
+	}
+	return int(min((d+time.Second-1)/time.Second, MaxRecordTTLSeconds))
 }
 
 // BusySpec is the body of busy.set (all fields) and busy.clear (block_id).
@@ -326,6 +346,9 @@ func (c *Command) Validate() []FieldError {
 		}
 	default:
 		add("type", fmt.Sprintf("unknown command type %q", c.Type))
+	}
+	if c.RecordTTLSeconds < 0 || c.RecordTTLSeconds > MaxRecordTTLSeconds {
+		add("record_ttl_seconds", fmt.Sprintf("must be from 0 (keep the record forever) to %d seconds", MaxRecordTTLSeconds))
 	}
 	return errs
 }

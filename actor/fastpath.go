@@ -26,8 +26,8 @@ import (
 // a zero Command followed by a successful trailingData check would. It
 // handles the plain shape producers write: one object, keys spelled exactly
 // as the field tags (each at most once), strings without escapes or invalid
-// UTF-8, integers without fraction or exponent, and booking, booking_id and
-// reschedule bodies. It returns false for anything else (case-changed,
+// UTF-8, integers without fraction or exponent, and booking, booking_id,
+// reschedule and record_ttl_seconds. It returns false for anything else (case-changed,
 // unknown or repeated keys, escapes, null, calendar and busy bodies, any
 // syntax or type error), possibly with c partly filled: the caller must then
 // reset c and decode with encoding/json, which gives the same command or the
@@ -62,6 +62,9 @@ func parseCommandFast(data []byte, c *Command) bool {
 		case "reschedule":
 			c.Reschedule, ok = p.interval()
 			return 1 << 6, ok
+		case "record_ttl_seconds":
+			c.RecordTTLSeconds, ok = p.int()
+			return 1 << 7, ok
 		}
 		return 0, false
 	})

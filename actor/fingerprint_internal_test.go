@@ -61,8 +61,10 @@ var fingerprintedV1 = []string{
 }
 
 // notFingerprinted are the command's fields outside the fingerprint: the
-// envelope, and informational fields added under schema 1 (none yet).
-var notFingerprinted = []string{"request_id", "v"}
+// envelope, and informational fields added under schema 1. A request's
+// record retention is the publisher's setting, not part of what is
+// requested: a retry under another retention is the same request.
+var notFingerprinted = []string{"record_ttl_seconds", "request_id", "v"}
 
 // TestFingerprintFieldsV1: the fingerprint body is exactly the schema 1
 // field set, and every field a command can carry is either in it or

@@ -170,6 +170,11 @@ func validateReference(c *Command) []FieldError {
 	default:
 		add("type", fmt.Sprintf("unknown command type %q", c.Type))
 	}
+	// Added with record_ttl_seconds, a new field: only a command that
+	// carried a field of that name before it existed decodes differently.
+	if c.RecordTTLSeconds < 0 || c.RecordTTLSeconds > MaxRecordTTLSeconds {
+		add("record_ttl_seconds", fmt.Sprintf("must be from 0 (keep the record forever) to %d seconds", MaxRecordTTLSeconds))
+	}
 	return errs
 }
 

@@ -15,7 +15,7 @@ import (
 // live in their own buckets, not in the slot index: blocks may overlap each
 // other and existing bookings (the outside world does not ask bookline), so
 // keeping them out of the slots leaves the slot invariants (no overlap beyond
-// capacity, FirstOverlap, ListBookings) untouched. A live block makes every
+// capacity, ListBookings) untouched. A live block makes every
 // overlapping interval unbookable, whatever the calendar's capacity.
 
 var (

@@ -1,6 +1,7 @@
 package data
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -93,7 +94,11 @@ func (t *Tx) Digest() (Digest, error) {
 
 func hashBucket(h hash.Hash, name []byte, b *bolt.Bucket, counts map[string]uint64) error {
 	label := map[string]string{"b": "bookings", "s": "confirmed", "r": "requests", "k": "busy_blocks", "j": "busy_live"}[string(name)]
+	requests := bytes.Equal(name, subRequests)
 	return b.ForEach(func(k, v []byte) error {
+		if requests && legacyInvalidRecord(v) {
+			return nil // ignored everywhere (see Tx.Request)
+		}
 		counts[label]++
 		hashKV(h, append(append([]byte{}, name...), k...), v)
 		return nil

@@ -135,4 +135,7 @@ type RequestRecord struct {
 	Fingerprint string
 	Seq         uint64
 	Reply       json.RawMessage
+	// Expires is the log time at which the record is dropped; zero: kept
+	// forever. See Tx.PutExpiringRequest.
+	Expires time.Time
 }

@@ -20,7 +20,8 @@ func (t *Tx) SetStreamIdentity(id string) error {
 
 // ResetPartition forgets everything partition p derived from the stream:
 // every calendar for which belongs(id) is true, with its bookings, slots and
-// request records, and p's applied sequence and log time. The partition then rebuilds
+// request records, p's request expiry entries, and p's applied sequence and
+// log time. The partition then rebuilds
 // from the start of the stream.
 func (t *Tx) ResetPartition(p int, belongs func(calID string) bool) error {
 	t.forgetCalendars()
@@ -66,6 +67,9 @@ func (t *Tx) ResetPartition(p int, belongs func(calID string) bool) error {
 		}
 	}
 	if err := t.dropLogNow(p); err != nil {
+		return err
+	}
+	if err := t.dropRequestExpiries(p, belongs); err != nil {
 		return err
 	}
 	return t.tx.Bucket(bucketApplied).Delete(partitionKey(p))

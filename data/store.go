@@ -407,6 +407,9 @@ func (s *Store) commitGroup(group []*commitReq) {
 type Tx struct {
 	tx   *bolt.Tx
 	cals *calCache
+	// nextExpiry is, per partition, the earliest request record expiry
+	// PruneRequests left in the index in this transaction (see retention.go).
+	nextExpiry map[int]time.Time
 	// byCal remembers, for this transaction only, each calendar's bucket
 	// handles and decoded record, which the writer looks up several times
 	// per command. Dropped whenever a calendar bucket is deleted.
@@ -625,6 +628,13 @@ func (t *Tx) calSub(calID string, i int) *bolt.Bucket {
 	return b
 }
 
+// BookingExists reports whether calendar calID has a booking (or hold)
+// record with id, whatever its status, without decoding it.
+func (t *Tx) BookingExists(calID, id string) bool {
+	b := t.calSub(calID, iBookings)
+	return b != nil && b.Get([]byte(id)) != nil
+}
+
 // Booking returns the booking id of calendar calID, or ErrNotFound.
 func (t *Tx) Booking(calID, id string) (Booking, error) {
 	var bk Booking
@@ -838,34 +848,13 @@ func (t *Tx) DueHolds(now time.Time, max int) []DueHold {
 	return out
 }
 
-// FirstOverlap returns the confirmed booking interval of calID that overlaps
-// iv, if any. It relies on the index invariant that confirmed bookings of a
-// calendar never overlap each other: ordered by start, they are also ordered
-// by end, so the only candidate is the booking with the greatest start before
-// iv.End. One Seek and one Prev: O(log n).
-func (t *Tx) FirstOverlap(calID string, iv Interval) (id string, found Interval, ok bool) {
-	slots := t.calSub(calID, iSlots)
-	if slots == nil {
-		return "", Interval{}, false
-	}
-	c := slots.Cursor()
-	k, v := c.Seek(EncodeTime(iv.End))
-	if k == nil {
-		k, v = c.Last()
-	} else {
-		k, v = c.Prev()
-	}
-	if k == nil {
-		return "", Interval{}, false
-	}
-	cand := Interval{Start: DecodeTime(k[:8]), End: DecodeTime(v)}
-	if !cand.Overlaps(iv) {
-		return "", Interval{}, false
-	}
-	return string(k[8:]), cand, true
-}
-
 // Request returns the recorded outcome of request id reqID on calID.
+//
+// A record without a fingerprint is reported as absent: only invalid
+// commands were recorded without one, by versions that let an invalid
+// command consume its request id. Ignoring them (here and in the digest)
+// makes an index built by such a version decide, and digest, like a
+// replay of the same log by this one.
 func (t *Tx) Request(calID, reqID string) (RequestRecord, bool, error) {
 	var rec RequestRecord
 	b := t.calSub(calID, iRequests)
@@ -873,17 +862,25 @@ func (t *Tx) Request(calID, reqID string) (RequestRecord, bool, error) {
 		return rec, false, nil
 	}
 	v := b.Get([]byte(reqID))
-	if v == nil {
+	if v == nil || legacyInvalidRecord(v) {
 		return rec, false, nil
 	}
 	rec, err := decodeRecord(v)
 	return rec, err == nil, err
 }
 
+// legacyInvalidRecord reports whether an encoded request record is the
+// rejection of an invalid command (no fingerprint), see Request.
+func legacyInvalidRecord(v []byte) bool { return len(v) >= 10 && v[0] == recordVersion && v[9] == 0 }
+
 // PutRequest records the outcome of a request. Records are kept forever:
 // they are what makes an idempotency key outlive NATS's dedupe window.
-// A request on a calendar that does not exist is recorded too.
+// A request on a calendar that does not exist is recorded too. Only valid
+// commands are recorded, so rec must have a fingerprint.
 func (t *Tx) PutRequest(calID, reqID string, rec RequestRecord) error {
+	if rec.Fingerprint == "" {
+		return fmt.Errorf("data: request record of %s/%s without a fingerprint", calID, reqID)
+	}
 	if _, err := t.calBucket(calID, true); err != nil {
 		return err
 	}
@@ -892,14 +889,26 @@ func (t *Tx) PutRequest(calID, reqID string, rec RequestRecord) error {
 
 // Request records are binary, not JSON: they are written once per command
 // and JSON would re-validate the embedded reply on every encode.
-// Layout: version 1 (1 byte), seq (8), fingerprint length (1), fingerprint,
-// reply (the rest).
-const recordVersion = 1
+// Layout of a record kept forever: version 1 (1 byte), seq (8), fingerprint
+// length (1), fingerprint, reply (the rest). A record that expires is
+// version 2: version (1), seq (8), expiry (8, EncodeTime), fingerprint
+// length (1), fingerprint, reply. Records kept forever keep the first
+// layout, so indexes and digests of logs without retention are unchanged.
+const (
+	recordVersion         = 1
+	recordVersionExpiring = 2
+)
 
 func encodeRecord(rec RequestRecord) []byte {
-	b := make([]byte, 0, 10+len(rec.Fingerprint)+len(rec.Reply))
-	b = append(b, recordVersion)
-	b = binary.BigEndian.AppendUint64(b, rec.Seq)
+	b := make([]byte, 0, 18+len(rec.Fingerprint)+len(rec.Reply))
+	if rec.Expires.IsZero() {
+		b = append(b, recordVersion)
+		b = binary.BigEndian.AppendUint64(b, rec.Seq)
+	} else {
+		b = append(b, recordVersionExpiring)
+		b = binary.BigEndian.AppendUint64(b, rec.Seq)
+		b = append(b, EncodeTime(rec.Expires)...)
+	}
 	b = append(b, byte(len(rec.Fingerprint)))
 	b = append(b, rec.Fingerprint...)
 	return append(b, rec.Reply...)
@@ -907,13 +916,29 @@ func encodeRecord(rec RequestRecord) []byte {
 
 func decodeRecord(v []byte) (RequestRecord, error) {
 	var rec RequestRecord
-	if len(v) < 10 || v[0] != recordVersion || len(v) < 10+int(v[9]) {
-		return rec, fmt.Errorf("data: malformed request record")
+	bad := fmt.Errorf("data: malformed request record")
+	if len(v) < 10 {
+		return rec, bad
 	}
 	rec.Seq = binary.BigEndian.Uint64(v[1:9])
-	n := int(v[9])
-	rec.Fingerprint = string(v[10 : 10+n])
-	rec.Reply = bytes.Clone(v[10+n:])
+	rest := v[9:]
+	switch v[0] {
+	case recordVersion:
+	case recordVersionExpiring:
+		if len(rest) < 9 {
+			return rec, bad
+		}
+		rec.Expires = DecodeTime(rest[:8])
+		rest = rest[8:]
+	default:
+		return rec, bad
+	}
+	n := int(rest[0])
+	if len(rest) < 1+n {
+		return rec, bad
+	}
+	rec.Fingerprint = string(rest[1 : 1+n])
+	rec.Reply = bytes.Clone(rest[1+n:])
 	return rec, nil
 }
 
@@ -980,6 +1005,34 @@ func (t *Tx) ForEachConfirmed(calID string, fn func(id string, iv Interval) erro
 		}
 		return nil
 	})
+}
+
+// ForEachSlot calls fn for every entry of calID's slot index (confirmed
+// bookings and holds, expired or not) in start order.
+func (t *Tx) ForEachSlot(calID string, fn func(Slot) error) error {
+	slots := t.calSub(calID, iSlots)
+	if slots == nil {
+		return nil
+	}
+	return slots.ForEach(func(k, v []byte) error {
+		if len(k) < 8 || v == nil {
+			return nil
+		}
+		return fn(decodeSlot(k, v))
+	})
+}
+
+// CheckFile runs bbolt's own consistency check of the whole file (page
+// references, freelist, key order) as this transaction sees it; nil when
+// it finds nothing. It reads every page: for tests and tools. bbolt's check
+// reads the file's freelist, which belongs to the writer: call it inside
+// Commit (and roll back), never in a View while commits may run.
+func (t *Tx) CheckFile() error {
+	var errs []error
+	for err := range t.tx.Check() {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
 }
 
 // ForEachBooking calls fn for every booking record of calID, confirmed or

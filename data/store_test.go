@@ -206,99 +206,16 @@ func TestIntervalOverlaps(t *testing.T) {
 	}
 }
 
-func TestFirstOverlap(t *testing.T) {
-	s := datatest.MustOpen(t)
-	putCalendar(t, s, "cal", "empty", "other")
-	// cal: [60,120) [180,240) [240,300) [400,460); other calendar has a
-	// booking everywhere, which must never be reported for cal.
-	putBookings(t, s,
-		booking("cal", "b1", 60, 120),
-		booking("cal", "b2", 180, 240),
-		booking("cal", "b3", 240, 300),
-		booking("cal", "b4", 400, 460),
-		booking("other", "x", -10000, 10000),
-	)
-	tests := []struct {
-		name   string
-		cal    string
-		q      data.Interval
-		wantID string // "" = no overlap
-	}{
-		{"before all", "cal", iv(0, 30), ""},
-		{"touching start of first", "cal", iv(0, 60), ""},
-		{"touching end of first", "cal", iv(120, 180), ""},
-		{"gap exactly filled", "cal", iv(120, 180), ""},
-		{"after all", "cal", iv(460, 520), ""},
-		{"far after all", "cal", iv(10000, 10060), ""},
-		{"identical", "cal", iv(60, 120), "b1"},
-		{"contained", "cal", iv(70, 80), "b1"},
-		{"containing", "cal", iv(50, 130), "b1"},
-		{"partial left", "cal", iv(30, 61), "b1"},
-		{"partial right", "cal", iv(119, 150), "b1"},
-		{"spans two touching, reports later", "cal", iv(200, 260), "b3"},
-		{"spans many, reports last", "cal", iv(0, 1000), "b4"},
-		{"contains gap and end of b3", "cal", iv(299, 400), "b3"},
-		{"one ns into last", "cal", data.Interval{Start: at(459), End: at(460).Add(-time.Nanosecond)}, "b4"},
-		{"empty calendar", "empty", iv(0, 1000), ""},
-		{"unknown calendar", "nope", iv(0, 1000), ""},
-	}
-	mustView(t, s, func(tx *data.Tx) error {
-		for _, tt := range tests {
-			id, found, ok := tx.FirstOverlap(tt.cal, tt.q)
-			if ok != (tt.wantID != "") || id != tt.wantID {
-				t.Errorf("%s: FirstOverlap(%v) = %q, %v, %v; want %q", tt.name, tt.q, id, found, ok, tt.wantID)
-				continue
-			}
-			if !ok {
-				if found != (data.Interval{}) {
-					t.Errorf("%s: no overlap but interval %v", tt.name, found)
-				}
-				continue
-			}
-			bk, err := tx.Booking(tt.cal, id)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !found.Start.Equal(bk.Start) || !found.End.Equal(bk.End) || !found.Overlaps(tt.q) {
-				t.Errorf("%s: interval %v, booking [%s, %s)", tt.name, found, bk.Start, bk.End)
-			}
+// occupant returns a slot of calID (confirmed booking or hold) whose
+// interval overlaps iv, if any.
+func occupant(tx *data.Tx, calID string, q data.Interval) (id string, ok bool) {
+	tx.SlotsNear(calID, q.Start, q.End, func(s data.Slot) bool {
+		if s.Interval().Overlaps(q) {
+			id, ok = s.ID, true
 		}
-		return nil
+		return !ok
 	})
-}
-
-// TestFirstOverlapRandom compares FirstOverlap with a brute-force scan over
-// a random non-overlapping index.
-func TestFirstOverlapRandom(t *testing.T) {
-	s := datatest.MustOpen(t)
-	putCalendar(t, s, "cal")
-	r := rand.New(rand.NewPCG(3, 3))
-	var ivs []data.Interval
-	var bks []data.Booking
-	pos := 0
-	for i := range 300 {
-		pos += r.IntN(3) * 15 // gap 0, 15 or 30 minutes
-		d := 15 * (1 + r.IntN(8))
-		bks = append(bks, booking("cal", fmt.Sprintf("b%03d", i), pos, pos+d))
-		ivs = append(ivs, iv(pos, pos+d))
-		pos += d
-	}
-	putBookings(t, s, bks...)
-	mustView(t, s, func(tx *data.Tx) error {
-		for range 3000 {
-			st := r.IntN(pos+200) - 100
-			q := iv(st, st+1+r.IntN(150))
-			want := false
-			for _, x := range ivs {
-				want = want || x.Overlaps(q)
-			}
-			_, found, ok := tx.FirstOverlap("cal", q)
-			if ok != want || (ok && !found.Overlaps(q)) {
-				t.Fatalf("FirstOverlap(%v) = %v, %v; overlap exists: %v", q, found, ok, want)
-			}
-		}
-		return nil
-	})
+	return id, ok
 }
 
 // --- bookings and the slot index ---
@@ -309,7 +226,7 @@ func TestPutBookingCancelFreesSlot(t *testing.T) {
 	bk := booking("cal", "b1", 60, 120)
 	putBookings(t, s, bk)
 	mustView(t, s, func(tx *data.Tx) error {
-		if _, _, ok := tx.FirstOverlap("cal", iv(90, 100)); !ok {
+		if _, ok := occupant(tx, "cal", iv(90, 100)); !ok {
 			t.Error("confirmed booking does not occupy its slot")
 		}
 		return nil
@@ -320,7 +237,7 @@ func TestPutBookingCancelFreesSlot(t *testing.T) {
 	cancelled.Status, cancelled.CancelledAt = data.StatusCancelled, &cancelledAt
 	putBookings(t, s, cancelled)
 	mustView(t, s, func(tx *data.Tx) error {
-		if id, _, ok := tx.FirstOverlap("cal", iv(90, 100)); ok {
+		if id, ok := occupant(tx, "cal", iv(90, 100)); ok {
 			t.Errorf("cancelled booking %s still occupies its slot", id)
 		}
 		got, err := tx.Booking("cal", "b1")
@@ -340,8 +257,8 @@ func TestPutBookingCancelFreesSlot(t *testing.T) {
 	// The freed interval can be booked again.
 	putBookings(t, s, booking("cal", "b2", 60, 120))
 	mustView(t, s, func(tx *data.Tx) error {
-		if id, _, ok := tx.FirstOverlap("cal", iv(60, 61)); !ok || id != "b2" {
-			t.Errorf("FirstOverlap after rebooking = %q, %v", id, ok)
+		if id, ok := occupant(tx, "cal", iv(60, 61)); !ok || id != "b2" {
+			t.Errorf("occupant after rebooking = %q, %v", id, ok)
 		}
 		return nil
 	})
@@ -353,10 +270,10 @@ func TestPutBookingMovedStartMovesSlot(t *testing.T) {
 	putBookings(t, s, booking("cal", "b1", 60, 120))
 	putBookings(t, s, booking("cal", "b1", 200, 260))
 	mustView(t, s, func(tx *data.Tx) error {
-		if id, _, ok := tx.FirstOverlap("cal", iv(60, 120)); ok {
+		if id, ok := occupant(tx, "cal", iv(60, 120)); ok {
 			t.Errorf("old interval still occupied by %s", id)
 		}
-		if id, _, ok := tx.FirstOverlap("cal", iv(200, 201)); !ok || id != "b1" {
+		if id, ok := occupant(tx, "cal", iv(200, 201)); !ok || id != "b1" {
 			t.Errorf("new interval: %q, %v", id, ok)
 		}
 		return nil
@@ -679,8 +596,15 @@ func TestRequestRecords(t *testing.T) {
 			return err
 		}
 		// Records on calendars that do not exist are kept too.
-		return tx.PutRequest("ghost", "r1", data.RequestRecord{Seq: 8, Reply: json.RawMessage(`{"code":"calendar_not_found"}`)})
+		return tx.PutRequest("ghost", "r1", data.RequestRecord{Fingerprint: "fp2", Seq: 8, Reply: json.RawMessage(`{"code":"calendar_not_found"}`)})
 	})
+	// Only valid commands, which have a fingerprint, are recorded.
+	err := s.Commit(func(tx *data.Tx) error {
+		return tx.PutRequest("cal", "r3", data.RequestRecord{Seq: 9, Reply: json.RawMessage(`{}`)})
+	})
+	if err == nil {
+		t.Error("a record without a fingerprint was stored")
+	}
 	mustView(t, s, func(tx *data.Tx) error {
 		got, ok, err := tx.Request("cal", "r1")
 		if !ok || err != nil || jsonOf(t, got) != jsonOf(t, rec) {
@@ -1076,7 +1000,7 @@ func TestReopenKeepsData(t *testing.T) {
 		if bk, err := tx.Booking("cal", "b1"); err != nil || !bk.End.Equal(at(60)) {
 			t.Errorf("booking: %+v, %v", bk, err)
 		}
-		if id, _, ok := tx.FirstOverlap("cal", iv(10, 20)); !ok || id != "b1" {
+		if id, ok := occupant(tx, "cal", iv(10, 20)); !ok || id != "b1" {
 			t.Errorf("slot: %q, %v", id, ok)
 		}
 		if rec, ok, err := tx.Request("cal", "r1"); !ok || err != nil || rec.Seq != 3 {
@@ -1087,6 +1011,63 @@ func TestReopenKeepsData(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestLegacyInvalidRecordsIgnored: earlier versions recorded the rejection
+// of an invalid command (without a fingerprint) under its request id.
+// Such a record is absent for every reader and for the digest, so that the
+// index decides and digests like a replay that never recorded it.
+func TestLegacyInvalidRecordsIgnored(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "index.db")
+	s, err := data.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	putCalendar(t, s, "cal")
+	mustCommit(t, s, func(tx *data.Tx) error {
+		return tx.PutRequest("cal", "ok", data.RequestRecord{Fingerprint: "f", Seq: 2, Reply: json.RawMessage(`{}`)})
+	})
+	before := digest(t, s)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		// version 1, seq 3, no fingerprint, a reply
+		old := append([]byte{1, 0, 0, 0, 0, 0, 0, 0, 3, 0}, `{"code":"invalid_request"}`...)
+		return tx.Bucket([]byte("cal")).Bucket([]byte("cal")).Bucket([]byte("r")).Put([]byte("old"), old)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if s, err = data.Open(path); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	mustView(t, s, func(tx *data.Tx) error {
+		if rec, ok, err := tx.Request("cal", "old"); ok || err != nil {
+			t.Errorf("legacy record of an invalid command read as %+v, %v", rec, err)
+		}
+		return nil
+	})
+	if after := digest(t, s); after.Total != before.Total {
+		t.Errorf("a legacy record of an invalid command changed the digest: %+v vs %+v", after, before)
+	}
+}
+
+func digest(t *testing.T, s *data.Store) (d data.Digest) {
+	t.Helper()
+	mustView(t, s, func(tx *data.Tx) (err error) {
+		d, err = tx.Digest()
+		return err
+	})
+	return d
 }
 
 func TestOpenSchemaMismatch(t *testing.T) {
@@ -1141,42 +1122,6 @@ func TestViewAfterClose(t *testing.T) {
 }
 
 // --- benchmarks ---
-
-// BenchmarkFirstOverlap queries an index of 100k bookings of one calendar.
-func BenchmarkFirstOverlap(b *testing.B) {
-	s := datatest.MustOpen(b)
-	putCalendar(b, s, "cal")
-	const n = 100_000
-	mustCommit(b, s, func(tx *data.Tx) error {
-		for i := range n {
-			// 30-minute bookings every 45 minutes.
-			if err := tx.PutBooking(booking("cal", fmt.Sprintf("b%06d", i), 45*i, 45*i+30)); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	r := rand.New(rand.NewPCG(5, 5))
-	queries := make([]data.Interval, 4096)
-	for i := range queries {
-		st := 15 * r.IntN(3*n)
-		queries[i] = iv(st, st+15*(1+r.IntN(8)))
-	}
-	b.ReportAllocs()
-	b.ResetTimer()
-	found := 0
-	_ = s.View(func(tx *data.Tx) error {
-		for i := 0; b.Loop(); i++ {
-			if _, _, ok := tx.FirstOverlap("cal", queries[i%len(queries)]); ok {
-				found++
-			}
-		}
-		return nil
-	})
-	if found == 0 {
-		b.Fatal("no query found an overlap")
-	}
-}
 
 // BenchmarkCommitGroup commits small transactions from 1 or 8 goroutines;
 // with 8, group commit shares one fsync between the callers that are ready.

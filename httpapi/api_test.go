@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bookline/bookline/actor"
+	"github.com/bookline/bookline/data"
+	"github.com/bookline/bookline/httpapi"
 	"github.com/bookline/bookline/queue"
 	"github.com/bookline/bookline/queue/queuetest"
 )
@@ -490,6 +493,88 @@ func TestPendingAndLocation(t *testing.T) {
 	if retry.Status != 201 || !bytes.Equal(retry.Body, final.Body) {
 		t.Fatalf("retry after pending: %d %s vs %s", retry.Status, retry.Body, final.Body)
 	}
+}
+
+// TestRecordRetentionOverHTTP: a write without an Idempotency-Key carries
+// the keyless retention, so its request record lasts that long in log time
+// after its command, and its 202 Location is answered meanwhile. Keyed
+// writes keep their records forever unless a keyed retention is set.
+func TestRecordRetentionOverHTTP(t *testing.T) {
+	h := start(t, "", options{replyTimeout: 300 * time.Millisecond, api: func(c *httpapi.Config) {
+		c.KeylessRecordRetention = 24 * time.Hour
+	}})
+	h.createCalendar("cal", "UTC")
+	h.node.StopWriters()
+	r := h.do("POST", "/v1/calendars/cal/bookings", bookingBody(base, time.Hour, "ann"))
+	h.mustStatus(r, 202)
+	var pending struct {
+		RequestID string `json:"request_id"`
+	}
+	r.json(t, &pending)
+	loc := r.Header.Get("Location")
+	h.node.StartWriters()
+	var final response
+	queuetest.CheckFor(t, 10*time.Second, func() error {
+		if final = h.do("GET", loc, nil); final.Status != 201 {
+			return fmt.Errorf("status %d", final.Status)
+		}
+		return nil
+	})
+	var bk booking
+	final.json(t, &bk)
+	keyed := h.do("POST", "/v1/calendars/cal/bookings", bookingBody(base.Add(2*time.Hour), time.Hour, "bob"), "Idempotency-Key", "k1")
+	h.mustStatus(keyed, 201)
+	var kb booking
+	keyed.json(t, &kb)
+	expiry := func(h *harness, reqID string) (exp time.Time) {
+		t.Helper()
+		err := h.node.Store.View(func(tx *data.Tx) error {
+			rec, ok, err := tx.Request("cal", reqID)
+			if !ok || err != nil {
+				return fmt.Errorf("record %s: %v, %v", reqID, ok, err)
+			}
+			exp = rec.Expires
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return exp
+	}
+	// created_at is the command's log time.
+	if got := expiry(h, pending.RequestID); !got.Equal(bk.CreatedAt.Add(24 * time.Hour)) {
+		t.Errorf("keyless record expires at %s, booking created at %s", got, bk.CreatedAt)
+	}
+	if got := expiry(h, requestOf(t, h, "cal", kb.ID)); !got.IsZero() {
+		t.Errorf("keyed record expires at %s, want never", got)
+	}
+
+	h2 := start(t, "", options{api: func(c *httpapi.Config) { c.KeyedRecordRetention = time.Hour }})
+	h2.createCalendar("cal", "UTC")
+	keyed = h2.do("POST", "/v1/calendars/cal/bookings", bookingBody(base, time.Hour, "bob"), "Idempotency-Key", "k1")
+	h2.mustStatus(keyed, 201)
+	keyed.json(t, &kb)
+	if got := expiry(h2, requestOf(t, h2, "cal", kb.ID)); !got.Equal(kb.CreatedAt.Add(time.Hour)) {
+		t.Errorf("keyed record with a retention expires at %s, booking created at %s", got, kb.CreatedAt)
+	}
+}
+
+// requestOf finds the request id whose recorded reply holds booking id.
+func requestOf(t *testing.T, h *harness, cal, id string) (reqID string) {
+	t.Helper()
+	err := h.node.Store.View(func(tx *data.Tx) error {
+		return tx.ForEachRequest(cal, func(req string, rec data.RequestRecord) error {
+			reply, err := actor.RecordJSON(rec)
+			if err == nil && bytes.Contains(reply, []byte(`"id":"`+id+`"`)) {
+				reqID = req
+			}
+			return err
+		})
+	})
+	if err != nil || reqID == "" {
+		t.Fatalf("no request record holds booking %s: %v", id, err)
+	}
+	return reqID
 }
 
 // TestUnavailable: when NATS cannot take the command the API answers 503

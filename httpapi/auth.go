@@ -18,8 +18,8 @@ import (
 
 // Roles of API keys.
 const (
-	// RoleBooker may book, cancel and read bookings, calendars and request
-	// outcomes, optionally only on a list of calendars.
+	// RoleBooker may book, cancel and read bookings, calendars and the
+	// outcomes of its own requests, optionally only on a list of calendars.
 	RoleBooker = "booker"
 	// RoleAdmin may do everything: calendar configuration, /v1/admin/*, and
 	// all a booker may, on every calendar.

@@ -213,6 +213,12 @@ func bookingBody(start time.Time, d time.Duration, customer string) map[string]a
 // listAll pages through every confirmed booking of a calendar.
 func (h *harness) listAll(cal string) []booking {
 	h.t.Helper()
+	return h.listAllWith(cal)
+}
+
+// listAllWith is listAll with request headers (name, value pairs).
+func (h *harness) listAllWith(cal string, headers ...string) []booking {
+	h.t.Helper()
 	var all []booking
 	cursor := ""
 	for {
@@ -220,7 +226,7 @@ func (h *harness) listAll(cal string) []booking {
 		if cursor != "" {
 			path += "&cursor=" + cursor
 		}
-		r := h.do("GET", path, nil)
+		r := h.do("GET", path, nil, headers...)
 		h.mustStatus(r, http.StatusOK)
 		var page struct {
 			Bookings   []booking `json:"bookings"`

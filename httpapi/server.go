@@ -72,6 +72,13 @@ type Config struct {
 	// refuses (see Refuser); by default such a request is answered from
 	// the index.
 	LogEveryBooking bool
+	// KeylessRecordRetention is how long, in log time, the request record
+	// of a write without an Idempotency-Key is kept: long enough for its
+	// 202 Location to be read, as nobody else can name it. 0 keeps it
+	// forever. KeyedRecordRetention is the same for writes with a key (0,
+	// forever, is what makes every retry of a key get its first answer).
+	// Both travel with the command (record_ttl_seconds).
+	KeylessRecordRetention, KeyedRecordRetention time.Duration
 }
 
 // Refuser is implemented by backends that can answer a valid booking.create
@@ -262,13 +269,65 @@ func calendarID(c *fiber.Ctx) (string, error) {
 	return id, nil
 }
 
-// requestID derives the command's request id: from the Idempotency-Key
-// header when present (so every retry maps to the same record), otherwise a
-// fresh unique id.
+// Request ids are scoped to the caller that sent them: two API keys that
+// send the same Idempotency-Key make two requests, and an outcome is
+// readable only by its caller (or an admin key). The caller is part of the
+// id, so scoping costs no lookup and survives restarts:
+//
+//   - with API keys, caller = the key's name: "k.<name>.<h>" for an
+//     Idempotency-Key, h = hex(SHA-256(key))[:32], and "r.<name>.<nuid>"
+//     without one;
+//   - without API keys there is one caller, "open" (every request is
+//     its), whose ids keep the form they always had: "k.<h>" and
+//     "r.<nuid>". Open deployments thus keep answering every key they
+//     recorded before callers were scoped, with no lookup.
+//
+// Key names match [A-Za-z0-9_-]{1,64}, so the owner is whatever lies
+// between the prefix and the next ".", and ids stay within 128 bytes.
+
+// KeyRequestID is the request id of Idempotency-Key key sent by the API key
+// named caller, or, with caller "", by anyone on an API without keys.
+func KeyRequestID(caller, key string) string {
+	sum := sha256.Sum256([]byte(key))
+	if caller == "" {
+		return "k." + hex.EncodeToString(sum[:16])
+	}
+	return "k." + caller + "." + hex.EncodeToString(sum[:16])
+}
+
+// requestOwner is the API key name a request id was made for, or "" for
+// ids made without API keys (and by versions that did not scope keys),
+// by importers and by bookline itself.
+func requestOwner(id string) string {
+	if len(id) < 2 || (id[:2] != "k." && id[:2] != "r.") {
+		return ""
+	}
+	owner, _, ok := strings.Cut(id[2:], ".")
+	if !ok {
+		return ""
+	}
+	return owner
+}
+
+// callerOf is the name of c's API key ("" when the API runs without keys).
+func callerOf(c *fiber.Ctx) string {
+	if p := principal(c); p != nil {
+		return p.Name
+	}
+	return ""
+}
+
+// requestID derives the command's request id: from the caller and the
+// Idempotency-Key header when present (so every retry maps to the same
+// record), otherwise a fresh unique id of the caller.
 func requestID(c *fiber.Ctx) (string, error) {
+	caller := callerOf(c)
 	key := c.Get("Idempotency-Key")
 	if key == "" {
-		return "r." + nuid.Next(), nil
+		if caller == "" {
+			return "r." + nuid.Next(), nil
+		}
+		return "r." + caller + "." + nuid.Next(), nil
 	}
 	if len(key) > MaxIdempotencyKey {
 		return "", invalid(actor.FieldError{Field: "Idempotency-Key", Message: "must be at most 255 characters"})
@@ -278,8 +337,7 @@ func requestID(c *fiber.Ctx) (string, error) {
 			return "", invalid(actor.FieldError{Field: "Idempotency-Key", Message: "must be printable ASCII without spaces"})
 		}
 	}
-	sum := sha256.Sum256([]byte(key))
-	return "k." + hex.EncodeToString(sum[:16]), nil
+	return KeyRequestID(caller, key), nil
 }
 
 // writeRequest reads what every write route needs: the calendar id of the
@@ -386,6 +444,11 @@ func (s *Server) byIDCommand(typ, param string, notFound *Error) fiber.Handler {
 // submit validates cmd, sends it through the log and answers with its
 // decided outcome, 202 when the answer is late, 503 when the log is down.
 func (s *Server) submit(c *fiber.Ctx, cmd *actor.Command) error {
+	if c.Get("Idempotency-Key") == "" {
+		cmd.RecordTTLSeconds = actor.RecordTTLSeconds(s.cfg.KeylessRecordRetention)
+	} else {
+		cmd.RecordTTLSeconds = actor.RecordTTLSeconds(s.cfg.KeyedRecordRetention)
+	}
 	if errs := cmd.Validate(); len(errs) > 0 {
 		return invalid(errs...)
 	}
@@ -394,6 +457,12 @@ func (s *Server) submit(c *fiber.Ctx, cmd *actor.Command) error {
 	}
 	ctx, cancel := context.WithTimeout(queue.WithTraceID(context.Background(), requestIDOf(c)), s.cfg.ReplyTimeout)
 	defer cancel()
+	if reply, ok, err := s.unscopedRecord(ctx, c, cmd); err != nil {
+		s.log.Warn("reading the record of an unscoped key failed", "request_id", cmd.RequestID, "trace_id", requestIDOf(c), "err", err)
+		return &Error{Code: CodeUnavailable, Message: "bookings cannot be taken right now, retry later"}
+	} else if ok {
+		return s.writeReply(c, reply)
+	}
 	reply, err := s.backend.Submit(ctx, cmd, cmd.Fingerprint())
 	switch {
 	case errors.Is(err, queue.ErrPending):
@@ -406,6 +475,34 @@ func (s *Server) submit(c *fiber.Ctx, cmd *actor.Command) error {
 		return err
 	}
 	return s.writeReply(c, reply)
+}
+
+// Answerer is implemented by backends that can answer a command from the
+// record of another request id when that record was made for the same
+// request (same fingerprint), after bringing the index up to the calendar's
+// last logged command (queue.Node).
+type Answerer interface {
+	RecordedFor(ctx context.Context, cmd *actor.Command, reqID, fingerprint string) (reply []byte, ok bool, err error)
+}
+
+// unscopedRecord answers a keyed request from the record its key got before
+// keys were scoped to callers: under "k.<h>", made by a version that did
+// not scope keys or while the API ran without keys. Only the same request
+// (same fingerprint) is answered from it, so the record tells the caller
+// nothing it did not send; it exists so that a retry across the upgrade
+// (or a rolling upgrade of a cluster) gets its first answer instead of a
+// second booking. Any other request under the key goes to the log under
+// the caller's own id.
+func (s *Server) unscopedRecord(ctx context.Context, c *fiber.Ctx, cmd *actor.Command) ([]byte, bool, error) {
+	key := c.Get("Idempotency-Key")
+	if key == "" || s.keys.Open() {
+		return nil, false, nil // without keys the id is already "k.<h>"
+	}
+	a, ok := s.backend.(Answerer)
+	if !ok {
+		return nil, false, nil
+	}
+	return a.RecordedFor(ctx, cmd, KeyRequestID("", key), cmd.Fingerprint())
 }
 
 // refused answers a booking or hold without an Idempotency-Key from the
@@ -490,6 +587,11 @@ func (s *Server) writeReply(c *fiber.Ctx, raw []byte) error {
 	return c.Status(status).Send(body)
 }
 
+// errNotYourRequest answers a booker that asks for the outcome of a request
+// id another API key made (or one made without keys, by an importer or by
+// bookline itself).
+var errNotYourRequest = &Error{Code: CodeForbidden, Message: "only the API key that sent this request, or an admin key, may read its outcome"}
+
 func (s *Server) getRequest(c *fiber.Ctx) error {
 	cal, err := calendarID(c)
 	if err != nil {
@@ -498,6 +600,11 @@ func (s *Server) getRequest(c *fiber.Ctx) error {
 	reqID := c.Params("requestId")
 	if !actor.ValidRequestID(reqID) {
 		return invalid(actor.FieldError{Field: "requestId", Message: "must match [A-Za-z0-9._:-]{1,128}"})
+	}
+	// Decided from the id alone, before anything is looked up, so the
+	// answer says nothing about whether the request exists.
+	if p := principal(c); p != nil && p.Role != RoleAdmin && requestOwner(reqID) != p.Name {
+		return errNotYourRequest
 	}
 	if err := s.syncRead(c, cal); err != nil {
 		return err

@@ -41,6 +41,7 @@ func (n *Node) committed() {
 // submitBusy sends a busy command through the log and waits for its
 // decision.
 func (n *Node) submitBusy(ctx context.Context, cmd *actor.Command) error {
+	cmd.RecordTTLSeconds = n.internalTTL
 	if errs := cmd.Validate(); len(errs) > 0 {
 		return fmt.Errorf("queue: invalid %s: %v", cmd.Type, errs)
 	}

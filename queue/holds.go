@@ -43,6 +43,8 @@ type holdExpirer struct {
 	// stored before the expiry it names (this clock ahead of the stream
 	// leader's), and when to publish it again (see once).
 	early map[string]earlyExpire
+	// recordTTL is the record_ttl_seconds of the commands it publishes.
+	recordTTL int
 }
 
 type earlyExpire struct {
@@ -230,7 +232,8 @@ func (h *holdExpirer) holdBack(cal string, exp time.Time, last *jetstream.RawStr
 // publish stores the hold.expire command of cal for the holds due at exp,
 // decided from the calendar's state after stream sequence after.
 func (h *holdExpirer) publish(ctx context.Context, cal string, exp time.Time, after uint64) error {
-	cmd := &actor.Command{V: actor.SchemaVersion, Type: actor.TypeHoldExpire, CalendarID: cal, RequestID: actor.ExpireRequestID(exp)}
+	cmd := &actor.Command{V: actor.SchemaVersion, Type: actor.TypeHoldExpire, CalendarID: cal, RequestID: actor.ExpireRequestID(exp),
+		RecordTTLSeconds: h.recordTTL}
 	body, err := json.Marshal(cmd)
 	if err != nil {
 		return err

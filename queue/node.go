@@ -57,6 +57,11 @@ type NodeConfig struct {
 	TakeoverTimeout time.Duration
 	// HoldExpiryInterval is how often due holds are looked for (default 1s).
 	HoldExpiryInterval time.Duration
+	// InternalRecordRetention is the log time for which the request
+	// records of the commands bookline makes itself (hold.expire, busy
+	// time from Google) are kept; the commands carry it
+	// (record_ttl_seconds). 0 keeps them forever.
+	InternalRecordRetention time.Duration
 	// DuplicateWindow overrides the stream's Nats-Msg-Id window when the
 	// stream is created (default DuplicateWindow).
 	DuplicateWindow time.Duration
@@ -89,6 +94,9 @@ type Node struct {
 	cmdSync, evtSync *logSync
 	events           *eventPublisher
 	holds            *holdExpirer
+	// internalTTL is the record_ttl_seconds of the commands the node makes
+	// itself (NodeConfig.InternalRecordRetention).
+	internalTTL int
 	// Google mirrors bookings to linked Google calendars and imports their
 	// busy time (queue/google.go).
 	Google *calendarsync.Syncer
@@ -226,7 +234,8 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 		every = time.Second
 	}
 	n.holds = &holdExpirer{js: n.JS, stream: stream, store: n.Store, log: cfg.Logger.With("component", "holds"), every: every,
-		now: time.Now, early: map[string]earlyExpire{}}
+		now: time.Now, early: map[string]earlyExpire{}, recordTTL: actor.RecordTTLSeconds(cfg.InternalRecordRetention)}
+	n.internalTTL = actor.RecordTTLSeconds(cfg.InternalRecordRetention)
 	if cfg.Observer != nil {
 		n.events.failed = cfg.Observer.EventPublishFailed
 	}
@@ -358,6 +367,43 @@ func (n *Node) Refused(cmd *actor.Command) (reply []byte, code string, err error
 		return err
 	})
 	return reply, code, err
+}
+
+// RecordedFor answers cmd from the record of another request id, reqID,
+// when that record was made for the same request (same fingerprint): the
+// recorded reply as JSON, with ok. Before reading it brings the index up to
+// the calendar's last logged command, like a read (SyncCalendar in cluster
+// mode; on one instance, until the calendar's partition caught up after a
+// start), so a request stored before this process started is seen; it
+// fails with ErrUnavailable when ctx ends first.
+func (n *Node) RecordedFor(ctx context.Context, cmd *actor.Command, reqID, fingerprint string) (reply []byte, ok bool, err error) {
+	if !actor.ValidCalendarID(cmd.CalendarID) || !actor.ValidRequestID(reqID) {
+		return nil, false, nil
+	}
+	if n.cluster != nil {
+		if err := n.SyncCalendar(ctx, cmd.CalendarID); err != nil {
+			return nil, false, err
+		}
+	} else if len(n.Parts) > 0 {
+		p := n.Parts[PartitionOf(cmd.CalendarID, len(n.Parts))]
+		for wait := time.Millisecond; !p.CaughtUp(); wait = min(2*wait, 50*time.Millisecond) {
+			select {
+			case <-ctx.Done():
+				return nil, false, fmt.Errorf("%w: partition %d is catching up", ErrUnavailable, p.ID)
+			case <-time.After(wait):
+			}
+		}
+	}
+	err = n.Store.View(func(tx *data.Tx) error {
+		rec, found, err := tx.Request(cmd.CalendarID, reqID)
+		if !found || err != nil || rec.Fingerprint != fingerprint {
+			return err
+		}
+		reply, err = actor.RecordJSON(rec)
+		ok = err == nil
+		return err
+	})
+	return reply, ok, err
 }
 
 // Lookup reads the recorded reply of a request id, if it was decided.

@@ -62,12 +62,21 @@ func TestServeFlagErrors(t *testing.T) {
 		{[]string{"--http-write-timeout", "1s"}, "must exceed --reply-timeout"},
 		{[]string{"--max-header-bytes", "10"}, "--max-header-bytes"},
 		{[]string{"--rate-limit", "-1"}, "--rate-limit"},
+		{[]string{"--keyless-record-retention", "30s"}, "--keyless-record-retention 30s: want 0 (forever) or from 1m"},
+		{[]string{"--keyed-record-retention", "-1h"}, "--keyed-record-retention"},
+		{[]string{"--keyed-record-retention", "100000h"}, "--keyed-record-retention"},
 	} {
 		var out, errb bytes.Buffer
 		args := append([]string{"serve", "--data-dir", filepath.Join(dir, "d"), "--nats-listen", ""}, tc.args...)
 		if code := Main(context.Background(), args, &out, &errb); code == 0 || !strings.Contains(errb.String(), tc.want) {
 			t.Errorf("%v: exit %d, want an error with %q:\n%s", tc.args, code, tc.want, errb.String())
 		}
+	}
+	// The retentions can come from the environment like every flag.
+	t.Setenv("BOOKLINE_KEYED_RECORD_RETENTION", "5s")
+	var out, errb bytes.Buffer
+	if code := Main(context.Background(), []string{"serve", "--data-dir", filepath.Join(dir, "d"), "--nats-listen", ""}, &out, &errb); code == 0 || !strings.Contains(errb.String(), "--keyed-record-retention 5s") {
+		t.Errorf("BOOKLINE_KEYED_RECORD_RETENTION=5s: exit %d:\n%s", code, errb.String())
 	}
 }
 

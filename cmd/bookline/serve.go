@@ -14,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/bookline/bookline/actor"
 	"github.com/bookline/bookline/calendarsync"
 	"github.com/bookline/bookline/httpapi"
 	"github.com/bookline/bookline/queue"
@@ -47,6 +48,9 @@ type serveConfig struct {
 	rateLimit      float64
 	rateBurst      int
 	logEvery       bool
+
+	keylessRetention time.Duration
+	keyedRetention   time.Duration
 
 	readTimeout     time.Duration
 	writeTimeout    time.Duration
@@ -116,6 +120,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&c.rateBurst, "rate-burst", 200, "requests a key may make at once before --rate-limit applies")
 	fs.BoolVar(&c.logEvery, "log-every-booking", false, "send every booking and hold through the log; by default one without an Idempotency-Key that the committed index already refuses (slot taken, a rule, no such calendar) is answered from the index and not logged (no command, no outcome event)")
 
+	fs.DurationVar(&c.keylessRetention, "keyless-record-retention", 24*time.Hour, "how long, in log time (the commands' stream timestamps), the request records of writes without an Idempotency-Key and of bookline's own commands (hold expiries, Google busy time) are kept: the 202 Location of such a write can be read this long; at least 1m; 0 = forever")
+	fs.DurationVar(&c.keyedRetention, "keyed-record-retention", 0, "how long, in log time, the request records of writes with an Idempotency-Key are kept; a retry of the key after that is a new request (refused idempotency_key_reused if the booking it made still exists); at least 1m; 0 = forever")
 	fs.DurationVar(&c.readTimeout, "http-read-timeout", 30*time.Second, "time to read a whole request; slower clients get 408 request_timeout")
 	fs.DurationVar(&c.writeTimeout, "http-write-timeout", 30*time.Second, "time to answer a request, from the end of reading it (must exceed --reply-timeout)")
 	fs.DurationVar(&c.idleTimeout, "http-idle-timeout", 2*time.Minute, "how long an idle keep-alive connection is kept")
@@ -184,6 +190,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 		InstanceID:      c.instanceID,
 		TakeoverTimeout: c.takeoverTimeout,
+
+		InternalRecordRetention: c.keylessRetention,
 	})
 	if err != nil {
 		return err
@@ -214,6 +222,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		RateBurst:    c.rateBurst,
 
 		LogEveryBooking: c.logEvery,
+
+		KeylessRecordRetention: c.keylessRetention,
+		KeyedRecordRetention:   c.keyedRetention,
 	})
 	if c.pprofAddr != "" {
 		stopPprof, err := startPprof(c.pprofAddr, log)
@@ -266,6 +277,14 @@ func (c *serveConfig) checkLimits() error {
 		return fmt.Errorf("--http-write-timeout (%s) must exceed --reply-timeout (%s), or slow writes lose their 202", c.writeTimeout, c.replyTimeout)
 	case c.shutdownDelay < 0:
 		return errors.New("--shutdown-delay must not be negative")
+	}
+	for _, r := range []struct {
+		flag string
+		d    time.Duration
+	}{{"--keyless-record-retention", c.keylessRetention}, {"--keyed-record-retention", c.keyedRetention}} {
+		if r.d != 0 && (r.d < time.Minute || r.d > actor.MaxRecordTTLSeconds*time.Second) {
+			return fmt.Errorf("%s %s: want 0 (forever) or from 1m to %s", r.flag, r.d, actor.MaxRecordTTLSeconds*time.Second)
+		}
 	}
 	if c.maxListRange == 0 {
 		c.maxListRange = -1 // no bound
