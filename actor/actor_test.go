@@ -1008,6 +1008,14 @@ func genLog(seed uint64, n int) []logMsg {
 			} else {
 				add(confirm(pickCal(), req, actor.BookingID("c0", "never"+req)))
 			}
+		case x < 58:
+			// What the hold expirer publishes: sometimes early (its clock
+			// ahead of the stream's), mostly for an expiry already due.
+			target := clock.Add(time.Duration(r.IntN(90_000)-70_000) * time.Millisecond)
+			cal := pickCal()
+			body := fmt.Sprintf(`{"v":1,"type":"hold.expire","request_id":%q,"calendar_id":%q}`, actor.ExpireRequestID(target), cal)
+			add(logMsg{in: actor.Input{SubjectCalendar: cal, Data: []byte(body)}, kind: "expire", cal: cal,
+				iv: data.Interval{Start: target, End: target}})
 		case x < 72:
 			if len(creates) > 0 && r.IntN(6) > 0 {
 				c := creates[r.IntN(len(creates))]
@@ -1101,8 +1109,10 @@ func invalidCommand(r *rand.Rand, cal, req string) string {
 }
 
 // mayLoseAnswer lists the messages whose request id some message gave a
-// record retention: redelivered after that record expired (or was replaced
-// by a later decision), such a message has no answer any more (nil).
+// record retention, and the early hold.expire commands, which are not
+// recorded: redelivered after that record expired (or was replaced by a
+// later decision), or never recorded, such a message has no answer any
+// more (nil).
 func mayLoseAnswer(log []logMsg) map[uint64]bool {
 	key := func(m logMsg) string {
 		var env struct {
@@ -1119,7 +1129,10 @@ func mayLoseAnswer(log []logMsg) map[uint64]bool {
 	}
 	lost := map[uint64]bool{}
 	for _, m := range log {
-		lost[m.in.Seq] = m.kind != "other" && expiring[key(m)]
+		// An early hold.expire (naming an expiry after its log time,
+		// which is at least its own timestamp) is never recorded.
+		early := m.kind == "expire" && m.in.At.Before(m.iv.Start)
+		lost[m.in.Seq] = m.kind != "other" && (expiring[key(m)] || early)
 	}
 	return lost
 }
@@ -1309,6 +1322,7 @@ func checkAgainstModel(t *testing.T, s *data.Store, log []logMsg, replies map[ui
 		iv        data.Interval
 		exp       time.Time
 		confirmed bool
+		expired   bool // its expiry was recorded by a hold.expire
 	}
 	cals := map[string]bool{}
 	confirmed := map[string]map[string]data.Interval{} // cal -> booking id -> interval
@@ -1412,9 +1426,31 @@ func checkAgainstModel(t *testing.T, s *data.Store, log []logMsg, replies map[ui
 					created[m.cal+"/"+m.bookingID] = true
 				}
 			case r.Code == actor.CodeHoldExpired && h != nil && !h.confirmed && !now.Before(h.exp):
+				h.expired = true // the refused confirm records the expiry too
 			case r.Code == actor.CodeHoldNotFound && h == nil:
 			default:
 				t.Fatalf("seq %d: hold.confirm of %s (model %+v, now %s): %s", m.in.Seq, m.bookingID, h, now, raw)
+			}
+		case m.kind == "expire" && r.Outcome == actor.OutcomeAccepted:
+			// It records the expiry of every due hold of the calendar,
+			// early or not; an early one (naming an expiry after the log
+			// time) is not recorded, so its request id can come again.
+			n := 0
+			for _, h := range holds[m.cal] {
+				if !h.confirmed && !h.expired && !now.Before(h.exp) {
+					h.expired = true
+					n++
+				}
+			}
+			if want := fmt.Sprintf("%d holds expired", n); !strings.HasPrefix(r.Message, want) {
+				t.Fatalf("seq %d: hold.expire says %q, the model %q", m.in.Seq, r.Message, want)
+			}
+			if early := now.Before(m.iv.Start); early != strings.Contains(r.Message, "not recorded") {
+				t.Fatalf("seq %d: hold.expire for %s at log time %s, early %v: %q", m.in.Seq, m.iv.Start, now, early, r.Message)
+			}
+			codes["expire"]++
+			if now.Before(m.iv.Start) {
+				codes["expire early"]++
 			}
 		case m.kind == "cancel" && r.Outcome == actor.OutcomeAccepted:
 			if !created[m.cal+"/"+m.bookingID] {
@@ -1435,7 +1471,7 @@ func checkAgainstModel(t *testing.T, s *data.Store, log []logMsg, replies map[ui
 	for _, want := range []string{"accepted/", "rejected/" + actor.CodeSlotTaken, "rejected/" + actor.CodeCalendarNotFound,
 		"rejected/" + actor.CodeBookingNotFound, "rejected/" + actor.CodeIdempotencyKeyReused,
 		"rejected/" + actor.CodeInvalidCommand, "rejected/" + actor.CodeInvalidRequest, "retry",
-		"rejected/" + actor.CodeHoldExpired, "rejected/" + actor.CodeHoldNotFound} {
+		"rejected/" + actor.CodeHoldExpired, "rejected/" + actor.CodeHoldNotFound, "expire", "expire early"} {
 		if codes[want] == 0 {
 			t.Errorf("the log never produced %q (%v)", want, codes)
 		}
