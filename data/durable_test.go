@@ -84,6 +84,14 @@ func TestCommitDurableAnswersAfterItsCondition(t *testing.T) {
 	if _, returned := visibleWithin(t, s, "a", 50*time.Millisecond); returned {
 		t.Fatal("a reader saw the index while the newest transaction waited for its condition")
 	}
+	// ViewIfVisible neither waits nor runs its function meanwhile.
+	ran, err := s.ViewIfVisible(func(*data.Tx) error {
+		t.Error("ViewIfVisible ran while the newest transaction waited for its condition")
+		return nil
+	})
+	if ran || err != nil {
+		t.Errorf("ViewIfVisible = %v, %v; want false, nil", ran, err)
+	}
 
 	close(release)
 	if err := <-resA; err != nil {
@@ -96,6 +104,10 @@ func TestCommitDurableAnswersAfterItsCondition(t *testing.T) {
 		if seen, returned := visibleWithin(t, s, id, 10*time.Second); !returned || !seen {
 			t.Errorf("%s not visible after its condition returned (returned %v)", id, returned)
 		}
+	}
+	seen := false
+	if ran, err := s.ViewIfVisible(func(tx *data.Tx) error { seen = tx.CalendarExists("b"); return nil }); !ran || err != nil || !seen {
+		t.Errorf("ViewIfVisible after the answers = ran %v, err %v, saw b %v; want true, nil, true", ran, err, seen)
 	}
 }
 

@@ -217,6 +217,24 @@ func (s *Store) View(fn func(*Tx) error) error {
 	})
 }
 
+// ViewIfVisible runs fn in a read-only transaction when the newest commit
+// is visible already, and reports whether it did; it never waits. It is for
+// reads that only save work and may be skipped: the refusals from the index,
+// whose request then goes to the writer. Waiting there would put a sync of
+// the log before the request is even logged, and under load a sync is
+// almost always running.
+func (s *Store) ViewIfVisible(fn func(*Tx) error) (bool, error) {
+	ran := false
+	err := s.db.View(func(btx *bolt.Tx) error {
+		if s.vis.upTo.Load() < uint64(btx.ID()) {
+			return nil
+		}
+		ran = true
+		return fn(&Tx{tx: btx, cals: &s.cals})
+	})
+	return ran, err
+}
+
 // Commit runs fn inside a read-write transaction and returns once that
 // transaction is committed: fsynced, or with Options.NoSync written to the OS
 // (durable against the process's death only). Calls from several goroutines that arrive

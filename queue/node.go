@@ -352,7 +352,8 @@ func (n *Node) recorded(cmd *actor.Command, fingerprint string) (reply []byte, o
 // idempotency key). It never refuses in cluster mode, where another instance
 // may have decided more than this index holds, nor on a partition that is
 // still catching up, whose index may lack what was answered before a
-// restart.
+// restart. When the newest commit is still waiting for its log sync it does
+// not wait (see data.Store.ViewIfVisible): the writer decides instead.
 func (n *Node) Refused(cmd *actor.Command) (reply []byte, code string, err error) {
 	if n.cluster != nil || len(n.Parts) == 0 || !actor.ValidCalendarID(cmd.CalendarID) {
 		return nil, "", nil
@@ -362,7 +363,7 @@ func (n *Node) Refused(cmd *actor.Command) (reply []byte, code string, err error
 		return nil, "", nil
 	}
 	now := time.Now()
-	err = n.Store.View(func(tx *data.Tx) error {
+	_, err = n.Store.ViewIfVisible(func(tx *data.Tx) error {
 		reply, code, err = actor.Refused(tx, p, cmd, now)
 		return err
 	})
