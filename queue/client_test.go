@@ -32,3 +32,36 @@ func TestPubAck(t *testing.T) {
 		}
 	}
 }
+
+// TestDeliverLocalOnlyTakesItsOwnReplies: a reply subject of another inbox
+// (an importer, another instance) or an acknowledgement subject is left to
+// NATS; a reply to this client's inbox reaches its waiter.
+func TestDeliverLocalOnlyTakesItsOwnReplies(t *testing.T) {
+	c := &Client{prefix: "_INBOX.bookline.abc", waiters: map[string]*waiter{}}
+	w := &waiter{ack: make(chan *nats.Msg, 1), reply: make(chan []byte, 1)}
+	c.waiters["tok"] = w
+	for _, subj := range []string{"_INBOX.importer.tok", "_INBOX.bookline.abcd.tok", "_INBOX.bookline.abc.a.tok", "_INBOX.bookline.abc", "_INBOX.bookline.ab"} {
+		if c.DeliverLocal(subj, []byte("x")) {
+			t.Errorf("DeliverLocal(%q) took a reply that is not its own", subj)
+		}
+	}
+	if !c.DeliverLocal("_INBOX.bookline.abc.tok", []byte("answer")) {
+		t.Fatal("DeliverLocal refused a reply to its own inbox")
+	}
+	select {
+	case got := <-w.reply:
+		if string(got) != "answer" {
+			t.Errorf("waiter got %q", got)
+		}
+	default:
+		t.Fatal("the waiter got nothing")
+	}
+	if _, still := c.waiters["tok"]; still {
+		t.Error("the waiter is still registered after its answer")
+	}
+	// A token nobody waits for any more (the request timed out) is taken
+	// and dropped: publishing it would reach nobody either.
+	if !c.DeliverLocal("_INBOX.bookline.abc.gone", []byte("late")) {
+		t.Error("DeliverLocal refused a late reply to its own inbox")
+	}
+}

@@ -247,6 +247,7 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 		p := NewPartition(i, n.NC, n.JS, n.Store, cfg.Logger)
 		p.committed = n.committed
 		p.logSync = n.cmdSync
+		p.local = n.Client.DeliverLocal
 		if n.cluster != nil {
 			p.cluster, p.reads = n.cluster, make(chan catchRequest)
 		}

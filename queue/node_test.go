@@ -485,3 +485,44 @@ func TestPartitionsDefaultAndAdopted(t *testing.T) {
 		t.Fatalf("explicit 4 partitions on an 8-partition stream: %v", err)
 	}
 }
+
+// TestRepliesToThisProcessStayInProcess: the writer hands the reply of a
+// command submitted by this process's own client to it directly; NATS
+// carries only the publish acknowledgement. Everything the connection
+// published before the sentinel arrives before it, so a reply sent through
+// NATS would be seen.
+func TestRepliesToThisProcessStayInProcess(t *testing.T) {
+	n := startNode(t, t.TempDir(), nil)
+	sub, err := n.NC.SubscribeSync("_INBOX.bookline.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := submit(t, n, upsert("c")); r.Outcome != actor.OutcomeAccepted {
+		t.Fatalf("upsert: %+v", r)
+	}
+	if r := submit(t, n, book("c", "r1", 0, 2)); r.Outcome != actor.OutcomeAccepted || r.Booking == nil {
+		t.Fatalf("booking: %+v", r)
+	}
+	const sentinel = "_INBOX.bookline.sentinel.end"
+	if err := n.NC.Publish(sentinel, nil); err != nil {
+		t.Fatal(err)
+	}
+	acks := 0
+	for {
+		m, err := sub.NextMsg(10 * time.Second)
+		if err != nil {
+			t.Fatalf("waiting for the sentinel: %v", err)
+		}
+		if m.Subject == sentinel {
+			break
+		}
+		if !strings.Contains(m.Subject, ".a.") {
+			t.Errorf("a reply went through NATS: %s %s", m.Subject, m.Data)
+			continue
+		}
+		acks++
+	}
+	if acks != 2 {
+		t.Errorf("%d publish acknowledgements through NATS, want 2", acks)
+	}
+}

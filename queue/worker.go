@@ -52,6 +52,9 @@ type Partition struct {
 	// logSync, when set, makes the stream's messages durable before the
 	// batch that decided them is answered or shown (see logsync.go).
 	logSync *logSync
+	// local, when set, delivers a reply to an inbox of this process
+	// without NATS and reports whether it did (Client.DeliverLocal).
+	local func(subject string, reply []byte) bool
 	// submitted is the last stream sequence of the batches handed to the
 	// store (see submit).
 	submitted uint64
@@ -467,6 +470,9 @@ func (p *Partition) finish(b *inFlight) error {
 		}
 		to := batch[i].Headers().Get(HeaderReplyTo)
 		if o.Reply == nil || !ValidReplySubject(to) {
+			continue
+		}
+		if p.local != nil && p.local(to, o.Reply) {
 			continue
 		}
 		if err := p.nc.Publish(to, o.Reply); err != nil {
