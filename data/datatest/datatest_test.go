@@ -1,7 +1,9 @@
 package datatest_test
 
 import (
+	"encoding/binary"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -268,4 +270,71 @@ func TestCheckInvariantsWhileWriting(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestCheckInvariantsReportsACorruptFile: the bbolt check that
+// CheckInvariants runs finds a leaf page whose keys are out of order, a
+// corruption that no read through the index would notice.
+func TestCheckInvariantsReportsACorruptFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "index.db")
+	s := open(t, path)
+	var bks []data.Booking
+	for i := range 300 {
+		bks = append(bks, bk(fmt.Sprintf("b%04d", i), i*60, i*60+30))
+	}
+	put(t, s, bks...)
+	check(t, s)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// The fullest leaf page in use: its first key becomes larger than
+	// its second.
+	db, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, count := 0, 0
+	err = db.Update(func(tx *bolt.Tx) error { // Page is safe in a writable transaction only
+		for id := 2; ; id++ {
+			p, err := tx.Page(id)
+			if err != nil || p == nil {
+				return err
+			}
+			if p.Type == "leaf" && p.Count > count {
+				leaf, count = id, p.Count
+			}
+		}
+	})
+	pageSize := db.Info().PageSize
+	if cerr := db.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if count < 2 {
+		t.Fatalf("no leaf page with two keys (fullest: %d)", count)
+	}
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	page := make([]byte, pageSize)
+	if _, err := f.ReadAt(page, int64(leaf*pageSize)); err != nil {
+		t.Fatal(err)
+	}
+	// A page header is 16 bytes; a leaf element is flags, pos, ksize and
+	// vsize (uint32 each), and its key starts pos bytes after the element.
+	const header = 16
+	pos := binary.LittleEndian.Uint32(page[header+4:])
+	page[header+int(pos)] = 0xff
+	if _, err := f.WriteAt(page, int64(leaf*pageSize)); err != nil {
+		t.Fatal(err)
+	}
+
+	s = open(t, path)
+	defer s.Close()
+	check(t, s, "bbolt check of the index file")
 }
