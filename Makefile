@@ -34,12 +34,13 @@ fmt:
 	gofmt -w .
 
 # Coverage-guided fuzzing of the command decoder and apply path, then of the
-# decoder's fast paths against the reference implementation (the checked-in
-# corpus and seeds already run in `make test`).
+# decoder's and the HTTP booking body's fast paths against encoding/json (the
+# checked-in corpus and seeds already run in `make test`).
 FUZZTIME ?= 60s
 fuzz:
 	$(GO) test -run='^$$' -fuzz=FuzzDecodeApply -fuzztime=$(FUZZTIME) ./actor
 	$(GO) test -run='^$$' -fuzz=FuzzDecodeMatchesReference -fuzztime=$(FUZZTIME) ./actor
+	$(GO) test -run='^$$' -fuzz=FuzzBookingBodyFastPath -fuzztime=$(FUZZTIME) ./httpapi
 
 # Go micro- and end-to-end benchmarks, benchstat-comparable (count=6).
 BENCH ?= .

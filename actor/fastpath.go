@@ -660,3 +660,48 @@ func validIDBytes(s string, max int, ok func(byte) bool) bool {
 func isAlnum(b byte) bool {
 	return '0' <= b && b <= '9' || 'a' <= b && b <= 'z' || 'A' <= b && b <= 'Z'
 }
+
+// A FastField is a member ParseObjectFast may meet: its name, exactly as
+// the struct field's tag spells it, and where its value goes: Str for a
+// string field, Raw for a json.RawMessage field (which it fills only with
+// an object).
+type FastField struct {
+	Name string
+	Str  *string
+	Raw  *json.RawMessage
+}
+
+// ParseObjectFast decodes data exactly as json.Decoder.Decode into a zero
+// struct whose string and json.RawMessage fields are fields would, when
+// nothing but JSON white space follows the object. Like the command's fast
+// path it handles only the plain shape clients write (each member once,
+// named exactly as fields, strings without escapes, a raw member that is an
+// object) and returns false for anything else, possibly with some fields
+// filled: the caller must then reset them and decode with encoding/json,
+// which gives the same result or the error text. At most 64 fields.
+func ParseObjectFast(data []byte, fields []FastField) bool {
+	if len(fields) > 64 {
+		return false
+	}
+	p := fastParser{cursor{data: data}}
+	p.ws()
+	ok := p.object(func(key []byte) (uint, bool) {
+		for i := range fields {
+			f := &fields[i]
+			if string(key) != f.Name {
+				continue
+			}
+			var ok bool
+			switch {
+			case f.Str != nil:
+				*f.Str, ok = p.string()
+			case f.Raw != nil:
+				*f.Raw, ok = p.rawObject()
+			}
+			return 1 << uint(i), ok
+		}
+		return 0, false
+	})
+	p.ws()
+	return ok && p.i == len(p.data)
+}
