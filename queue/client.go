@@ -119,7 +119,7 @@ func (c *Client) answer(token string, reply []byte) {
 // straight to the waiting Submit, as if NATS had brought it back, and
 // reports whether subject was this client's (if not, the writer publishes
 // it). A writer and the API of the same process then skip the round trip
-// through the server for every reply: about a fifth of a booking's time
+// through the server for every reply: about a quarter of a booking's mean time
 // at 2,000 requests/s (docs/benchmarks.md). Acknowledgements still come
 // from JetStream: only it can say that a command was stored.
 func (c *Client) DeliverLocal(subject string, reply []byte) bool {
