@@ -223,8 +223,7 @@ func (s *Server) healthz(c *fiber.Ctx) error {
 		err = errDraining
 	}
 	if err != nil {
-		c.Set(fiber.HeaderRetryAfter, "1")
-		return c.Status(http.StatusServiceUnavailable).JSON(errorBody{&Error{Code: CodeUnavailable, Message: err.Error()}})
+		return &Error{Code: CodeUnavailable, Message: err.Error()}
 	}
 	return c.JSON(fiber.Map{"status": "ok"})
 }
@@ -254,8 +253,7 @@ func (s *Server) readyz(c *fiber.Ctx) error {
 		failed = append(failed, errDraining.Error())
 	}
 	if len(failed) > 0 {
-		c.Set(fiber.HeaderRetryAfter, "1")
-		return c.Status(http.StatusServiceUnavailable).JSON(errorBody{&Error{Code: CodeUnavailable, Message: strings.Join(failed, "; ")}})
+		return &Error{Code: CodeUnavailable, Message: strings.Join(failed, "; ")}
 	}
 	return c.JSON(fiber.Map{"status": "ok", "checks": checks})
 }
@@ -569,21 +567,28 @@ func (s *Server) refused(c *fiber.Ctx, cmd *actor.Command) ([]byte, bool) {
 // writeReply answers with a decided outcome. The status and body depend only
 // on the reply, so every retry of a request gets the same answer.
 func (s *Server) writeReply(c *fiber.Ctx, raw []byte) error {
-	// The calendar or booking of an accepted reply is sent as the writer
-	// encoded it: decoded only as far as the status needs, not re-encoded.
-	// The common case, an accepted booking, is found by a scan.
-	if typ, body, ok := actor.AcceptedBooking(raw); ok {
-		c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSON)
-		return c.Status(createdStatus(typ)).Send(body)
+	status, code, body, err := replyAnswer(raw)
+	if err != nil {
+		return err
 	}
-	// So is a rejection without details (a conflict, mostly): its code,
-	// message and conflict are encoded as the error object encodes them.
+	return sendJSON(c, status, code, body)
+}
+
+// replyAnswer is the HTTP answer to a writer's reply: its status, the error
+// code of a rejection ("" when accepted) and the body. The calendar or
+// booking of an accepted reply is sent as the writer encoded it: decoded
+// only as far as the status needs, not re-encoded. The common cases are
+// found by a scan: an accepted booking, and a rejection without details (a
+// conflict, mostly), whose code, message and conflict are encoded as the
+// error object encodes them.
+func replyAnswer(raw []byte) (status int, code string, body []byte, err error) {
+	if typ, booking, ok := actor.AcceptedBooking(raw); ok {
+		return createdStatus(typ), "", booking, nil
+	}
 	if code, members, ok := actor.RejectedError(raw); ok {
-		if status, known := statusOf[code]; known && code != CodeUnavailable && code != CodeUnauthorized {
+		if status, known := statusOf[code]; known {
 			body := make([]byte, 0, len(members)+len(`{"error":{}}`))
-			body = append(append(append(body, `{"error":{`...), members...), "}}"...)
-			c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSON)
-			return c.Status(status).Send(body)
+			return status, code, append(append(append(body, `{"error":{`...), members...), "}}"...), nil
 		}
 	}
 	var r struct {
@@ -598,25 +603,23 @@ func (s *Server) writeReply(c *fiber.Ctx, raw []byte) error {
 		Conflict *data.Interval     `json:"conflict"`
 	}
 	if err := json.Unmarshal(raw, &r); err != nil {
-		return err
+		return 0, "", nil, err
 	}
 	if r.Outcome == actor.OutcomeRejected {
-		return &Error{Code: r.Code, Message: r.Message, Details: r.Details, Conflict: r.Conflict}
+		e := &Error{Code: r.Code, Message: r.Message, Details: r.Details, Conflict: r.Conflict}
+		body, err := json.Marshal(errorBody{e})
+		return e.Status(), e.Code, body, err
 	}
-	status, body := http.StatusOK, r.Booking
 	switch {
 	case len(r.Calendar) > 0:
-		body = r.Calendar
 		if r.Created {
-			status = http.StatusCreated
+			return http.StatusCreated, "", r.Calendar, nil
 		}
+		return http.StatusOK, "", r.Calendar, nil
 	case len(r.Booking) > 0:
-		status = createdStatus(r.Type)
-	default:
-		return errors.New("httpapi: accepted reply without a body")
+		return createdStatus(r.Type), "", r.Booking, nil
 	}
-	c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSON)
-	return c.Status(status).Send(body)
+	return 0, "", nil, errors.New("httpapi: accepted reply without a body")
 }
 
 // errNotYourRequest answers a booker that asks for the outcome of a request
