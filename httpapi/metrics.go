@@ -31,7 +31,7 @@ type Metrics struct {
 	batchSize    *prometheus.HistogramVec
 	applyLatency *prometheus.HistogramVec
 	eventFails   *prometheus.CounterVec
-	syncFails    *prometheus.CounterVec // Google Calendar sync (issue 5)
+	syncFails    *prometheus.CounterVec // Google Calendar sync
 	logSync      *prometheus.HistogramVec
 
 	attach sync.Once

@@ -215,7 +215,7 @@ func (s *Server) digest(c *fiber.Ctx) error {
 	return c.JSON(d)
 }
 
-// healthz keeps its original meaning (issue 2): 200 once NATS is connected
+// healthz keeps its original meaning: 200 once NATS is connected
 // and every partition has caught up, 503 otherwise (and while draining).
 func (s *Server) healthz(c *fiber.Ctx) error {
 	err := s.backend.Ready()

@@ -61,12 +61,12 @@ type serveConfig struct {
 	pprofAddr   string
 	memoryLimit memoryLimit
 
-	// Google Calendar sync (issue 5).
+	// Google Calendar sync.
 	googleCredentials  string
 	googleSubject      string
 	googleSyncInterval time.Duration
 
-	// Cluster mode (issue 8): several instances on one NATS cluster.
+	// Cluster mode: several instances on one NATS cluster.
 	instanceID      string
 	replicas        int
 	takeoverTimeout time.Duration
