@@ -21,7 +21,6 @@ import (
 
 	"github.com/bookline/bookline/actor"
 	"github.com/bookline/bookline/data"
-	"github.com/bookline/bookline/queue"
 )
 
 // Backend is what the HTTP API needs from the rest of bookline: a way to
@@ -83,7 +82,7 @@ type Config struct {
 
 // Refuser is implemented by backends that can answer a valid booking.create
 // or hold.create from the committed index when the index already refuses it
-// (queue.Node): reply is the writer's rejection and code its rejection code,
+// (queue.Node does): reply is the writer's rejection and code its rejection code,
 // "" when only the writer can decide.
 type Refuser interface {
 	Refused(cmd *actor.Command) (reply []byte, code string, err error)
@@ -485,7 +484,7 @@ func (s *Server) submit(c *fiber.Ctx, cmd *actor.Command) error {
 	if reply, ok := s.refused(c, cmd); ok {
 		return s.writeReply(c, reply)
 	}
-	ctx, cancel := context.WithTimeout(queue.WithTraceID(context.Background(), requestIDOf(c)), s.cfg.ReplyTimeout)
+	ctx, cancel := context.WithTimeout(actor.WithTraceID(context.Background(), requestIDOf(c)), s.cfg.ReplyTimeout)
 	defer cancel()
 	if reply, ok, err := s.unscopedRecord(ctx, c, cmd); err != nil {
 		s.log.Warn("reading the record of an unscoped key failed", "request_id", cmd.RequestID, "trace_id", requestIDOf(c), "err", err)
@@ -495,10 +494,10 @@ func (s *Server) submit(c *fiber.Ctx, cmd *actor.Command) error {
 	}
 	reply, err := s.backend.Submit(ctx, cmd, cmd.Fingerprint())
 	switch {
-	case errors.Is(err, queue.ErrPending):
+	case errors.Is(err, actor.ErrPending):
 		c.Location("/v1/calendars/" + cmd.CalendarID + "/requests/" + cmd.RequestID)
 		return c.Status(http.StatusAccepted).JSON(fiber.Map{"status": "pending", "request_id": cmd.RequestID})
-	case errors.Is(err, queue.ErrUnavailable):
+	case errors.Is(err, actor.ErrUnavailable):
 		s.log.Warn("command not stored", "request_id", cmd.RequestID, "trace_id", requestIDOf(c), "err", err)
 		return &Error{Code: CodeUnavailable, Message: "bookings cannot be taken right now, retry later"}
 	case err != nil:

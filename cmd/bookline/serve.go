@@ -176,6 +176,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	log.Info("memory limit", "limit", c.memoryLimit.apply())
 
 	metrics := httpapi.NewMetrics()
+	google := c.googleConfig()
+	google.Logger, google.OnFailure = log, metrics.CalendarSyncFailed
+	var syncer *calendarsync.Syncer
 	node, err := queue.StartNode(queue.NodeConfig{
 		DataDir:      c.dataDir,
 		NATSURL:      c.natsURL,
@@ -186,7 +189,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		NATSOptions:  natsOpts,
 		Logger:       log,
 		Observer:     metrics,
-		Google:       c.googleConfig(),
+		Followers:    []func(*queue.Node) queue.Follower{googleFollower(google, &syncer)},
 
 		InstanceID:      c.instanceID,
 		TakeoverTimeout: c.takeoverTimeout,
@@ -206,7 +209,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		log.Info("embedded nats listening", "url", u)
 	}
 
-	api := httpapi.New(node, httpapi.Config{
+	api := httpapi.New(apiBackend{Node: node, google: syncer}, httpapi.Config{
 		ReplyTimeout: c.replyTimeout,
 		BodyLimit:    c.maxBodyBytes,
 		Logger:       log,
