@@ -880,7 +880,7 @@ func cancelBooking(tx *data.Tx, d *Decoded) (Reply, error) {
 // the host's (see package zones).
 func location(name string) (*time.Location, error) { return zones.Load(name) }
 
-// --- Google Calendar (issue 5) ---
+// --- Google Calendar ---
 
 // mirror queues the Google sync operation of a booking change decided by
 // d, in the deciding transaction, when the calendar is linked and the

@@ -300,7 +300,7 @@ func check(tx *data.Tx, cal *data.Calendar, loc *time.Location, iv data.Interval
 	if code, msg := checkStatic(r, loc, iv, now); code != "" {
 		return verdict{code: code, msg: msg}
 	}
-	// External busy time (issue 5) blocks every seat of the interval.
+	// External busy time blocks every seat of the interval.
 	if _, busy, ok := tx.FirstBusy(cal.ID, iv); ok {
 		return verdict{code: CodeExternalBusy, msg: "the requested interval is busy in the linked calendar", conflict: &busy}
 	}

@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/base32"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -16,12 +15,6 @@ import (
 	"github.com/bookline/bookline/actor"
 	"github.com/bookline/bookline/actor/zones"
 	"github.com/bookline/bookline/data"
-)
-
-// Errors of SyncBusy.
-var (
-	ErrNotLinked     = errors.New("calendarsync: calendar is not linked to Google")
-	ErrNoCredentials = errors.New("calendarsync: no Google credentials configured")
 )
 
 // BlockPrefix starts the id of every busy block imported from Google; a
@@ -36,14 +29,6 @@ var lowerBase32Hex = base32.NewEncoding("0123456789abcdefghijklmnopqrstuv").With
 func BlockID(googleCal, eventID string) string {
 	sum := sha256.Sum256([]byte(googleCal + "\x00" + eventID))
 	return BlockPrefix + lowerBase32Hex.EncodeToString(sum[:16])
-}
-
-// BusyResult is what one busy-time read did.
-type BusyResult struct {
-	Full    bool `json:"full"`
-	Events  int  `json:"events"`
-	Set     int  `json:"set"`
-	Cleared int  `json:"cleared"`
 }
 
 func (s *Syncer) goBusyAll(ctx context.Context) {
@@ -75,24 +60,24 @@ func (s *Syncer) goBusyAll(ctx context.Context) {
 // SyncBusy reads calendar cal's busy time from Google now and sends the
 // changes through the log; it returns once they are decided. It also
 // wakes the calendar's mirror if it was paused.
-func (s *Syncer) SyncBusy(ctx context.Context, cal string) (BusyResult, error) {
+func (s *Syncer) SyncBusy(ctx context.Context, cal string) (data.BusySyncResult, error) {
 	var c data.Calendar
 	err := s.store.View(func(tx *data.Tx) (err error) {
 		c, err = tx.Calendar(cal)
 		return err
 	})
 	if err != nil {
-		return BusyResult{}, err
+		return data.BusySyncResult{}, err
 	}
 	if c.Google == nil {
-		return BusyResult{}, ErrNotLinked
+		return data.BusySyncResult{}, data.ErrNotLinked
 	}
 	if s.cfg.Service == nil {
-		return BusyResult{}, ErrNoCredentials
+		return data.BusySyncResult{}, data.ErrNoCredentials
 	}
 	s.Wake(cal)
 	if !c.Google.SyncBusy {
-		return BusyResult{}, nil
+		return data.BusySyncResult{}, nil
 	}
 	l := s.link(cal)
 	l.busy.Lock()
@@ -101,7 +86,7 @@ func (s *Syncer) SyncBusy(ctx context.Context, cal string) (BusyResult, error) {
 }
 
 // busyLocked reads one calendar's busy time; l.busy is held.
-func (s *Syncer) busyLocked(ctx context.Context, c data.Calendar, l *linkState) (res BusyResult, err error) {
+func (s *Syncer) busyLocked(ctx context.Context, c data.Calendar, l *linkState) (res data.BusySyncResult, err error) {
 	defer func() {
 		if err != nil && ctx.Err() == nil {
 			act, reason := classify(err)

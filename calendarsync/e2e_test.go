@@ -39,10 +39,35 @@ func fastRetries(svc calendarsync.ServiceFunc) calendarsync.Config {
 		RetryBase: time.Millisecond, RetryMax: 20 * time.Millisecond, PauseBase: 20 * time.Millisecond, PauseMax: 100 * time.Millisecond}
 }
 
-func startNode(t testing.TB, dir string, gc calendarsync.Config) *queue.Node {
+// node is a queue node with the Google sync following its writers, wired
+// as bookline serve wires them; as an API backend it has the sync's link
+// status and on-demand read.
+type node struct {
+	*queue.Node
+	google *calendarsync.Syncer
+}
+
+func (n node) GoogleStatus(calID string, link *data.GoogleLink) data.GoogleStatus {
+	return n.google.Status(calID, link)
+}
+
+func (n node) SyncGoogle(ctx context.Context, calID string) (data.BusySyncResult, error) {
+	return n.google.SyncBusy(ctx, calID)
+}
+
+func startNode(t testing.TB, dir string, gc calendarsync.Config) node {
 	t.Helper()
-	n, err := queue.StartNode(queue.NodeConfig{DataDir: dir, Partitions: 2, Google: gc,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if gc.Logger == nil {
+		gc.Logger = logger
+	}
+	var n node
+	var err error
+	n.Node, err = queue.StartNode(queue.NodeConfig{DataDir: dir, Partitions: 2, Logger: logger,
+		Followers: []func(*queue.Node) queue.Follower{func(qn *queue.Node) queue.Follower {
+			n.google = calendarsync.New(gc, qn.Store, qn.SubmitInternal)
+			return n.google
+		}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +75,7 @@ func startNode(t testing.TB, dir string, gc calendarsync.Config) *queue.Node {
 	return n
 }
 
-func stopNode(t testing.TB, n *queue.Node) {
+func stopNode(t testing.TB, n node) {
 	t.Helper()
 	datatest.CheckInvariants(t, n.Store)
 	if err := n.Close(); err != nil {
@@ -60,7 +85,7 @@ func stopNode(t testing.TB, n *queue.Node) {
 
 var reqN int
 
-func submit(t testing.TB, n *queue.Node, cmd *actor.Command) actor.Reply {
+func submit(t testing.TB, n node, cmd *actor.Command) actor.Reply {
 	t.Helper()
 	if cmd.RequestID == "" {
 		reqN++
@@ -83,7 +108,7 @@ func submit(t testing.TB, n *queue.Node, cmd *actor.Command) actor.Reply {
 	return r
 }
 
-func link(t testing.TB, n *queue.Node, cal, googleCal string, busy bool) {
+func link(t testing.TB, n node, cal, googleCal string, busy bool) {
 	t.Helper()
 	r := submit(t, n, &actor.Command{Type: actor.TypeCalendarUpsert, CalendarID: cal,
 		Calendar: &actor.CalendarSpec{Name: cal, Google: &data.GoogleLink{CalendarID: googleCal, SyncBusy: busy}}})
@@ -92,13 +117,13 @@ func link(t testing.TB, n *queue.Node, cal, googleCal string, busy bool) {
 	}
 }
 
-func book(t testing.TB, n *queue.Node, cal string, start, end time.Time) actor.Reply {
+func book(t testing.TB, n node, cal string, start, end time.Time) actor.Reply {
 	t.Helper()
 	return submit(t, n, &actor.Command{Type: actor.TypeBookingCreate, CalendarID: cal,
 		Booking: &actor.BookingSpec{Start: start, End: end, Customer: "customer"}})
 }
 
-func pending(t testing.TB, n *queue.Node, cal string) int {
+func pending(t testing.TB, n node, cal string) int {
 	t.Helper()
 	var d int
 	if err := n.Store.View(func(tx *data.Tx) error { d = tx.SyncDepth(cal, 1<<30); return nil }); err != nil {
@@ -112,7 +137,7 @@ func pending(t testing.TB, n *queue.Node, cal string) int {
 // duplicate, none missing, no stranger), confirmed bookings as confirmed
 // events with the same times (none stale), cancelled ones as cancelled
 // events.
-func compareMirror(t testing.TB, n *queue.Node, fake *googletest.Server, cal, googleCal string) (confirmed int) {
+func compareMirror(t testing.TB, n node, fake *googletest.Server, cal, googleCal string) (confirmed int) {
 	t.Helper()
 	events := fake.Events(googleCal)
 	seen := map[string]bool{}
@@ -408,7 +433,7 @@ func TestDegradedLinkPausesAndResumes(t *testing.T) {
 	})
 	fails = append(fails, <-failCh)
 	fake.SetDenyAll(nil)
-	n.Google.Wake("ops")
+	n.google.Wake("ops")
 	queuetest.CheckFor(t, 20*time.Second, func() error {
 		st := n.GoogleStatus("ops", lk)
 		if st.Status != calendarsync.StatusOK || st.Pending != 0 {
@@ -449,7 +474,7 @@ func TestNoCredentials(t *testing.T) {
 	if st.Status != calendarsync.StatusDegraded || st.Reason != "no credentials" || st.Pending != 1 {
 		t.Fatalf("status %+v", st)
 	}
-	if _, err := n.SyncGoogle(context.Background(), "x"); err != calendarsync.ErrNoCredentials {
+	if _, err := n.SyncGoogle(context.Background(), "x"); err != data.ErrNoCredentials {
 		t.Fatalf("sync: %v", err)
 	}
 }

@@ -84,20 +84,6 @@ const (
 	StatusDegraded = "degraded"
 )
 
-// LinkStatus is what GET /v1/calendars/{id} shows of a link.
-type LinkStatus struct {
-	CalendarID string `json:"calendar_id"`
-	SyncBusy   bool   `json:"sync_busy"`
-	Status     string `json:"status"`
-	Reason     string `json:"reason,omitempty"`
-	// Pending is the number of mirror operations not yet in Google
-	// (counted up to 10000).
-	Pending  int        `json:"pending"`
-	LastSync *time.Time `json:"last_sync"`
-	// Failures counts failed Google calls since start, by reason.
-	Failures map[string]uint64 `json:"failures,omitempty"`
-}
-
 // linkState is the in-memory state of one bookline calendar's link.
 type linkState struct {
 	degraded    bool
@@ -134,9 +120,6 @@ func New(cfg Config, store *data.Store, publish Publisher) *Syncer {
 	return &Syncer{cfg: cfg, store: store, publish: publish, log: cfg.Logger.With("component", "calendarsync"),
 		kick: make(chan struct{}, 1), links: map[string]*linkState{}, running: map[string]bool{}}
 }
-
-// Configured reports whether credentials are configured.
-func (s *Syncer) Configured() bool { return s.cfg.Service != nil }
 
 // Notify tells the Syncer that sync operations were committed. It never
 // blocks (it is called on the writers' path).
@@ -191,8 +174,8 @@ func (s *Syncer) link(cal string) *linkState {
 }
 
 // Status reports the state of calendar cal's link.
-func (s *Syncer) Status(cal string, link *data.GoogleLink) LinkStatus {
-	st := LinkStatus{CalendarID: link.CalendarID, SyncBusy: link.SyncBusy, Status: StatusOK}
+func (s *Syncer) Status(cal string, link *data.GoogleLink) data.GoogleStatus {
+	st := data.GoogleStatus{CalendarID: link.CalendarID, SyncBusy: link.SyncBusy, Status: StatusOK}
 	_ = s.store.View(func(tx *data.Tx) error { st.Pending = tx.SyncDepth(cal, 10000); return nil })
 	if s.cfg.Service == nil {
 		st.Status, st.Reason = StatusDegraded, "no credentials"

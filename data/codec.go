@@ -50,9 +50,6 @@ func NewReader(b []byte) *Reader { return &Reader{b: b} }
 // Err is the first decoding error, if any.
 func (r *Reader) Err() error { return r.err }
 
-// Rest is what has not been read yet.
-func (r *Reader) Rest() []byte { return r.b }
-
 func (r *Reader) fail() { r.err, r.b = ErrCorrupt, nil }
 
 // Byte reads one byte.

@@ -25,7 +25,7 @@ type Calendar struct {
 	Name     string `json:"name"`
 	Timezone string `json:"timezone"`
 	Rules
-	// Google links the calendar to a Google calendar (issue 5): bookings
+	// Google links the calendar to a Google calendar: bookings
 	// are mirrored there and, with SyncBusy, its busy time blocks bookings.
 	Google    *GoogleLink `json:"google,omitempty"`
 	CreatedAt time.Time   `json:"created_at"`

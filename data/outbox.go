@@ -95,20 +95,6 @@ func (t *Tx) DeleteEvents(seqs []uint64) error {
 	return nil
 }
 
-// ClearEvents drops every queued event, of every stream incarnation (used
-// by replay, which must not announce history again).
-func (t *Tx) ClearEvents() error {
-	for _, name := range [][]byte{bucketEvents, bucketEventsAside} {
-		if t.tx.Bucket(name) == nil {
-			continue
-		}
-		if err := t.tx.DeleteBucket(name); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // SetAsideEvents moves every queued event to the events of an earlier
 // stream incarnation, under identity (the stream they were decided from),
 // before the index starts over from another stream. It returns how many

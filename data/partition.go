@@ -47,7 +47,7 @@ func (t *Tx) ResetPartition(p int, belongs func(calID string) bool) error {
 		if err := cals.Delete(k); err != nil {
 			return err
 		}
-		// Google sync outbox (issue 5): the rebuild queues it again.
+		// Google sync outbox: the rebuild queues it again.
 		if err := t.dropSync(string(k)); err != nil {
 			return err
 		}

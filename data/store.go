@@ -35,7 +35,7 @@ var (
 	bucketCal       = []byte("cal") // cal/<id>/{b,s,r}
 
 	subBookings = []byte("b") // booking id -> Booking (binary, see AppendBooking)
-	subSlots    = []byte("s") // start(8) ++ booking id -> end(8), confirmed bookings only
+	subSlots    = []byte("s") // start(8) ++ booking id -> end and kind: confirmed bookings and holds (see Slot)
 	subRequests = []byte("r") // request id -> RequestRecord (binary, see encodeRecord)
 
 	keySchema = []byte("schema")

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"encoding/json"
 	"errors"
 	"net/http"
 
@@ -121,7 +122,18 @@ func (s *Server) errorHandler(c *fiber.Ctx, err error) error {
 		s.log.Error("internal error", "request_id", requestIDOf(c), "method", c.Method(), "path", c.Path(), "err", err)
 		apiErr = &Error{Code: CodeInternal, Message: "internal error"}
 	}
-	switch apiErr.Code {
+	body, err := json.Marshal(errorBody{apiErr})
+	if err != nil {
+		return err
+	}
+	return sendJSON(c, apiErr.Status(), apiErr.Code, body)
+}
+
+// sendJSON writes an answer: every error body and every writer's reply goes
+// out here, so the headers that belong to an error code are set whichever
+// way the body was made (a scan of the reply, or encoding an Error).
+func sendJSON(c *fiber.Ctx, status int, code string, body []byte) error {
+	switch code {
 	case CodeUnavailable:
 		if c.GetRespHeader(fiber.HeaderRetryAfter) == "" {
 			c.Set(fiber.HeaderRetryAfter, "1")
@@ -129,5 +141,6 @@ func (s *Server) errorHandler(c *fiber.Ctx, err error) error {
 	case CodeUnauthorized:
 		c.Set(fiber.HeaderWWWAuthenticate, `Bearer realm="bookline"`)
 	}
-	return c.Status(apiErr.Status()).JSON(errorBody{apiErr})
+	c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSON)
+	return c.Status(status).Send(body)
 }

@@ -9,17 +9,17 @@ import (
 	"github.com/gofiber/fiber/v2"
 
 	"github.com/bookline/bookline/actor"
-	"github.com/bookline/bookline/calendarsync"
 	"github.com/bookline/bookline/data"
 )
 
-// Google Calendar routes (issue 5). The backend may implement GoogleSync
-// (queue.Node does); without it a linked calendar shows its link only.
+// Google Calendar routes. The backend may implement GoogleSync (the
+// process's wiring adds the Google sync to it); without it a linked calendar
+// shows its link only.
 
 // GoogleSync is what the API needs from the Google Calendar sync.
 type GoogleSync interface {
-	GoogleStatus(calID string, link *data.GoogleLink) calendarsync.LinkStatus
-	SyncGoogle(ctx context.Context, calID string) (calendarsync.BusyResult, error)
+	GoogleStatus(calID string, link *data.GoogleLink) data.GoogleStatus
+	SyncGoogle(ctx context.Context, calID string) (data.BusySyncResult, error)
 }
 
 // calendarView is a calendar as GET /v1/calendars/{id} shows it: the
@@ -27,7 +27,7 @@ type GoogleSync interface {
 // ok|degraded, reason, pending, last_sync).
 type calendarView struct {
 	data.Calendar
-	Google *calendarsync.LinkStatus `json:"google,omitempty"`
+	Google *data.GoogleStatus `json:"google,omitempty"`
 }
 
 func (s *Server) writeCalendar(c *fiber.Ctx, cal data.Calendar) error {
@@ -60,9 +60,9 @@ func (s *Server) syncGoogle(c *fiber.Ctx) error {
 	switch {
 	case errors.Is(err, data.ErrNotFound):
 		return &Error{Code: actor.CodeCalendarNotFound, Message: "calendar not found"}
-	case errors.Is(err, calendarsync.ErrNotLinked):
+	case errors.Is(err, data.ErrNotLinked):
 		return invalid(actor.FieldError{Field: "google", Message: "the calendar is not linked to a Google calendar"})
-	case errors.Is(err, calendarsync.ErrNoCredentials):
+	case errors.Is(err, data.ErrNoCredentials):
 		return &Error{Code: CodeUnavailable, Message: "no Google credentials are configured on the server (--google-credentials)"}
 	case err != nil:
 		s.log.Warn("google sync failed", "calendar", cal, "err", err)

@@ -14,7 +14,6 @@ import (
 
 	"github.com/bookline/bookline/actor"
 	"github.com/bookline/bookline/data"
-	"github.com/bookline/bookline/queue"
 )
 
 // Metrics is bookline's Prometheus registry: HTTP requests, decided
@@ -31,7 +30,7 @@ type Metrics struct {
 	batchSize    *prometheus.HistogramVec
 	applyLatency *prometheus.HistogramVec
 	eventFails   *prometheus.CounterVec
-	syncFails    *prometheus.CounterVec // Google Calendar sync (issue 5)
+	syncFails    *prometheus.CounterVec // Google Calendar sync
 	logSync      *prometheus.HistogramVec
 
 	attach sync.Once
@@ -64,7 +63,7 @@ func NewMetrics() *Metrics {
 	m.batchSize = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "bookline_partition_batch_size",
 		Help:    "Messages applied per committed batch, by partition.",
-		Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048}, // up to queue.MaxBatch
+		Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048}, // up to the writers' largest batch
 	}, []string{"partition"})
 	m.applyLatency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "bookline_partition_apply_latency_seconds",
@@ -93,11 +92,21 @@ func NewMetrics() *Metrics {
 // Registry is the underlying registry (to add collectors).
 func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 
+// NodeSampler is what the metrics read from the writers at every scrape
+// (queue.Node implements it).
+type NodeSampler interface {
+	PartitionStatuses(ctx context.Context) []actor.PartitionStatus
+	OutboxDepth(max int) (int, error)
+	CommitStats() data.CommitStats
+	Ready() error
+	View(fn func(*data.Tx) error) error
+}
+
 // AttachNode registers the collectors sampled from a running node at each
 // scrape: per-partition applied sequence, catch-up state and consumer
 // pending counts, the outbox depth, the index's group-commit counters and
 // readiness. Only the first call has an effect.
-func (m *Metrics) AttachNode(n *queue.Node) {
+func (m *Metrics) AttachNode(n NodeSampler) {
 	m.attach.Do(func() { m.reg.MustRegister(&nodeCollector{n: n}) })
 }
 
@@ -117,7 +126,7 @@ func labelSafe(s string) bool {
 }
 
 // ObserveBatch implements queue.Observer.
-func (m *Metrics) ObserveBatch(b queue.BatchStats) {
+func (m *Metrics) ObserveBatch(b actor.AppliedBatch) {
 	part := strconv.Itoa(b.Partition)
 	m.batchSize.WithLabelValues(part).Observe(float64(len(b.Out)))
 	var newest time.Time
@@ -188,7 +197,7 @@ func (m *Metrics) handler() fiber.Handler {
 }
 
 // nodeCollector samples a node at scrape time.
-type nodeCollector struct{ n *queue.Node }
+type nodeCollector struct{ n NodeSampler }
 
 var (
 	descApplied = prometheus.NewDesc("bookline_partition_applied_sequence",
@@ -236,7 +245,7 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	if depth, err := c.n.OutboxDepth(OutboxDepthCap); err == nil {
 		ch <- prometheus.MustNewConstMetric(descOutbox, prometheus.GaugeValue, float64(depth))
 	}
-	cs := c.n.Store.Stats()
+	cs := c.n.CommitStats()
 	ch <- prometheus.MustNewConstMetric(descCommits, prometheus.CounterValue, float64(cs.Commits))
 	ch <- prometheus.MustNewConstMetric(descCommitCalls, prometheus.CounterValue, float64(cs.Calls))
 	ch <- prometheus.MustNewConstMetric(descCommitSeconds, prometheus.CounterValue, cs.InCommit.Seconds())
@@ -251,8 +260,8 @@ func b2f(b bool) float64 {
 	return 0
 }
 
-// CalendarSyncFailed counts a failed Google Calendar call (issue 5; the
-// queue passes it to calendarsync as its failure hook).
+// CalendarSyncFailed counts a failed Google Calendar call (the process
+// hands it to the Google sync as its failure hook).
 func (m *Metrics) CalendarSyncFailed(reason string) {
 	m.syncFails.WithLabelValues(reason).Inc()
 }

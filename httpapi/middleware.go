@@ -117,7 +117,7 @@ func (s *Server) rateLimit(c *fiber.Ctx) error {
 	ok, wait := s.limiter.allow("key:" + p.Name)
 	if !ok {
 		c.Set(fiber.HeaderRetryAfter, strconv.Itoa(retryAfterSeconds(wait)))
-		return &Error{Code: CodeRateLimited, Message: fmt.Sprintf("too many requests: at most %g per second (burst %g); retry later", s.limiter.rate, s.limiter.burst)}
+		return &Error{Code: CodeRateLimited, Message: fmt.Sprintf("too many requests: at most %g per second (burst %g); retry later", float64(s.limiter.rate), float64(s.limiter.burst))}
 	}
 	return c.Next()
 }

@@ -4,37 +4,34 @@ import (
 	"math"
 	"sync"
 	"time"
+
+	"golang.org/x/time/rate"
 )
 
-// rateLimiter is a token bucket per caller (API key name): each bucket
-// holds up to burst tokens and refills at rate tokens per second; a
-// request takes one token or is refused. One mutex
-// guards the map and the buckets: the work under it is a few float
-// operations, far below the cost of the request it guards.
+// rateLimiter keeps a token bucket (golang.org/x/time/rate) per caller (API
+// key name): each holds up to burst tokens and refills at rate tokens per
+// second; a request takes one token or is refused with the time until one
+// is there. One mutex guards the map: the work under it is a lookup, far
+// below the cost of the request it guards.
 type rateLimiter struct {
-	rate  float64 // tokens per second
-	burst float64
+	rate  rate.Limit // tokens per second
+	burst int
 	now   func() time.Time
 
 	mu      sync.Mutex
-	buckets map[string]*bucket
+	buckets map[string]*rate.Limiter
 	sweepAt int // sweep idle buckets when the map grows past this
 }
 
-type bucket struct {
-	tokens float64
-	last   time.Time
-}
-
-// newRateLimiter returns nil (no limit) when rate <= 0.
-func newRateLimiter(rate float64, burst int) *rateLimiter {
-	if rate <= 0 {
+// newRateLimiter returns nil (no limit) when perSecond <= 0.
+func newRateLimiter(perSecond float64, burst int) *rateLimiter {
+	if perSecond <= 0 {
 		return nil
 	}
 	if burst < 1 {
-		burst = max(1, int(math.Ceil(rate)))
+		burst = max(1, int(math.Ceil(perSecond)))
 	}
-	return &rateLimiter{rate: rate, burst: float64(burst), now: time.Now, buckets: map[string]*bucket{}, sweepAt: 1024}
+	return &rateLimiter{rate: rate.Limit(perSecond), burst: burst, now: time.Now, buckets: map[string]*rate.Limiter{}, sweepAt: 1024}
 }
 
 // allow takes a token from who's bucket. When none is left it returns false
@@ -42,31 +39,30 @@ func newRateLimiter(rate float64, burst int) *rateLimiter {
 func (l *rateLimiter) allow(who string) (bool, time.Duration) {
 	now := l.now()
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	b := l.buckets[who]
 	if b == nil {
 		if len(l.buckets) >= l.sweepAt {
 			l.sweep(now)
 		}
-		b = &bucket{tokens: l.burst, last: now}
+		b = rate.NewLimiter(l.rate, l.burst)
 		l.buckets[who] = b
-	} else if el := now.Sub(b.last); el > 0 {
-		b.tokens = math.Min(l.burst, b.tokens+el.Seconds()*l.rate)
-		b.last = now
 	}
-	if b.tokens >= 1 {
-		b.tokens--
+	l.mu.Unlock()
+	if b.AllowN(now, 1) {
 		return true, 0
 	}
-	wait := time.Duration((1 - b.tokens) / l.rate * float64(time.Second))
-	return false, wait
+	// A refusal takes no token (a reservation would, until cancelled, and
+	// push the others' waits out). The wait is an estimate for
+	// Retry-After: the bucket may be refilled or drained meanwhile.
+	wait := time.Duration((1 - b.TokensAt(now)) / float64(l.rate) * float64(time.Second))
+	return false, max(wait, time.Millisecond)
 }
 
 // sweep drops buckets that have refilled completely (forgetting them
 // changes nothing), so buckets of keys that went quiet do not pile up.
 func (l *rateLimiter) sweep(now time.Time) {
 	for k, b := range l.buckets {
-		if b.tokens+now.Sub(b.last).Seconds()*l.rate >= l.burst {
+		if b.TokensAt(now) >= float64(l.burst) {
 			delete(l.buckets, k)
 		}
 	}

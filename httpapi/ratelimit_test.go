@@ -101,3 +101,22 @@ func TestDecisionOutcome(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkRateLimiterAllow: one token per request, from many goroutines
+// over 16 keys, with tokens to spare.
+func BenchmarkRateLimiterAllow(b *testing.B) {
+	l := newRateLimiter(1e9, 1e9)
+	keys := make([]string, 16)
+	for i := range keys {
+		keys[i] = "key:" + string(rune('a'+i))
+	}
+	var n atomic.Int64
+	b.RunParallel(func(pb *testing.PB) {
+		k := keys[n.Add(1)%int64(len(keys))]
+		for pb.Next() {
+			if ok, _ := l.allow(k); !ok {
+				b.Fatal("refused")
+			}
+		}
+	})
+}

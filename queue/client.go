@@ -18,14 +18,15 @@ import (
 	"github.com/bookline/bookline/actor"
 )
 
-// Errors of Submit.
+// Errors of Submit, besides a reply: the domain's (see actor), so that the
+// API can tell them apart without knowing this package.
 var (
 	// ErrUnavailable means the command could not be stored in the stream:
 	// nothing was decided, the caller may retry.
-	ErrUnavailable = errors.New("queue: command stream unavailable")
+	ErrUnavailable = actor.ErrUnavailable
 	// ErrPending means the command is stored (it will be decided) but no
 	// answer arrived in time; its outcome can be read later by request id.
-	ErrPending = errors.New("queue: command stored, outcome pending")
+	ErrPending = actor.ErrPending
 )
 
 // RecordLookup answers a command from the index if its request id was
@@ -162,7 +163,7 @@ func (c *Client) Submit(ctx context.Context, cmd *actor.Command, fingerprint str
 	msg.Header.Set(HeaderReplyTo, c.prefix+"."+token)
 	msg.Header.Set(HeaderSchema, strconv.Itoa(actor.SchemaVersion))
 	msg.Header.Set(HeaderRequestID, cmd.RequestID)
-	if trace := TraceIDFrom(ctx); trace != "" {
+	if trace := actor.TraceID(ctx); trace != "" {
 		msg.Header.Set(HeaderTraceID, trace)
 	}
 	msg.Header.Set(HeaderContentType, "application/json")

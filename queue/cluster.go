@@ -16,7 +16,7 @@ import (
 	"github.com/bookline/bookline/data"
 )
 
-// Cluster mode (issue 8): several bookline instances share one command
+// Cluster mode: several bookline instances share one command
 // stream on a NATS JetStream cluster. Each instance keeps its own index and
 // runs a writer per partition; NATS decides which instance is active for a
 // partition:

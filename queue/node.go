@@ -15,7 +15,6 @@ import (
 
 	"github.com/bookline/bookline/actor"
 	"github.com/bookline/bookline/actor/zones"
-	"github.com/bookline/bookline/calendarsync"
 	"github.com/bookline/bookline/data"
 )
 
@@ -71,10 +70,9 @@ type NodeConfig struct {
 	// Observer, when set, receives every committed batch and every failure
 	// to publish outcome events (for metrics).
 	Observer Observer
-	// Google configures the Google Calendar sync (issue 5; see
-	// queue/google.go). Without Service, linked calendars report
-	// "no credentials" and Google is never called.
-	Google calendarsync.Config
+	// Followers make what runs beside the writers (see Follower), once
+	// the index is open; each is started and stopped with the writers.
+	Followers []func(*Node) Follower
 }
 
 // Node is the running queue side of a bookline process: NATS connection
@@ -97,13 +95,11 @@ type Node struct {
 	// internalTTL is the record_ttl_seconds of the commands the node makes
 	// itself (NodeConfig.InternalRecordRetention).
 	internalTTL int
-	// Google mirrors bookings to linked Google calendars and imports their
-	// busy time (queue/google.go).
-	Google *calendarsync.Syncer
-	mu     sync.Mutex // guards cancel: starting and stopping the writers
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	log    *slog.Logger
+	followers   []Follower
+	mu          sync.Mutex // guards cancel: starting and stopping the writers
+	cancel      context.CancelFunc
+	wg          sync.WaitGroup
+	log         *slog.Logger
 }
 
 // IndexFile is the bbolt index's path inside a data directory.
@@ -242,7 +238,9 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 	if n.Client, err = NewClient(n.NC, n.recorded); err != nil {
 		return nil, err
 	}
-	n.startGoogle(cfg)
+	for _, mk := range cfg.Followers {
+		n.followers = append(n.followers, mk(n))
+	}
 	for i := 0; i < cfg.Partitions; i++ {
 		p := NewPartition(i, n.NC, n.JS, n.Store, cfg.Logger)
 		p.committed = n.committed
@@ -304,11 +302,13 @@ func (n *Node) StartWriters() {
 		defer n.wg.Done()
 		n.holds.run(ctx)
 	}()
-	n.wg.Add(1)
-	go func() {
-		defer n.wg.Done()
-		n.Google.Run(ctx)
-	}()
+	for _, f := range n.followers {
+		n.wg.Add(1)
+		go func() {
+			defer n.wg.Done()
+			f.Run(ctx)
+		}()
+	}
 	for _, p := range n.Parts {
 		p.caughtUp.Store(false)
 		n.wg.Add(1)
@@ -502,3 +502,6 @@ func (n *Node) Submit(ctx context.Context, cmd *actor.Command, fingerprint strin
 
 // View runs fn in a read-only transaction on the index.
 func (n *Node) View(fn func(*data.Tx) error) error { return n.Store.View(fn) }
+
+// CommitStats are the index's group-commit counters.
+func (n *Node) CommitStats() data.CommitStats { return n.Store.Stats() }

@@ -18,25 +18,12 @@ import (
 // Prometheus: a process that wants metrics sets NodeConfig.Observer, and the
 // partition writers and the event publisher report through it.
 
-// BatchStats describes one committed partition batch. It is handed to the
-// observer at the end of Partition.apply, after the replies and the ack; the
-// slices belong to the writer and must not be kept or modified.
-type BatchStats struct {
-	Partition int
-	Msgs      []jetstream.Msg
-	In        []actor.Decoded
-	Out       []actor.Output
-	// AppliedSeq is the partition's applied sequence after the batch.
-	AppliedSeq uint64
-	// Done is when the batch was committed, answered and acked.
-	Done time.Time
-}
-
 // Observer receives the queue's observations. Its methods are called on the
 // writers' goroutines and must be quick and safe for concurrent use.
 type Observer interface {
-	// ObserveBatch is called once per committed batch of a partition.
-	ObserveBatch(BatchStats)
+	// ObserveBatch is called once per committed batch of a partition,
+	// after its replies and its acknowledgement.
+	ObserveBatch(actor.AppliedBatch)
 	// EventPublishFailed is called each time draining the outbox to the
 	// event stream fails, with a short reason (see EventFailureReason).
 	EventPublishFailed(reason string)
@@ -66,44 +53,13 @@ func EventFailureReason(err error) string {
 	return "other"
 }
 
-// traceKey is the context key of the trace id (see HeaderTraceID).
-type traceKey struct{}
-
-// WithTraceID returns ctx carrying an HTTP request id; Client.Submit puts it
-// in the command's HeaderTraceID so the writer's logs can name it.
-func WithTraceID(ctx context.Context, id string) context.Context {
-	return context.WithValue(ctx, traceKey{}, id)
-}
-
-// TraceIDFrom returns the trace id WithTraceID stored in ctx, or "".
-func TraceIDFrom(ctx context.Context) string {
-	id, _ := ctx.Value(traceKey{}).(string)
-	return id
-}
-
-// PartitionStatus is a sample of one partition writer's state.
-type PartitionStatus struct {
-	Partition  int
-	AppliedSeq uint64
-	CaughtUp   bool
-	// NumPending is the consumer's count of stream messages not yet
-	// delivered to the writer (its lag); NumAckPending those delivered but
-	// not yet acknowledged. Both are -1 when the consumer info could not be
-	// read (e.g. while the writer recreates its consumer).
-	NumPending    int64
-	NumAckPending int64
-	// Stalled says why the writer stopped for good (a command of a newer
-	// schema); nil while it runs.
-	Stalled *actor.NewerSchemaError
-}
-
 // PartitionStatuses samples every partition: applied sequence and catch-up
 // state from the writer, pending counts from the consumer info (one
 // JetStream API request per partition).
-func (n *Node) PartitionStatuses(ctx context.Context) []PartitionStatus {
-	out := make([]PartitionStatus, 0, len(n.Parts))
+func (n *Node) PartitionStatuses(ctx context.Context) []actor.PartitionStatus {
+	out := make([]actor.PartitionStatus, 0, len(n.Parts))
 	for _, p := range n.Parts {
-		st := PartitionStatus{Partition: p.ID, AppliedSeq: p.AppliedSeq(), CaughtUp: p.CaughtUp(), NumPending: -1, NumAckPending: -1,
+		st := actor.PartitionStatus{Partition: p.ID, AppliedSeq: p.AppliedSeq(), CaughtUp: p.CaughtUp(), NumPending: -1, NumAckPending: -1,
 			Stalled: p.Stalled()}
 		if ctx.Err() == nil {
 			if c, err := n.JS.Consumer(ctx, StreamName, ConsumerPrefix+strconv.Itoa(p.ID)); err == nil {

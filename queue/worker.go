@@ -48,7 +48,7 @@ type Partition struct {
 	committed func()
 	// observe, when set, is told about every committed batch (metrics; see
 	// Observer in observe.go).
-	observe func(BatchStats)
+	observe func(actor.AppliedBatch)
 	// logSync, when set, makes the stream's messages durable before the
 	// batch that decided them is answered or shown (see logsync.go).
 	logSync *logSync
@@ -486,10 +486,9 @@ func (p *Partition) finish(b *inFlight) error {
 			p.log.Warn("ack", "err", err)
 		}
 	}
-	// --- observer hook (metrics): keep this the last block of apply ---
 	if p.observe != nil {
-		p.observe(BatchStats{Partition: p.ID, Msgs: batch, In: in, Out: out, AppliedSeq: p.applied.Load(), Done: time.Now()})
+		// Last, so that Done covers the replies and the acknowledgement.
+		p.observe(actor.AppliedBatch{Partition: p.ID, In: in, Out: out, Done: time.Now()})
 	}
-	// --- end observer hook ---
 	return actor.Held(out, in)
 }

@@ -1,4 +1,3 @@
-// Command bookline is the booking service: see README.md.
 package main
 
 import (

@@ -61,12 +61,12 @@ type serveConfig struct {
 	pprofAddr   string
 	memoryLimit memoryLimit
 
-	// Google Calendar sync (issue 5).
+	// Google Calendar sync.
 	googleCredentials  string
 	googleSubject      string
 	googleSyncInterval time.Duration
 
-	// Cluster mode (issue 8): several instances on one NATS cluster.
+	// Cluster mode: several instances on one NATS cluster.
 	instanceID      string
 	replicas        int
 	takeoverTimeout time.Duration
@@ -176,6 +176,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	log.Info("memory limit", "limit", c.memoryLimit.apply())
 
 	metrics := httpapi.NewMetrics()
+	google := c.googleConfig()
+	google.Logger, google.OnFailure = log, metrics.CalendarSyncFailed
+	var syncer *calendarsync.Syncer
 	node, err := queue.StartNode(queue.NodeConfig{
 		DataDir:      c.dataDir,
 		NATSURL:      c.natsURL,
@@ -186,7 +189,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		NATSOptions:  natsOpts,
 		Logger:       log,
 		Observer:     metrics,
-		Google:       c.googleConfig(),
+		Followers:    []func(*queue.Node) queue.Follower{googleFollower(google, &syncer)},
 
 		InstanceID:      c.instanceID,
 		TakeoverTimeout: c.takeoverTimeout,
@@ -206,7 +209,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		log.Info("embedded nats listening", "url", u)
 	}
 
-	api := httpapi.New(node, httpapi.Config{
+	api := httpapi.New(apiBackend{Node: node, google: syncer}, httpapi.Config{
 		ReplyTimeout: c.replyTimeout,
 		BodyLimit:    c.maxBodyBytes,
 		Logger:       log,

@@ -21,6 +21,9 @@
 // lock-first variant). This is
 // the strongest fair variant we know (docs/benchmarks.md says more).
 //
+// It is one file on purpose: whoever checks that the comparison is fair
+// should find the schema, the SQL and the handlers together.
+//
 // Routes (same paths, status codes and JSON shapes as bookline):
 //
 //	PUT    /v1/calendars/{id}                      201 created / 200 updated

@@ -342,7 +342,7 @@ func overCapacity(slots []data.Slot, seats int, span func(*data.Slot) data.Inter
 	return out
 }
 
-// checkBusy checks the external busy blocks (issue 5): every live block
+// checkBusy checks the external busy blocks: every live block
 // has exactly one busy slot with its times, cleared blocks have none. Busy
 // blocks are not bookings: they may overlap each other and bookings.
 func checkBusy(tx *data.Tx, calID string) []string {

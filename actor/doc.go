@@ -1,0 +1,33 @@
+// Package actor is bookline's domain: the command schema, the decision of
+// every command, and the types the adapters exchange.
+//
+// A partition's state changes only by commands of the log, applied in log
+// order by the partition's single writer (queue). actor is what that writer
+// runs: Decode turns a stored message into a validated Command (or a
+// rejection; it never fails and needs no state), and Apply decides a batch
+// of decoded commands against a data.Tx and produces one Output per
+// message: the reply, the request record, the outcome event, the Google
+// mirror operation.
+//
+// Invariants:
+//
+//   - Decisions are a function of the index and the message alone. "Now" is
+//     the message's stream timestamp, never earlier than the partition's
+//     previous now (data.Tx.LogNow); ids come from the command or the stream
+//     sequence; time zones only from the data built into the binary
+//     (actor/zones); no map order reaches a reply, record or event. So a
+//     replay, a recovery and a second instance reach byte-identical state,
+//     and a stale second writer can only repeat the same answer.
+//   - One decision function, check, answers "may this interval be taken":
+//     bookings, holds, reschedules, the refusals answered from the index
+//     (Refused) and availability all call it.
+//   - A redelivered message (sequence at or below the partition's applied
+//     sequence) changes nothing and gets its recorded answer.
+//   - An invalid command is answered and not recorded: it does not consume
+//     its request id.
+//
+// actor reads no clock and does no I/O besides the transaction it is given.
+// It imports data and actor/zones only: never queue, httpapi or
+// calendarsync, which all depend on it (boundary.go has what they pass to
+// one another).
+package actor

@@ -1,0 +1,39 @@
+package data
+
+import (
+	"errors"
+	"time"
+)
+
+// The live state of a calendar's Google link, as the Google sync reports it
+// and the API shows it. It is not stored in the index: it is what the
+// running process knows of its calls to Google.
+
+// GoogleStatus is what GET /v1/calendars/{id} shows of a link.
+type GoogleStatus struct {
+	CalendarID string `json:"calendar_id"`
+	SyncBusy   bool   `json:"sync_busy"`
+	// Status is "ok" or "degraded", with Reason.
+	Status string `json:"status"`
+	Reason string `json:"reason,omitempty"`
+	// Pending is the number of mirror operations not yet in Google
+	// (counted up to 10000).
+	Pending  int        `json:"pending"`
+	LastSync *time.Time `json:"last_sync"`
+	// Failures counts failed Google calls since start, by reason.
+	Failures map[string]uint64 `json:"failures,omitempty"`
+}
+
+// BusySyncResult is what one read of a calendar's busy time did.
+type BusySyncResult struct {
+	Full    bool `json:"full"`
+	Events  int  `json:"events"`
+	Set     int  `json:"set"`
+	Cleared int  `json:"cleared"`
+}
+
+// Errors of reading a calendar's busy time on demand.
+var (
+	ErrNotLinked     = errors.New("calendar is not linked to Google")
+	ErrNoCredentials = errors.New("no Google credentials configured")
+)

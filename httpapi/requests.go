@@ -1,0 +1,134 @@
+package httpapi
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"strings"
+
+	"github.com/gofiber/fiber/v2"
+	"github.com/nats-io/nuid"
+
+	"github.com/bookline/bookline/actor"
+)
+
+// calendarID returns the path's calendar id or an invalid_request error.
+func calendarID(c *fiber.Ctx) (string, error) {
+	id := c.Params("calendarId")
+	if !actor.ValidCalendarID(id) {
+		return "", invalid(actor.FieldError{Field: "calendarId", Message: "must match [A-Za-z0-9_-]{1,64}"})
+	}
+	return id, nil
+}
+
+// Request ids are scoped to the caller that sent them: two API keys that
+// send the same Idempotency-Key make two requests, and an outcome is
+// readable only by its caller (or an admin key). The caller is part of the
+// id, so scoping costs no lookup and survives restarts:
+//
+//   - with API keys, caller = the key's name: "k.<name>.<h>" for an
+//     Idempotency-Key, h = hex(SHA-256(key))[:32], and "r.<name>.<nuid>"
+//     without one;
+//   - without API keys there is one caller, "open" (every request is
+//     its), whose ids keep the form they always had: "k.<h>" and
+//     "r.<nuid>". Open deployments thus keep answering every key they
+//     recorded before callers were scoped, with no lookup.
+//
+// Key names match [A-Za-z0-9_-]{1,64}, so the owner is whatever lies
+// between the prefix and the next ".", and ids stay within 128 bytes.
+
+// KeyRequestID is the request id of Idempotency-Key key sent by the API key
+// named caller, or, with caller "", by anyone on an API without keys.
+func KeyRequestID(caller, key string) string {
+	sum := sha256.Sum256([]byte(key))
+	if caller == "" {
+		return "k." + hex.EncodeToString(sum[:16])
+	}
+	return "k." + caller + "." + hex.EncodeToString(sum[:16])
+}
+
+// requestOwner is the API key name a request id was made for, or "" for
+// ids made without API keys (and by versions that did not scope keys),
+// by importers and by bookline itself.
+func requestOwner(id string) string {
+	if len(id) < 2 || (id[:2] != "k." && id[:2] != "r.") {
+		return ""
+	}
+	owner, _, ok := strings.Cut(id[2:], ".")
+	if !ok {
+		return ""
+	}
+	return owner
+}
+
+// callerOf is the name of c's API key ("" when the API runs without keys).
+func callerOf(c *fiber.Ctx) string {
+	if p := principal(c); p != nil {
+		return p.Name
+	}
+	return ""
+}
+
+// requestID derives the command's request id: from the caller and the
+// Idempotency-Key header when present (so every retry maps to the same
+// record), otherwise a fresh unique id of the caller.
+func requestID(c *fiber.Ctx) (string, error) {
+	caller := callerOf(c)
+	key := c.Get("Idempotency-Key")
+	if key == "" {
+		if caller == "" {
+			return "r." + nuid.Next(), nil
+		}
+		return "r." + caller + "." + nuid.Next(), nil
+	}
+	if len(key) > MaxIdempotencyKey {
+		return "", invalid(actor.FieldError{Field: "Idempotency-Key", Message: "must be at most 255 characters"})
+	}
+	for i := 0; i < len(key); i++ {
+		if key[i] < 0x21 || key[i] > 0x7e {
+			return "", invalid(actor.FieldError{Field: "Idempotency-Key", Message: "must be printable ASCII without spaces"})
+		}
+	}
+	return KeyRequestID(caller, key), nil
+}
+
+// writeRequest reads what every write route needs: the calendar id of the
+// path, the JSON body into body, and the command's request id.
+func writeRequest(c *fiber.Ctx, body any) (cal, reqID string, err error) {
+	if cal, err = calendarID(c); err != nil {
+		return "", "", err
+	}
+	if err = decodeBody(c, body); err != nil {
+		return "", "", err
+	}
+	reqID, err = requestID(c)
+	return cal, reqID, err
+}
+
+// decodeBody decodes a JSON object body into v.
+func decodeBody(c *fiber.Ctx, v any) error {
+	body := c.Body()
+	if len(bytes.TrimSpace(body)) == 0 {
+		return invalid(actor.FieldError{Field: "body", Message: "a JSON object is required"})
+	}
+	if f, ok := v.(fastDecoder); ok {
+		if f.decodeFast(body) {
+			return nil
+		}
+		f.reset()
+	}
+	return decodeJSON(body, v)
+}
+
+// decodeJSON is decodeBody's encoding/json path.
+func decodeJSON(body []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if err := dec.Decode(v); err != nil {
+		return invalid(actor.FieldError{Field: "body", Message: "invalid JSON: " + err.Error()})
+	}
+	if len(bytes.TrimSpace(body[dec.InputOffset():])) > 0 {
+		return invalid(actor.FieldError{Field: "body", Message: "trailing data after the JSON object"})
+	}
+	return nil
+}

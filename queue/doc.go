@@ -1,0 +1,29 @@
+// Package queue is bookline's log adapter: NATS JetStream, the command
+// stream as a public contract, and the partition writers that apply it.
+//
+// Commands are published to bookline.cmd.<calendar>; the stream's subject
+// transform files them under their partition (FNV-1a of the calendar id).
+// One Partition goroutine per partition consumes them in stream order,
+// decodes and decides each batch with actor inside the index's group commit
+// (data.Store), and only once the batch is committed, and with the default
+// --sync always its messages are on disk, replies over NATS request-reply
+// and acknowledges. Client submits commands and waits for their replies;
+// Replay and verify rebuild an index from the stream.
+//
+// Invariants:
+//
+//   - The stream is the source of truth: an index found ahead of its
+//     stream, or built on a stream whose history does not reach back far
+//     enough, is rebuilt or refused, never trusted (recovery.go).
+//   - No answer is sent, and no reader sees a decision, before the command
+//     it derives from is durable (logsync.go, data.Store.CommitDurable).
+//   - In cluster mode one instance at a time is pinned to a partition;
+//     should two ever decide at once they decide the same, since apply is
+//     deterministic.
+//
+// queue decides nothing itself (actor does) and knows nothing of HTTP,
+// Google or Prometheus: it imports actor and data, never httpapi or
+// calendarsync. What runs beside the writers (the Google sync) is a
+// Follower that cmd/bookline hands to the Node; what it reports for
+// metrics goes to an Observer.
+package queue
