@@ -91,7 +91,9 @@ type DateOverride struct {
 	Hours  []TimeRange `json:"hours,omitempty"`
 }
 
-// Booking is a half-open interval [Start, End) on one calendar.
+// Booking is a half-open interval [Start, End) on one calendar. AppendBooking
+// and actor's reply JSON encode its fields by hand: a new field must be
+// added to both (actor's replyfields_test.go fails until it is).
 type Booking struct {
 	ID          string     `json:"id"`
 	CalendarID  string     `json:"calendar_id"`
