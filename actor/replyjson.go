@@ -13,7 +13,8 @@ import (
 // event, and encoding/json's reflection was a visible share of a booking's
 // CPU, so the common shapes (no calendar) are appended by hand; anything the
 // hand encoder cannot be sure of goes to json.Marshal. replyjson_test.go
-// compares the two on random and edge-case replies.
+// compares the two on random and edge-case replies, replyfields_test.go on
+// replies with every field set.
 func MarshalReply(r *Reply) ([]byte, error) {
 	if b, ok := appendReplyJSON(make([]byte, 0, 512), r); ok {
 		return b, nil

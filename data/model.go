@@ -91,7 +91,9 @@ type DateOverride struct {
 	Hours  []TimeRange `json:"hours,omitempty"`
 }
 
-// Booking is a half-open interval [Start, End) on one calendar.
+// Booking is a half-open interval [Start, End) on one calendar. AppendBooking
+// and actor's reply JSON encode its fields by hand: a new field must be
+// added to both (actor's replyfields_test.go fails until it is).
 type Booking struct {
 	ID          string     `json:"id"`
 	CalendarID  string     `json:"calendar_id"`
@@ -127,14 +129,21 @@ func (a Interval) Overlaps(b Interval) bool {
 	return a.Start.Before(b.End) && b.Start.Before(a.End)
 }
 
+// BinaryReply is a decided command's answer, an actor.Reply, in the
+// writer's binary encoding (actor.AppendReply writes it, actor.BinaryToJSON
+// renders it as the JSON that was sent), not JSON: request records and
+// outbox entries are written inside the shared write transaction, where
+// JSON costs too much (see codec.go). data stores it without reading it.
+type BinaryReply []byte
+
 // RequestRecord is the decided outcome of one request id on one calendar.
 // Fingerprint identifies the request body, so that a request id reused with a
-// different body can be told apart from a retry. Reply is the actor's encoded
-// answer, returned verbatim to every retry, forever.
+// different body can be told apart from a retry. Reply is the actor's
+// answer, rendered the same for every retry, forever.
 type RequestRecord struct {
 	Fingerprint string
 	Seq         uint64
-	Reply       json.RawMessage
+	Reply       BinaryReply
 	// Expires is the log time at which the record is dropped; zero: kept
 	// forever. See Tx.PutExpiringRequest.
 	Expires time.Time

@@ -3,7 +3,6 @@ package data
 import (
 	"bytes"
 	"encoding/binary"
-	"encoding/json"
 	"fmt"
 )
 
@@ -32,7 +31,9 @@ type Event struct {
 	// Calendar is the calendar token of the command's subject (at most
 	// 255 bytes: subject tokens of commands are bounded by the writer).
 	Calendar string
-	Payload  json.RawMessage
+	// Payload is the command's reply: the event's content, rendered as
+	// JSON when it is published.
+	Payload BinaryReply
 }
 
 func seqKey(seq uint64) []byte {

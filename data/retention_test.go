@@ -1,7 +1,6 @@
 package data_test
 
 import (
-	"encoding/json"
 	"fmt"
 	"testing"
 	"time"
@@ -14,7 +13,7 @@ func TestPruneRequests(t *testing.T) {
 	s := datatest.MustOpen(t)
 	putCalendar(t, s, "a", "b")
 	rec := func(seq int, exp time.Time) data.RequestRecord {
-		return data.RequestRecord{Fingerprint: "f", Seq: uint64(seq), Reply: json.RawMessage(`{}`), Expires: exp}
+		return data.RequestRecord{Fingerprint: "f", Seq: uint64(seq), Reply: data.BinaryReply(`{}`), Expires: exp}
 	}
 	mustCommit(t, s, func(tx *data.Tx) error {
 		for i := range 6 {

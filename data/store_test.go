@@ -582,7 +582,7 @@ func TestListBookingsForeignCursor(t *testing.T) {
 func TestRequestRecords(t *testing.T) {
 	s := datatest.MustOpen(t)
 	putCalendar(t, s, "cal")
-	rec := data.RequestRecord{Fingerprint: "fp1", Seq: 7, Reply: json.RawMessage(`{"outcome":"accepted","seq":7}`)}
+	rec := data.RequestRecord{Fingerprint: "fp1", Seq: 7, Reply: data.BinaryReply(`{"outcome":"accepted","seq":7}`)}
 	mustView(t, s, func(tx *data.Tx) error {
 		for _, cal := range []string{"cal", "nope"} {
 			if got, ok, err := tx.Request(cal, "r1"); ok || err != nil || got.Reply != nil {
@@ -596,11 +596,11 @@ func TestRequestRecords(t *testing.T) {
 			return err
 		}
 		// Records on calendars that do not exist are kept too.
-		return tx.PutRequest("ghost", "r1", data.RequestRecord{Fingerprint: "fp2", Seq: 8, Reply: json.RawMessage(`{"code":"calendar_not_found"}`)})
+		return tx.PutRequest("ghost", "r1", data.RequestRecord{Fingerprint: "fp2", Seq: 8, Reply: data.BinaryReply(`{"code":"calendar_not_found"}`)})
 	})
 	// Only valid commands, which have a fingerprint, are recorded.
 	err := s.Commit(func(tx *data.Tx) error {
-		return tx.PutRequest("cal", "r3", data.RequestRecord{Seq: 9, Reply: json.RawMessage(`{}`)})
+		return tx.PutRequest("cal", "r3", data.RequestRecord{Seq: 9, Reply: data.BinaryReply(`{}`)})
 	})
 	if err == nil {
 		t.Error("a record without a fingerprint was stored")
@@ -980,7 +980,7 @@ func TestReopenKeepsData(t *testing.T) {
 	putCalendar(t, s, "cal")
 	putBookings(t, s, booking("cal", "b1", 0, 60))
 	mustCommit(t, s, func(tx *data.Tx) error {
-		if err := tx.PutRequest("cal", "r1", data.RequestRecord{Fingerprint: "f", Seq: 3, Reply: json.RawMessage(`{}`)}); err != nil {
+		if err := tx.PutRequest("cal", "r1", data.RequestRecord{Fingerprint: "f", Seq: 3, Reply: data.BinaryReply(`{}`)}); err != nil {
 			return err
 		}
 		return tx.SetAppliedSeq(2, 3)
@@ -1025,7 +1025,7 @@ func TestLegacyInvalidRecordsIgnored(t *testing.T) {
 	}
 	putCalendar(t, s, "cal")
 	mustCommit(t, s, func(tx *data.Tx) error {
-		return tx.PutRequest("cal", "ok", data.RequestRecord{Fingerprint: "f", Seq: 2, Reply: json.RawMessage(`{}`)})
+		return tx.PutRequest("cal", "ok", data.RequestRecord{Fingerprint: "f", Seq: 2, Reply: data.BinaryReply(`{}`)})
 	})
 	before := digest(t, s)
 	if err := s.Close(); err != nil {
