@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	_ "embed"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -11,6 +10,8 @@ import (
 
 	"github.com/gofiber/fiber/v2"
 	"github.com/nats-io/nuid"
+
+	"github.com/bookline/bookline/docs"
 )
 
 // HeaderRequestID is the HTTP header carrying a request's id: taken from
@@ -122,11 +123,9 @@ func (s *Server) rateLimit(c *fiber.Ctx) error {
 	return c.Next()
 }
 
-// OpenAPISpec is the OpenAPI 3 description of this API (docs/openapi.yaml
-// is a copy, checked equal by a test).
-//
-//go:embed openapi.yaml
-var OpenAPISpec []byte
+// OpenAPISpec is the OpenAPI 3 description of this API: docs/openapi.yaml,
+// the one copy, embedded by package docs.
+var OpenAPISpec = docs.OpenAPI
 
 func (s *Server) openapi(c *fiber.Ctx) error {
 	c.Set(fiber.HeaderContentType, "application/yaml")
