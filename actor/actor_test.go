@@ -627,7 +627,7 @@ func TestIdempotencyKeyReused(t *testing.T) {
 		if after := recordString(t, rec) + mustJSON(t, bk); after != before {
 			t.Errorf("original record changed:\n%s\nwas\n%s", after, before)
 		}
-		tx.SlotsNear("cal1", at(600), at(660), func(s data.Slot) bool {
+		tx.SlotsNear("cal1", at(600), at(660), func(s data.SlotEntry) bool {
 			t.Errorf("a reused key booked a slot: %+v", s)
 			return false
 		})

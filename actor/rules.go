@@ -309,7 +309,7 @@ func check(tx *data.Tx, cal *data.Calendar, loc *time.Location, iv data.Interval
 	buffered := data.Interval{Start: iv.Start.Add(-before), End: iv.End.Add(after)}
 	var raw, buf []data.Interval
 	var first *data.Interval
-	tx.SlotsNear(cal.ID, buffered.Start, buffered.End, func(s data.Slot) bool {
+	tx.SlotsNear(cal.ID, buffered.Start, buffered.End, func(s data.SlotEntry) bool {
 		if s.ID == ignore || !s.LiveAt(now) {
 			return true
 		}
@@ -334,8 +334,8 @@ func check(tx *data.Tx, cal *data.Calendar, loc *time.Location, iv data.Interval
 	return verdict{}
 }
 
-// Slot is one bookable start of an availability answer.
-type Slot struct {
+// BookableStart is one bookable start of an availability answer.
+type BookableStart struct {
 	Start time.Time `json:"start"`
 	Local string    `json:"local"`
 }
@@ -350,7 +350,7 @@ const MaxAvailabilityRange = 62 * 24 * time.Hour
 // writer has seen expire). It runs the writer's own check for every grid
 // point, so every listed start is bookable and every omitted grid start is
 // refused, given the same index and the same now.
-func Availability(tx *data.Tx, cal *data.Calendar, from, to time.Time, d, step time.Duration, now time.Time) ([]Slot, error) {
+func Availability(tx *data.Tx, cal *data.Calendar, from, to time.Time, d, step time.Duration, now time.Time) ([]BookableStart, error) {
 	if logNow := tx.LatestLogNow(); logNow.After(now) {
 		now = logNow
 	}
@@ -367,7 +367,7 @@ func Availability(tx *data.Tx, cal *data.Calendar, from, to time.Time, d, step t
 	}
 	grid := cal.Rules
 	grid.SlotStepMinutes = stepMin
-	out := []Slot{}
+	out := []BookableStart{}
 	// Walk every whole UTC minute: in local time a grid point can occur
 	// twice (DST fall-back) or not at all (spring-forward), so the grid is
 	// found by testing each minute, not by adding steps to local midnight.
@@ -381,7 +381,7 @@ func Availability(tx *data.Tx, cal *data.Calendar, from, to time.Time, d, step t
 		}
 		iv := data.Interval{Start: t, End: t.Add(d)}
 		if v := check(tx, cal, loc, iv, now, ""); v.code == "" {
-			out = append(out, Slot{Start: t, Local: t.In(loc).Format(time.RFC3339)})
+			out = append(out, BookableStart{Start: t, Local: t.In(loc).Format(time.RFC3339)})
 		}
 	}
 	return out, nil

@@ -228,7 +228,7 @@ func TestDSTAndOffsets(t *testing.T) {
 		y, m, d := tc.day.Date()
 		from := time.Date(y, m, d, 0, 0, 0, 0, loc)
 		to := time.Date(y, m, d+1, 0, 0, 0, 0, loc)
-		var slots []actor.Slot
+		var slots []actor.BookableStart
 		_ = h.s.View(func(tx *data.Tx) error {
 			c, _ := tx.Calendar(cal)
 			var err error

@@ -35,7 +35,7 @@ var (
 	bucketCal       = []byte("cal") // cal/<id>/{b,s,r}
 
 	subBookings = []byte("b") // booking id -> Booking (binary, see AppendBooking)
-	subSlots    = []byte("s") // start(8) ++ booking id -> end and kind: confirmed bookings and holds (see Slot)
+	subSlots    = []byte("s") // start(8) ++ booking id -> end and kind: confirmed bookings and holds (see SlotEntry)
 	subRequests = []byte("r") // request id -> RequestRecord (binary, see encodeRecord)
 
 	keySchema = []byte("schema")
@@ -718,7 +718,7 @@ func (t *Tx) PutBooking(bk Booking) error {
 	return slots.Put(key, encodeSlotValue(&bk))
 }
 
-// Slot values: end (8), flags (1: hold), hold expiry (8), buffer before
+// SlotEntry values: end (8), flags (1: hold), hold expiry (8), buffer before
 // (8), buffer after (8). The first 8 bytes alone decode as the end.
 const slotHold = 1
 
@@ -739,9 +739,9 @@ func encodeSlotValue(bk *Booking) []byte {
 	return AppendInt64(v, int64(bk.BufferAfter))
 }
 
-// Slot is one entry of the slot index: an interval occupied by a confirmed
+// SlotEntry is one entry of the slot index: an interval occupied by a confirmed
 // booking or a hold.
-type Slot struct {
+type SlotEntry struct {
 	ID           string
 	Start, End   time.Time
 	Hold         bool
@@ -751,19 +751,19 @@ type Slot struct {
 }
 
 // Interval is the slot's own interval.
-func (s *Slot) Interval() Interval { return Interval{Start: s.Start, End: s.End} }
+func (s *SlotEntry) Interval() Interval { return Interval{Start: s.Start, End: s.End} }
 
 // Buffered is the slot's interval widened by its buffers.
-func (s *Slot) Buffered() Interval {
+func (s *SlotEntry) Buffered() Interval {
 	return Interval{Start: s.Start.Add(-s.BufferBefore), End: s.End.Add(s.BufferAfter)}
 }
 
 // LiveAt reports whether the slot occupies its interval at now: a hold stops
 // occupying when it expires, even before its expiry is recorded.
-func (s *Slot) LiveAt(now time.Time) bool { return !s.Hold || now.Before(s.Expires) }
+func (s *SlotEntry) LiveAt(now time.Time) bool { return !s.Hold || now.Before(s.Expires) }
 
-func decodeSlot(k, v []byte) Slot {
-	s := Slot{ID: string(k[8:]), Start: DecodeTime(k[:8]), End: DecodeTime(v)}
+func decodeSlot(k, v []byte) SlotEntry {
+	s := SlotEntry{ID: string(k[8:]), Start: DecodeTime(k[:8]), End: DecodeTime(v)}
 	if len(v) >= 33 {
 		s.Hold = v[8]&slotHold != 0
 		if s.Hold {
@@ -807,7 +807,7 @@ func (t *Tx) maxSpan(calID string, cb *bolt.Bucket) time.Duration {
 // SlotsNear calls fn, in start order, for every slot of calID whose buffered
 // span overlaps [from, to) (a superset: fn filters further). fn returns false
 // to stop.
-func (t *Tx) SlotsNear(calID string, from, to time.Time, fn func(Slot) bool) {
+func (t *Tx) SlotsNear(calID string, from, to time.Time, fn func(SlotEntry) bool) {
 	cb, _ := t.calBucket(calID, false)
 	if cb == nil {
 		return
@@ -1027,7 +1027,7 @@ func (t *Tx) ForEachConfirmed(calID string, fn func(id string, iv Interval) erro
 
 // ForEachSlot calls fn for every entry of calID's slot index (confirmed
 // bookings and holds, expired or not) in start order.
-func (t *Tx) ForEachSlot(calID string, fn func(Slot) error) error {
+func (t *Tx) ForEachSlot(calID string, fn func(SlotEntry) error) error {
 	slots := t.calSub(calID, iSlots)
 	if slots == nil {
 		return nil

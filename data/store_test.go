@@ -209,7 +209,7 @@ func TestIntervalOverlaps(t *testing.T) {
 // occupant returns a slot of calID (confirmed booking or hold) whose
 // interval overlaps iv, if any.
 func occupant(tx *data.Tx, calID string, q data.Interval) (id string, ok bool) {
-	tx.SlotsNear(calID, q.Start, q.End, func(s data.Slot) bool {
+	tx.SlotsNear(calID, q.Start, q.End, func(s data.SlotEntry) bool {
 		if s.Interval().Overlaps(q) {
 			id, ok = s.ID, true
 		}

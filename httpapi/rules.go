@@ -16,10 +16,10 @@ import (
 // Routes of calendar rules: availability, holds and reschedule.
 
 type availabilityResponse struct {
-	CalendarID string       `json:"calendar_id"`
-	Timezone   string       `json:"timezone"`
-	Duration   string       `json:"duration"`
-	Slots      []actor.Slot `json:"slots"`
+	CalendarID string                `json:"calendar_id"`
+	Timezone   string                `json:"timezone"`
+	Duration   string                `json:"duration"`
+	Slots      []actor.BookableStart `json:"slots"`
 }
 
 // availability lists the bookable starts of a duration in [from, to), as

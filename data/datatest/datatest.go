@@ -208,8 +208,8 @@ func checkCalendar(tx *data.Tx, calID string, holdIndexed map[string]bool) []str
 
 	// Slots against their records; collect the ones that count now.
 	slotted := make(map[string]bool)
-	var counted []data.Slot
-	err = tx.ForEachSlot(calID, func(s data.Slot) error {
+	var counted []data.SlotEntry
+	err = tx.ForEachSlot(calID, func(s data.SlotEntry) error {
 		if slotted[s.ID] {
 			if err := report("booking %s has more than one slot", s.ID); err != nil {
 				return err
@@ -269,14 +269,14 @@ func checkCalendar(tx *data.Tx, calID string, holdIndexed map[string]bool) []str
 	}
 
 	// Capacity: the intervals, then (when those fit) the buffered spans.
-	raw := overCapacity(counted, seats, (*data.Slot).Interval)
+	raw := overCapacity(counted, seats, (*data.SlotEntry).Interval)
 	for _, o := range raw {
 		if report("confirmed bookings and live holds %v overlap at %s: %d of them, capacity %d", o.ids, o.at.Format(time.RFC3339Nano), len(o.ids), seats) != nil {
 			return problems
 		}
 	}
 	if len(raw) == 0 {
-		for _, o := range overCapacity(counted, seats, (*data.Slot).Buffered) {
+		for _, o := range overCapacity(counted, seats, (*data.SlotEntry).Buffered) {
 			if report("buffer conflict: the buffered spans of %v overlap at %s: %d of them, capacity %d", o.ids, o.at.Format(time.RFC3339Nano), len(o.ids), seats) != nil {
 				return problems
 			}
@@ -294,7 +294,7 @@ type overload struct {
 // overCapacity sweeps the intervals span(s) of slots and returns the first
 // instant of every stretch in which more than seats of them overlap
 // (half-open: touching intervals do not overlap).
-func overCapacity(slots []data.Slot, seats int, span func(*data.Slot) data.Interval) []overload {
+func overCapacity(slots []data.SlotEntry, seats int, span func(*data.SlotEntry) data.Interval) []overload {
 	type edge struct {
 		t     time.Time
 		start bool
