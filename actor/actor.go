@@ -21,24 +21,6 @@ const (
 	OutcomeRejected = "rejected"
 )
 
-// Stable rejection codes. They are part of the wire contract (replies and
-// request records) and of the HTTP API; never rename one.
-const (
-	CodeInvalidCommand       = "invalid_command" // undecodable, unknown type, wrong subject
-	CodeInvalidRequest       = "invalid_request" // decodable but a field is invalid
-	CodeCalendarNotFound     = "calendar_not_found"
-	CodeBookingNotFound      = "booking_not_found"
-	CodeSlotTaken            = "slot_taken"
-	CodeIdempotencyKeyReused = "idempotency_key_reused"
-	CodeHoldNotFound         = "hold_not_found"
-	CodeHoldExpired          = "hold_expired"
-	CodeHoldConfirmed        = "hold_confirmed"
-	CodeBookingNotConfirmed  = "booking_not_confirmed"
-	// CodeExternalBusy: the interval overlaps time that is busy outside
-	// bookline (a busy block imported from a linked Google calendar).
-	CodeExternalBusy = "external_busy"
-)
-
 // Reply is the decided outcome of one command: what is published to the
 // requester's reply subject and stored as the request's record.
 //

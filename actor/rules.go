@@ -11,16 +11,6 @@ import (
 	"github.com/bookline/bookline/data"
 )
 
-// Rule rejection codes (HTTP 422 except slot_taken 409).
-const (
-	CodeOutsideHours       = "outside_hours"
-	CodeMisaligned         = "misaligned"
-	CodeDurationNotAllowed = "duration_not_allowed"
-	CodeTooSoon            = "too_soon"
-	CodeTooFar             = "too_far"
-	CodeBufferConflict     = "buffer_conflict"
-)
-
 // Limits of rule values.
 const (
 	MaxRuleIntervals  = 1000
