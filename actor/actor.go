@@ -254,7 +254,7 @@ type Output struct {
 // clock and does no I/O besides tx, so the same log always gives the same
 // index. An error means the transaction must be rolled back.
 func Apply(tx *data.Tx, partition int, batch []Decoded) ([]Output, error) {
-	out, err := apply(tx, partition, batch, true)
+	out, err := apply(tx, partition, batch, withSideEffects)
 	if err != nil {
 		return nil, err
 	}
@@ -264,14 +264,14 @@ func Apply(tx *data.Tx, partition int, batch []Decoded) ([]Output, error) {
 // ApplyDeferred is Apply without the JSON encoding of the replies: call
 // Render on the outputs after the transaction.
 func ApplyDeferred(tx *data.Tx, partition int, batch []Decoded) ([]Output, error) {
-	return apply(tx, partition, batch, true)
+	return apply(tx, partition, batch, withSideEffects)
 }
 
 // ApplyReplay is ApplyDeferred for rebuilding an index from the log: the
-// same decisions, but no outcome events (replay must not announce history
-// again).
+// same decisions, but no side effects (replay must not announce history
+// again, nor write it to Google).
 func ApplyReplay(tx *data.Tx, partition int, batch []Decoded) ([]Output, error) {
-	return apply(tx, partition, batch, false)
+	return apply(tx, partition, batch, withoutSideEffects)
 }
 
 // Render encodes every output's Decision as its JSON Reply.
@@ -289,7 +289,17 @@ func Render(out []Output) error {
 	return nil
 }
 
-func apply(tx *data.Tx, partition int, batch []Decoded, events bool) ([]Output, error) {
+// sideEffects says whether decisions queue what follows from them outside
+// the index: outcome events in the outbox and Google Calendar mirror
+// operations. The live writer's do; a replay's do not.
+type sideEffects bool
+
+const (
+	withSideEffects    sideEffects = true
+	withoutSideEffects sideEffects = false
+)
+
+func apply(tx *data.Tx, partition int, batch []Decoded, effects sideEffects) ([]Output, error) {
 	applied := tx.AppliedSeq(partition)
 	// "Now" is the stream timestamp, the stream leader's wall clock, which
 	// can step back (a new leader, a clock correction). The partition's
@@ -336,7 +346,7 @@ func apply(tx *data.Tx, partition int, batch []Decoded, events bool) ([]Output, 
 		}
 		// Decided on a copy: d.At stays the message's own timestamp.
 		dn := *d
-		dn.At, dn.mirror = now, events
+		dn.At, dn.mirror = now, bool(effects)
 		// Request records whose retention ended by this command's log
 		// time go first, a few per command: which ones depends on the
 		// log alone, never on how it was cut into batches.
@@ -351,7 +361,7 @@ func apply(tx *data.Tx, partition int, batch []Decoded, events bool) ([]Output, 
 		applied, last = d.Seq, i
 		// Every decided command leaves its outcome event in the outbox,
 		// in this same transaction (see queue's event publisher).
-		if !events {
+		if !effects {
 			continue
 		}
 		cal := d.Cmd.CalendarID
@@ -530,7 +540,7 @@ func calendarFor(tx *data.Tx, d *Decoded) (cal data.Calendar, loc *time.Location
 	return cal, loc, nil, err
 }
 
-// refuse turns a failed check into a rejection reply.
+// refuse turns a refusing verdict of decideInterval into a rejection reply.
 func (d *Decoded) refuse(v verdict) Reply {
 	r := d.reject(v.code, v.msg)
 	r.Conflict = v.conflict
@@ -563,7 +573,7 @@ func bookable(tx *data.Tx, d *Decoded) (cal data.Calendar, rej *Reply, err error
 		return cal, rej, err
 	}
 	spec := d.Cmd.Booking
-	if v := check(tx, &cal, loc, data.Interval{Start: spec.Start, End: spec.End}, d.At, ""); v.code != "" {
+	if v := decideInterval(tx, &cal, loc, data.Interval{Start: spec.Start, End: spec.End}, d.At, ""); v.code != "" {
 		r := d.refuse(v)
 		return cal, &r, nil
 	}
@@ -623,7 +633,7 @@ func holdable(tx *data.Tx, d *Decoded) (cal data.Calendar, ttl time.Duration, re
 		r.Details = []FieldError{{Field: "ttl", Message: fmt.Sprintf("must be at most %s for this calendar", maxTTL)}}
 		return cal, 0, &r, nil
 	}
-	if v := check(tx, &cal, loc, data.Interval{Start: spec.Start, End: spec.End}, d.At, ""); v.code != "" {
+	if v := decideInterval(tx, &cal, loc, data.Interval{Start: spec.Start, End: spec.End}, d.At, ""); v.code != "" {
 		r := d.refuse(v)
 		return cal, 0, &r, nil
 	}
@@ -821,7 +831,7 @@ func rescheduleBooking(tx *data.Tx, d *Decoded) (Reply, error) {
 	iv := data.Interval{Start: d.Cmd.Reschedule.Start, End: d.Cmd.Reschedule.End}
 	// Checked without the booking itself: moving into its own old interval
 	// is fine. If refused, nothing is written: the old interval stays.
-	if v := check(tx, &cal, loc, iv, d.At, bk.ID); v.code != "" {
+	if v := decideInterval(tx, &cal, loc, iv, d.At, bk.ID); v.code != "" {
 		return d.refuse(v), nil
 	}
 	bk.Start, bk.End = iv.Start, iv.End

@@ -18,7 +18,7 @@
 //     (actor/zones); no map order reaches a reply, record or event. So a
 //     replay, a recovery and a second instance reach byte-identical state,
 //     and a stale second writer can only repeat the same answer.
-//   - One decision function, check, answers "may this interval be taken":
+//   - One decision function, decideInterval, answers "may this interval be taken":
 //     bookings, holds, reschedules, the refusals answered from the index
 //     (Refused) and availability all call it.
 //   - A redelivered message (sequence at or below the partition's applied

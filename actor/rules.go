@@ -281,11 +281,11 @@ type verdict struct {
 	conflict  *data.Interval
 }
 
-// check decides whether iv may be booked (or held) on cal at now, with the
+// decideInterval decides whether iv may be booked (or held) on cal at now, with the
 // calendar's current buffers around it; ignore is a booking id to leave out
 // (the booking being rescheduled). It is the one decision function: the
 // writer and the availability query both use it, so they cannot disagree.
-func check(tx *data.Tx, cal *data.Calendar, loc *time.Location, iv data.Interval, now time.Time, ignore string) verdict {
+func decideInterval(tx *data.Tx, cal *data.Calendar, loc *time.Location, iv data.Interval, now time.Time, ignore string) verdict {
 	r := &cal.Rules
 	if code, msg := checkStatic(r, loc, iv, now); code != "" {
 		return verdict{code: code, msg: msg}
@@ -337,7 +337,7 @@ const MaxAvailabilityRange = 62 * 24 * time.Hour
 // (its slot step, or step when it has none) at which a booking of duration
 // d would be accepted at now, or at the index's latest log time if that is
 // later (a wall clock behind the stream's would show holds alive that the
-// writer has seen expire). It runs the writer's own check for every grid
+// writer has seen expire). It runs the writer's own decideInterval for every grid
 // point, so every listed start is bookable and every omitted grid start is
 // refused, given the same index and the same now.
 func Availability(tx *data.Tx, cal *data.Calendar, from, to time.Time, d, step time.Duration, now time.Time) ([]BookableStart, error) {
@@ -370,7 +370,7 @@ func Availability(tx *data.Tx, cal *data.Calendar, from, to time.Time, d, step t
 			continue
 		}
 		iv := data.Interval{Start: t, End: t.Add(d)}
-		if v := check(tx, cal, loc, iv, now, ""); v.code == "" {
+		if v := decideInterval(tx, cal, loc, iv, now, ""); v.code == "" {
 			out = append(out, BookableStart{Start: t, Local: t.In(loc).Format(time.RFC3339)})
 		}
 	}
