@@ -1,0 +1,310 @@
+package data
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// BookingExists reports whether calendar calID has a booking (or hold)
+// record with id, whatever its status, without decoding it.
+func (t *Tx) BookingExists(calID, id string) bool {
+	b := t.calSub(calID, iBookings)
+	return b != nil && b.Get([]byte(id)) != nil
+}
+
+// Booking returns the booking id of calendar calID, or ErrNotFound.
+func (t *Tx) Booking(calID, id string) (Booking, error) {
+	var bk Booking
+	b := t.calSub(calID, iBookings)
+	if b == nil {
+		return bk, ErrNotFound
+	}
+	v := b.Get([]byte(id))
+	if v == nil {
+		return bk, ErrNotFound
+	}
+	return decodeBooking(v)
+}
+
+func slotKey(start time.Time, id string) []byte {
+	k := make([]byte, 0, 8+len(id))
+	k = append(k, EncodeTime(start)...)
+	return append(k, id...)
+}
+
+// PutBooking stores bk and keeps the slot index in step with its status: a
+// confirmed booking or a hold occupies its interval, anything else does not.
+// If bk replaces a record with another start, the old slot is removed too.
+// The caller (the partition's actor) has already checked the rules.
+func (t *Tx) PutBooking(bk Booking) error {
+	cb, err := t.calBucket(bk.CalendarID, true)
+	if err != nil {
+		return err
+	}
+	v := AppendBooking(make([]byte, 0, 160+len(bk.Customer)+len(bk.Metadata)), &bk)
+	bookings, slots := t.calSub(bk.CalendarID, iBookings), t.calSub(bk.CalendarID, iSlots)
+	if old := bookings.Get([]byte(bk.ID)); old != nil {
+		prev, err := decodeBooking(old)
+		if err != nil {
+			return fmt.Errorf("data: booking %s: %w", bk.ID, err)
+		}
+		if !prev.Start.Equal(bk.Start) {
+			if err := slots.Delete(slotKey(prev.Start, prev.ID)); err != nil {
+				return err
+			}
+		}
+		if prev.Status == StatusHeld && prev.ExpiresAt != nil {
+			if err := t.holdIndex(false, *prev.ExpiresAt, prev.CalendarID, prev.ID); err != nil {
+				return err
+			}
+		}
+	}
+	if err := bookings.Put([]byte(bk.ID), v); err != nil {
+		return err
+	}
+	key := slotKey(bk.Start, bk.ID)
+	if !Occupies(bk.Status) {
+		return slots.Delete(key)
+	}
+	if bk.Status == StatusHeld && bk.ExpiresAt != nil {
+		if err := t.holdIndex(true, *bk.ExpiresAt, bk.CalendarID, bk.ID); err != nil {
+			return err
+		}
+	}
+	if err := t.growMaxSpan(bk.CalendarID, cb, bk.End.Sub(bk.Start)+bk.BufferBefore+bk.BufferAfter); err != nil {
+		return err
+	}
+	return slots.Put(key, encodeSlotValue(&bk))
+}
+
+// SlotEntry values: end (8), flags (1: hold), hold expiry (8), buffer before
+// (8), buffer after (8). The first 8 bytes alone decode as the end.
+const slotHold = 1
+
+func encodeSlotValue(bk *Booking) []byte {
+	v := make([]byte, 0, 33)
+	v = append(v, EncodeTime(bk.End)...)
+	var flags byte
+	var exp int64
+	if bk.Status == StatusHeld {
+		flags |= slotHold
+		if bk.ExpiresAt != nil {
+			exp = bk.ExpiresAt.UnixNano()
+		}
+	}
+	v = append(v, flags)
+	v = AppendInt64(v, exp)
+	v = AppendInt64(v, int64(bk.BufferBefore))
+	return AppendInt64(v, int64(bk.BufferAfter))
+}
+
+// SlotEntry is one entry of the slot index: an interval occupied by a confirmed
+// booking or a hold.
+type SlotEntry struct {
+	ID           string
+	Start, End   time.Time
+	Hold         bool
+	Expires      time.Time // holds only
+	BufferBefore time.Duration
+	BufferAfter  time.Duration
+}
+
+// Interval is the slot's own interval.
+func (s *SlotEntry) Interval() Interval { return Interval{Start: s.Start, End: s.End} }
+
+// Buffered is the slot's interval widened by its buffers.
+func (s *SlotEntry) Buffered() Interval {
+	return Interval{Start: s.Start.Add(-s.BufferBefore), End: s.End.Add(s.BufferAfter)}
+}
+
+// LiveAt reports whether the slot occupies its interval at now: a hold stops
+// occupying when it expires, even before its expiry is recorded.
+func (s *SlotEntry) LiveAt(now time.Time) bool { return !s.Hold || now.Before(s.Expires) }
+
+func decodeSlot(k, v []byte) SlotEntry {
+	s := SlotEntry{ID: string(k[8:]), Start: DecodeTime(k[:8]), End: DecodeTime(v)}
+	if len(v) >= 33 {
+		s.Hold = v[8]&slotHold != 0
+		if s.Hold {
+			s.Expires = time.Unix(0, int64(binary.BigEndian.Uint64(v[9:17]))).UTC()
+		}
+		s.BufferBefore = time.Duration(binary.BigEndian.Uint64(v[17:25]))
+		s.BufferAfter = time.Duration(binary.BigEndian.Uint64(v[25:33]))
+	}
+	return s
+}
+
+var keyMaxSpan = []byte("maxspan") // per calendar: longest buffered span ever indexed
+
+// growMaxSpan records span if it is the calendar's longest so far. Scans for
+// slots near an interval look back this far; it never shrinks, which only
+// costs a longer scan.
+func (t *Tx) growMaxSpan(calID string, cb *bolt.Bucket, span time.Duration) error {
+	if t.maxSpan(calID, cb) >= span {
+		return nil
+	}
+	if err := cb.Put(keyMaxSpan, binary.BigEndian.AppendUint64(nil, uint64(span))); err != nil {
+		return err
+	}
+	t.txCal(calID).span = span
+	return nil
+}
+
+// maxSpan is the longest buffered span ever indexed in calendar calID,
+// whose bucket is cb (read once per transaction).
+func (t *Tx) maxSpan(calID string, cb *bolt.Bucket) time.Duration {
+	tc := t.txCal(calID)
+	if !tc.spanLoaded {
+		tc.span, tc.spanLoaded = 0, true
+		if v := cb.Get(keyMaxSpan); v != nil {
+			tc.span = time.Duration(binary.BigEndian.Uint64(v))
+		}
+	}
+	return tc.span
+}
+
+// SlotsNear calls fn, in start order, for every slot of calID whose buffered
+// span overlaps [from, to) (a superset: fn filters further). fn returns false
+// to stop.
+func (t *Tx) SlotsNear(calID string, from, to time.Time, fn func(SlotEntry) bool) {
+	cb, _ := t.calBucket(calID, false)
+	if cb == nil {
+		return
+	}
+	span := t.maxSpan(calID, cb)
+	c := t.calSub(calID, iSlots).Cursor()
+	end := seekKey(to.Add(span))
+	for k, v := c.Seek(seekKey(from.Add(-span))); k != nil && bytes.Compare(k[:8], end) < 0; k, v = c.Next() {
+		s := decodeSlot(k, v)
+		if !s.Buffered().Overlaps(Interval{Start: from, End: to}) {
+			continue
+		}
+		if !fn(s) {
+			return
+		}
+	}
+}
+
+var bucketHolds = []byte("holdexp") // expiry(8) ++ calendar ++ 0 ++ hold id -> nil
+
+func (t *Tx) holdIndex(put bool, exp time.Time, calID, id string) error {
+	b, err := t.tx.CreateBucketIfNotExists(bucketHolds)
+	if err != nil {
+		return err
+	}
+	k := append(append(append(EncodeTime(exp), calID...), 0), id...)
+	if put {
+		return b.Put(k, nil)
+	}
+	return b.Delete(k)
+}
+
+// DropDueHold removes a hold expiry index entry.
+func (t *Tx) DropDueHold(h DueHold) error { return t.holdIndex(false, h.Expires, h.Calendar, h.ID) }
+
+// DueHold is a hold whose expiry has passed.
+type DueHold struct {
+	Calendar, ID string
+	Expires      time.Time
+}
+
+// DueHolds lists up to max holds that expire at or before now, earliest
+// first.
+func (t *Tx) DueHolds(now time.Time, max int) []DueHold {
+	b := t.tx.Bucket(bucketHolds)
+	if b == nil {
+		return nil
+	}
+	var out []DueHold
+	nowKey := EncodeTime(now)
+	c := b.Cursor()
+	for k, _ := c.First(); k != nil && len(out) < max && bytes.Compare(k[:8], nowKey) <= 0; k, _ = c.Next() {
+		cal, id, _ := bytes.Cut(k[8:], []byte{0})
+		out = append(out, DueHold{Calendar: string(cal), ID: string(id), Expires: DecodeTime(k[:8])})
+	}
+	return out
+}
+
+// Cursor is an opaque position in a booking listing.
+type Cursor []byte
+
+// ListBookings returns up to limit confirmed bookings of calID that overlap
+// [from, to), ordered by start, beginning after the position after (nil for
+// the first page). next is non-nil when more may follow. A limit of zero or
+// less means no limit.
+func (t *Tx) ListBookings(calID string, from, to time.Time, limit int, after Cursor) (out []Booking, next Cursor, err error) {
+	slots := t.calSub(calID, iSlots)
+	if slots == nil {
+		return nil, nil, nil
+	}
+	c := slots.Cursor()
+	var k, v []byte
+	if after != nil {
+		k, v = c.Seek(after)
+		if k != nil && bytes.Equal(k, after) {
+			k, v = c.Next()
+		}
+	} else {
+		// A booking that starts before from reaches into the range only if
+		// it is no longer than the calendar's longest.
+		cb, _ := t.calBucket(calID, false)
+		k, v = c.Seek(seekKey(from.Add(-t.maxSpan(calID, cb))))
+	}
+	toKey := seekKey(to)
+	for ; k != nil; k, v = c.Next() {
+		if bytes.Compare(k[:8], toKey) >= 0 {
+			break
+		}
+		if s := decodeSlot(k, v); s.Hold || !s.End.After(from) {
+			continue
+		}
+		if limit > 0 && len(out) == limit {
+			return out, Cursor(out[len(out)-1].slotKey()), nil
+		}
+		bk, err := t.Booking(calID, string(k[8:]))
+		if err != nil {
+			return nil, nil, fmt.Errorf("data: slot %x without booking: %w", k, err)
+		}
+		out = append(out, bk)
+	}
+	return out, nil, nil
+}
+
+func (b Booking) slotKey() []byte { return slotKey(b.Start, b.ID) }
+
+// ForEachConfirmed calls fn for every confirmed booking interval of calID in
+// start order.
+func (t *Tx) ForEachConfirmed(calID string, fn func(id string, iv Interval) error) error {
+	slots := t.calSub(calID, iSlots)
+	if slots == nil {
+		return nil
+	}
+	return slots.ForEach(func(k, v []byte) error {
+		if k == nil || v == nil || len(k) < 8 {
+			return nil
+		}
+		if s := decodeSlot(k, v); !s.Hold {
+			return fn(s.ID, s.Interval())
+		}
+		return nil
+	})
+}
+
+// ForEachSlot calls fn for every entry of calID's slot index (confirmed
+// bookings and holds, expired or not) in start order.
+func (t *Tx) ForEachSlot(calID string, fn func(SlotEntry) error) error {
+	slots := t.calSub(calID, iSlots)
+	if slots == nil {
+		return nil
+	}
+	return slots.ForEach(func(k, v []byte) error {
+		if len(k) < 8 || v == nil {
+			return nil
+		}
+		return fn(decodeSlot(k, v))
+	})
+}
