@@ -13,6 +13,9 @@ package actor
 // stream must reproduce them byte for byte, so error texts always come from
 // the original code. fastpath_test.go checks the results against a verbatim
 // copy of the original implementation (reference_test.go).
+//
+// They are one file on purpose: the shortcuts share one JSON cursor, and
+// each is read side by side with the encoding/json behaviour it must equal.
 
 import (
 	"bytes"

@@ -1,0 +1,61 @@
+package actor
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/bookline/bookline/data"
+)
+
+// Google Calendar: the mirror operations a decision queues, and the
+// busy.set / busy.clear commands by which busy time read from Google enters
+// the log.
+
+// mirror queues the Google sync operation of a booking change decided by
+// d, in the deciding transaction, when the calendar is linked and the
+// decision is live (not a replay).
+func mirror(tx *data.Tx, d *Decoded, link *data.GoogleLink, op byte, bk *data.Booking) error {
+	if !d.mirror || link == nil {
+		return nil
+	}
+	return tx.PutSync(data.SyncEntry{Calendar: d.Cmd.CalendarID, Seq: d.Seq, Op: op, GoogleCalendar: link.CalendarID, Booking: *bk})
+}
+
+// mirrorLinked is mirror for decisions that did not load the calendar.
+func mirrorLinked(tx *data.Tx, d *Decoded, op byte, bk *data.Booking) error {
+	if !d.mirror {
+		return nil
+	}
+	cal, err := tx.Calendar(d.Cmd.CalendarID)
+	if err != nil {
+		return err
+	}
+	return mirror(tx, d, cal.Google, op, bk)
+}
+
+// setBusy records (busy.set) or removes (busy.clear) an external busy
+// block. Blocks are facts from outside: setting one that overlaps existing
+// bookings is accepted (they stay); it refuses later bookings only.
+func setBusy(tx *data.Tx, d *Decoded) (Reply, error) {
+	if !tx.CalendarExists(d.Cmd.CalendarID) {
+		return d.reject(CodeCalendarNotFound, "calendar not found"), nil
+	}
+	spec := d.Cmd.Busy
+	prev, seen, err := tx.Busy(d.Cmd.CalendarID, spec.BlockID)
+	if err != nil {
+		return Reply{}, err
+	}
+	r := d.accept()
+	if d.Cmd.Type == TypeBusyClear {
+		if !seen || prev.Cleared {
+			r.Message = "busy block " + spec.BlockID + " was not set"
+			return r, nil
+		}
+		prev.Cleared, prev.Seq = true, d.Seq
+		r.Message = "busy block " + spec.BlockID + " cleared"
+		return r, tx.PutBusy(d.Cmd.CalendarID, prev)
+	}
+	b := data.BusyBlock{ID: spec.BlockID, Start: spec.Start, End: spec.End, Seq: d.Seq}
+	r.Message = fmt.Sprintf("busy block %s set: [%s, %s)", spec.BlockID, spec.Start.Format(time.RFC3339), spec.End.Format(time.RFC3339))
+	return r, tx.PutBusy(d.Cmd.CalendarID, b)
+}
