@@ -99,7 +99,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&c.natsListen, "nats-listen", "127.0.0.1:4222", "client address of the embedded NATS server, for importers and admins; empty = in-process only")
 	fs.IntVar(&c.partitions, "partitions", 0, "number of partitions, fixed when the stream is created; 0 = the existing stream's, or for a new stream 2 (embedded server) or 8 (with --nats-url)")
 	fs.DurationVar(&c.replyTimeout, "reply-timeout", 5*time.Second, "how long a write waits for its outcome before answering 202 with a Location")
-	fs.StringVar(&c.sync, "sync", "always", "durability with the embedded server: always (an answer is sent once its command and decision are on disk: one fsync of the stream and the index per group commit; survives power loss) or interval (the stream is fsynced every 2 min and the index not per commit: survives a process crash, a power loss can take the last minutes of answered commands)")
+	fs.StringVar(&c.sync, "sync", "always", "durability with the embedded server: always (an answer is sent once its command is on disk: one fdatasync of the stream's new messages per group commit; the index is rebuilt from the stream after a power loss; survives power loss) or interval (the stream is fsynced every 2 min: survives a process crash, a power loss can take the last minutes of answered commands)")
 	fs.StringVar(&c.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug (adds one line per HTTP request), info, warn, error")
 
