@@ -21,6 +21,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/bookline/bookline/actor"
+	"github.com/bookline/bookline/cmd/bookline/importfile"
 	"github.com/bookline/bookline/queue"
 )
 
@@ -831,22 +832,22 @@ func runImportBench(ctx context.Context, c benchConfig) (*BenchResult, error) {
 	defer r.hc.CloseIdleConnections()
 	// The seed and prefix make the request ids: the same run twice is all
 	// duplicates, as with bookline import.
-	row := func(i int) (importRow, error) {
+	row := func(i int) (importfile.Row, error) {
 		cal := c.calendarID(rng.IntN(c.calendars))
 		start, end := r.interval(rng)
 		b := actor.BookingSpec{Start: start, End: end, Customer: "bench-import-" + strconv.Itoa(i)}
-		ir, bad := bookingRow(i, cal, b)
+		ir, bad := importfile.BookingRow(i, cal, b)
 		if bad != nil {
-			return importRow{}, errors.New(bad.reason)
+			return importfile.Row{}, errors.New(bad.Reason)
 		}
 		return ir, nil
 	}
 	if c.createCalendars {
-		cals := make([]importRow, c.calendars)
+		cals := make([]importfile.Row, c.calendars)
 		for i := range cals {
-			cals[i].cmd.CalendarID = c.calendarID(i)
+			cals[i].Cmd.CalendarID = c.calendarID(i)
 		}
-		t := im.run(ctx, calendarCommands(cals), nil)
+		t := im.run(ctx, importfile.CalendarUpserts(cals), nil)
 		if t.failed+t.missing > 0 {
 			return nil, fmt.Errorf("creating calendars: %d failed, %d missing", t.failed, t.missing)
 		}
@@ -855,7 +856,7 @@ func runImportBench(ctx context.Context, c benchConfig) (*BenchResult, error) {
 	total := tally{rejected: map[string]int{}}
 	start := time.Now()
 	for done := 0; done < c.requests && ctx.Err() == nil; done += chunk {
-		rows := make([]importRow, 0, min(chunk, c.requests-done))
+		rows := make([]importfile.Row, 0, min(chunk, c.requests-done))
 		for i := done; i < done+cap(rows); i++ {
 			ir, err := row(i)
 			if err != nil {
