@@ -6,13 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 
 	"github.com/bookline/bookline/actor"
@@ -143,11 +141,12 @@ func MsgID(cmd *actor.Command, fingerprint string) string {
 // command is stored but undecided at ctx's end, or ErrUnavailable when the
 // stream did not take it (or did not say so before ctx's end).
 func (c *Client) Submit(ctx context.Context, cmd *actor.Command, fingerprint string) ([]byte, error) {
-	body, err := json.Marshal(cmd)
+	token := nuid.Next()
+	msg, err := CommandMsg(ctx, cmd, fingerprint, c.prefix+"."+token)
 	if err != nil {
 		return nil, err
 	}
-	token := nuid.Next()
+	msg.Reply = c.prefix + "." + ackToken + token
 	w := &waiter{ack: make(chan *nats.Msg, 1), reply: make(chan []byte, 1)}
 	c.mu.Lock()
 	c.waiters[token] = w
@@ -158,16 +157,6 @@ func (c *Client) Submit(ctx context.Context, cmd *actor.Command, fingerprint str
 		c.mu.Unlock()
 	}()
 
-	msg := &nats.Msg{Subject: CommandSubject(cmd.CalendarID), Reply: c.prefix + "." + ackToken + token, Data: body, Header: make(nats.Header, 8)}
-	msg.Header.Set(HeaderReplyTo, c.prefix+"."+token)
-	msg.Header.Set(HeaderSchema, strconv.Itoa(actor.SchemaVersion))
-	msg.Header.Set(HeaderRequestID, cmd.RequestID)
-	if trace := TraceIDFrom(ctx); trace != "" {
-		msg.Header.Set(HeaderTraceID, trace)
-	}
-	msg.Header.Set(HeaderContentType, "application/json")
-	msg.Header.Set(jetstream.MsgIDHeader, MsgID(cmd, fingerprint))
-	msg.Header.Set(jetstream.ExpectedStreamHeader, StreamName)
 	if err := c.nc.PublishMsg(msg); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}

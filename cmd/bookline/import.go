@@ -436,16 +436,10 @@ func (im *importer) run(ctx context.Context, rows []importfile.Row, pp *progress
 }
 
 func (im *importer) publish(ctx context.Context, token string, row *importfile.Row) error {
-	body, err := json.Marshal(&row.Cmd)
+	msg, err := queue.CommandMsg(ctx, &row.Cmd, row.Fingerprint, im.prefix+"."+token)
 	if err != nil {
 		return err
 	}
-	msg := nats.NewMsg(queue.CommandSubject(row.Cmd.CalendarID))
-	msg.Data = body
-	msg.Header.Set(queue.HeaderReplyTo, im.prefix+"."+token)
-	msg.Header.Set(queue.HeaderSchema, strconv.Itoa(actor.SchemaVersion))
-	msg.Header.Set(queue.HeaderRequestID, row.Cmd.RequestID)
-	msg.Header.Set(queue.HeaderContentType, "application/json")
 	select {
 	case im.sem <- struct{}{}:
 	case <-ctx.Done():
@@ -455,7 +449,7 @@ func (im *importer) publish(ctx context.Context, token string, row *importfile.R
 	im.pending[token] = &waiter{}
 	im.t.published++
 	im.mu.Unlock()
-	if _, err := im.js.PublishMsgAsync(msg, jetstream.WithMsgID(queue.MsgID(&row.Cmd, row.Fingerprint)), jetstream.WithExpectStream(queue.StreamName)); err != nil {
+	if _, err := im.js.PublishMsgAsync(msg); err != nil {
 		<-im.sem
 		im.failed(token, err)
 	}
