@@ -39,7 +39,8 @@ type RecordLookup func(cmd *actor.Command, fingerprint string) (reply []byte, ok
 // and the writer's answer on the reply-to subject, through the same
 // subscription, in either order. Waiting for the acknowledgement first (a
 // JetStream request) cost a round trip's CPU and an extra decode of every
-// acknowledgement.
+// acknowledgement. NewPublisher gives bulk producers an asynchronous
+// publish whose answers come through the same inbox.
 type Client struct {
 	nc     *nats.Conn
 	lookup RecordLookup
@@ -51,10 +52,13 @@ type Client struct {
 }
 
 // waiter is one Submit's mailbox: the JetStream acknowledgement and the
-// writer's answer, each delivered at most once.
+// writer's answer, each delivered at most once. A command of a Publisher
+// has pub instead, which takes the answer (its acknowledgement does not
+// come through the inbox).
 type waiter struct {
 	ack   chan *nats.Msg
 	reply chan []byte
+	pub   *Publisher
 }
 
 // ackToken prefixes a token in the subject of a publish acknowledgement:
@@ -62,10 +66,25 @@ type waiter struct {
 // never contain a dot.
 const ackToken = "a."
 
+// ClientOption configures NewClient.
+type ClientOption func(*Client)
+
+// InboxName makes the client's inbox _INBOX.<name>.<nuid> instead of
+// _INBOX.bookline.<nuid>, so that the reply subjects of a process say
+// whose they are (docs/protocol.md names bookline import's).
+func InboxName(name string) ClientOption {
+	return func(c *Client) { c.prefix = "_INBOX." + name + "." + nuid.Next() }
+}
+
 // NewClient subscribes the process inbox. lookup answers commands that
-// JetStream reports as duplicates (their answer went to the first sender).
-func NewClient(nc *nats.Conn, lookup RecordLookup) (*Client, error) {
+// JetStream reports as duplicates (their answer went to the first sender);
+// only Submit uses it, so a client that publishes through a Publisher
+// alone may pass nil.
+func NewClient(nc *nats.Conn, lookup RecordLookup, opts ...ClientOption) (*Client, error) {
 	c := &Client{nc: nc, lookup: lookup, prefix: "_INBOX.bookline." + nuid.Next(), waiters: make(map[string]*waiter)}
+	for _, o := range opts {
+		o(c)
+	}
 	sub, err := nc.Subscribe(c.prefix+".>", c.deliver)
 	if err != nil {
 		return nil, fmt.Errorf("queue: reply inbox: %w", err)
@@ -102,13 +121,18 @@ func (c *Client) deliver(m *nats.Msg) {
 	c.answer(token, m.Data)
 }
 
-// answer hands the writer's reply to the Submit waiting for token.
+// answer hands the writer's reply to the Submit or Publisher waiting for
+// token.
 func (c *Client) answer(token string, reply []byte) {
 	c.mu.Lock()
 	w := c.waiters[token]
 	delete(c.waiters, token)
 	c.mu.Unlock()
-	if w != nil {
+	switch {
+	case w == nil:
+	case w.pub != nil:
+		w.pub.answered(token, reply)
+	default:
 		w.reply <- reply // buffered 1, one delivery per token
 	}
 }
