@@ -9,14 +9,12 @@ import (
 	"io"
 	"os"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nuid"
 
 	"github.com/bookline/bookline/actor"
 	"github.com/bookline/bookline/cmd/bookline/importfile"
@@ -228,167 +226,95 @@ func (t *tally) done() int {
 	return t.accepted + t.rejectedTotal() + t.dupStream + t.dupRecorded + t.failed
 }
 
-// waiter is a published row waiting for its acknowledgement and outcome;
-// either may arrive first.
-type waiter struct {
-	ackSeq uint64
-	acked  bool
-	reply  []byte
-}
-
-// importer publishes commands asynchronously and matches the writer's
-// replies to them. Like queue.Client it holds one inbox subscription for
-// the process; each row's reply subject is prefix.token.
+// importer publishes rows through a queue.Publisher and counts their
+// outcomes in the tally of the phase that runs (calendars, then bookings).
 type importer struct {
-	nc     *nats.Conn
-	js     jetstream.JetStream
-	sub    *nats.Subscription
-	prefix string
+	client *queue.Client
+	pub    *queue.Publisher
 	wait   time.Duration
-	sem    chan struct{} // bounds publishes awaiting their PubAck
-	tokens uint64        // last reply token handed out (publishing goroutine only)
 
 	mu       sync.Mutex
-	pending  map[string]*waiter
 	t        *tally
 	progress chan struct{} // a row's fate became known
 }
 
 func newImporter(ctx context.Context, nc *nats.Conn, c importConfig) (*importer, error) {
-	im := &importer{
-		nc:       nc,
-		prefix:   "_INBOX.bookline-import." + nuid.Next(),
-		wait:     c.wait,
-		sem:      make(chan struct{}, c.inFlight),
-		pending:  map[string]*waiter{},
-		t:        &tally{},
-		progress: make(chan struct{}, 1),
-	}
-	var err error
-	im.js, err = jetstream.New(nc,
-		jetstream.WithPublishAsyncMaxPending(c.inFlight),
-		jetstream.WithPublishAsyncTimeout(c.wait),
-		jetstream.WithPublishAsyncAckHandler(im.onAck),
-		jetstream.WithPublishAsyncErrHandler(im.onPublishErr))
+	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, err
 	}
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if _, err := im.js.Stream(sctx, queue.StreamName); err != nil {
+	if _, err := js.Stream(sctx, queue.StreamName); err != nil {
 		return nil, fmt.Errorf("stream %s at %s: %w (is bookline serve running?)", queue.StreamName, nc.ConnectedUrlRedacted(), err)
 	}
-	if im.sub, err = nc.Subscribe(im.prefix+".*", im.onReply); err != nil {
+	im := &importer{wait: c.wait, t: &tally{}, progress: make(chan struct{}, 1)}
+	if im.client, err = queue.NewClient(nc, nil, queue.InboxName("bookline-import")); err != nil {
 		return nil, err
 	}
-	if err := im.sub.SetPendingLimits(-1, -1); err != nil {
+	if im.pub, err = im.client.NewPublisher(c.inFlight, c.wait); err != nil {
+		im.close()
 		return nil, err
 	}
 	return im, nc.Flush()
 }
 
-func (im *importer) close() { _ = im.sub.Unsubscribe() }
+func (im *importer) close() { _ = im.client.Close() }
 
-func (im *importer) token(m *nats.Msg) string {
-	return strings.TrimPrefix(m.Header.Get(queue.HeaderReplyTo), im.prefix+".")
-}
-
-// finish records a row's fate; mu must be held.
-func (im *importer) finish(token string) {
-	delete(im.pending, token)
+// record counts the result of a row; the Publisher calls it once per row
+// it did not abandon.
+func (im *importer) record(res queue.PublishResult) {
+	im.mu.Lock()
+	defer im.mu.Unlock()
+	t := im.t
+	switch {
+	case res.Err != nil:
+		t.failed++
+		if t.failures == nil {
+			t.failures = map[string]int{}
+		}
+		t.failures[res.Err.Error()]++
+	case res.Ack.Duplicate:
+		// Inside the stream's dedupe window: the first copy is (or will be)
+		// decided; this one is dropped and no reply comes for it.
+		t.dupStream++
+	default:
+		var r struct {
+			Outcome string `json:"outcome"`
+			Code    string `json:"code"`
+			Created bool   `json:"created"`
+			Seq     uint64 `json:"seq"`
+		}
+		if err := json.Unmarshal(res.Reply, &r); err != nil {
+			r.Outcome, r.Code = actor.OutcomeRejected, "unreadable_reply"
+		}
+		switch {
+		case r.Seq != 0 && r.Seq < res.Ack.Sequence:
+			// The recorded answer of the first decision (an earlier run, past
+			// the dedupe window): nothing new was decided.
+			t.dupRecorded++
+		case r.Outcome == actor.OutcomeAccepted:
+			t.accepted++
+			if r.Created {
+				t.created++
+			}
+		default:
+			if t.rejected == nil {
+				t.rejected = map[string]int{}
+			}
+			t.rejected[r.Code]++
+		}
+	}
 	select {
 	case im.progress <- struct{}{}:
 	default:
 	}
 }
 
-func (im *importer) onAck(_ jetstream.JetStream, m *nats.Msg, ack *jetstream.PubAck) {
-	<-im.sem
-	token := im.token(m)
-	im.mu.Lock()
-	defer im.mu.Unlock()
-	w := im.pending[token]
-	switch {
-	case w == nil:
-	case ack.Duplicate:
-		// Inside the stream's dedupe window: the first copy is (or will be)
-		// decided; this one is dropped and no reply comes for it.
-		im.t.dupStream++
-		im.finish(token)
-	default:
-		w.ackSeq, w.acked = ack.Sequence, true
-		if w.reply != nil {
-			im.decided(token, w)
-		}
-	}
-}
-
-func (im *importer) onPublishErr(_ jetstream.JetStream, m *nats.Msg, err error) {
-	<-im.sem
-	im.failed(im.token(m), err)
-}
-
-func (im *importer) failed(token string, err error) {
-	im.mu.Lock()
-	defer im.mu.Unlock()
-	if im.pending[token] == nil {
-		return
-	}
-	im.t.failed++
-	if im.t.failures == nil {
-		im.t.failures = map[string]int{}
-	}
-	im.t.failures[err.Error()]++
-	im.finish(token)
-}
-
-func (im *importer) onReply(m *nats.Msg) {
-	token := m.Subject[len(im.prefix)+1:]
-	im.mu.Lock()
-	defer im.mu.Unlock()
-	w := im.pending[token]
-	if w == nil {
-		return // late: already given up on
-	}
-	w.reply = m.Data
-	if w.acked {
-		im.decided(token, w)
-	}
-}
-
-// decided counts a row whose acknowledgement and reply both arrived; mu
-// must be held.
-func (im *importer) decided(token string, w *waiter) {
-	var r struct {
-		Outcome string `json:"outcome"`
-		Code    string `json:"code"`
-		Created bool   `json:"created"`
-		Seq     uint64 `json:"seq"`
-	}
-	if err := json.Unmarshal(w.reply, &r); err != nil {
-		r.Outcome, r.Code = actor.OutcomeRejected, "unreadable_reply"
-	}
-	switch {
-	case r.Seq != 0 && r.Seq < w.ackSeq:
-		// The recorded answer of the first decision (an earlier run, past
-		// the dedupe window): nothing new was decided.
-		im.t.dupRecorded++
-	case r.Outcome == actor.OutcomeAccepted:
-		im.t.accepted++
-		if r.Created {
-			im.t.created++
-		}
-	default:
-		if im.t.rejected == nil {
-			im.t.rejected = map[string]int{}
-		}
-		im.t.rejected[r.Code]++
-	}
-	im.finish(token)
-}
-
 // run publishes rows and waits for their outcomes: until every one is known,
-// no outcome arrived for --wait after the last publish, or ctx ends.
+// no outcome arrived for --wait after the last publish, or ctx ends. The
+// rows still without an outcome then are abandoned, so that a late reply is
+// never counted in the next phase.
 func (im *importer) run(ctx context.Context, rows []importfile.Row, pp *progressPrinter) tally {
 	im.mu.Lock()
 	im.t = &tally{rows: len(rows), started: time.Now()}
@@ -398,26 +324,21 @@ func (im *importer) run(ctx context.Context, rows []importfile.Row, pp *progress
 		stop := pp.start(im)
 		defer stop()
 	}
+	record := im.record
 	for i := range rows {
 		if ctx.Err() != nil {
 			break
 		}
-		// Tokens are unique across phases: a late reply of one phase can
-		// never be taken for a row of the next.
-		im.tokens++
-		if err := im.publish(ctx, strconv.FormatUint(im.tokens, 36), &rows[i]); err != nil {
+		if err := im.pub.Publish(ctx, &rows[i].Cmd, rows[i].Fingerprint, record); err != nil {
 			break // ctx ended
 		}
+		im.mu.Lock()
+		t.published++
+		im.mu.Unlock()
 	}
 	idle := time.NewTimer(im.wait)
 	defer idle.Stop()
-	for {
-		im.mu.Lock()
-		n := len(im.pending)
-		im.mu.Unlock()
-		if n == 0 {
-			break
-		}
+	for im.pub.Pending() > 0 {
 		select {
 		case <-im.progress:
 			idle.Reset(im.wait)
@@ -427,33 +348,11 @@ func (im *importer) run(ctx context.Context, rows []importfile.Row, pp *progress
 		}
 		break
 	}
+	missing := im.pub.Abandon()
 	im.mu.Lock()
 	defer im.mu.Unlock()
-	t.missing = len(im.pending)
-	clear(im.pending)
-	t.missing += t.rows - t.published // not published (interrupted)
+	t.missing = missing + t.rows - t.published // not published (interrupted)
 	return *t
-}
-
-func (im *importer) publish(ctx context.Context, token string, row *importfile.Row) error {
-	msg, err := queue.CommandMsg(ctx, &row.Cmd, row.Fingerprint, im.prefix+"."+token)
-	if err != nil {
-		return err
-	}
-	select {
-	case im.sem <- struct{}{}:
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	im.mu.Lock()
-	im.pending[token] = &waiter{}
-	im.t.published++
-	im.mu.Unlock()
-	if _, err := im.js.PublishMsgAsync(msg); err != nil {
-		<-im.sem
-		im.failed(token, err)
-	}
-	return nil
 }
 
 // progressPrinter shows progress on stderr: one updating line on a
