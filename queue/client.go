@@ -6,13 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 
 	"github.com/bookline/bookline/actor"
@@ -42,7 +40,8 @@ type RecordLookup func(cmd *actor.Command, fingerprint string) (reply []byte, ok
 // and the writer's answer on the reply-to subject, through the same
 // subscription, in either order. Waiting for the acknowledgement first (a
 // JetStream request) cost a round trip's CPU and an extra decode of every
-// acknowledgement.
+// acknowledgement. NewPublisher gives bulk producers an asynchronous
+// publish whose answers come through the same inbox.
 type Client struct {
 	nc     *nats.Conn
 	lookup RecordLookup
@@ -54,10 +53,13 @@ type Client struct {
 }
 
 // waiter is one Submit's mailbox: the JetStream acknowledgement and the
-// writer's answer, each delivered at most once.
+// writer's answer, each delivered at most once. A command of a Publisher
+// has pub instead, which takes the answer (its acknowledgement does not
+// come through the inbox).
 type waiter struct {
 	ack   chan *nats.Msg
 	reply chan []byte
+	pub   *Publisher
 }
 
 // ackToken prefixes a token in the subject of a publish acknowledgement:
@@ -65,10 +67,25 @@ type waiter struct {
 // never contain a dot.
 const ackToken = "a."
 
+// ClientOption configures NewClient.
+type ClientOption func(*Client)
+
+// InboxName makes the client's inbox _INBOX.<name>.<nuid> instead of
+// _INBOX.bookline.<nuid>, so that the reply subjects of a process say
+// whose they are (docs/protocol.md names bookline import's).
+func InboxName(name string) ClientOption {
+	return func(c *Client) { c.prefix = "_INBOX." + name + "." + nuid.Next() }
+}
+
 // NewClient subscribes the process inbox. lookup answers commands that
-// JetStream reports as duplicates (their answer went to the first sender).
-func NewClient(nc *nats.Conn, lookup RecordLookup) (*Client, error) {
+// JetStream reports as duplicates (their answer went to the first sender);
+// only Submit uses it, so a client that publishes through a Publisher
+// alone may pass nil.
+func NewClient(nc *nats.Conn, lookup RecordLookup, opts ...ClientOption) (*Client, error) {
 	c := &Client{nc: nc, lookup: lookup, prefix: "_INBOX.bookline." + nuid.Next(), waiters: make(map[string]*waiter)}
+	for _, o := range opts {
+		o(c)
+	}
 	sub, err := nc.Subscribe(c.prefix+".>", c.deliver)
 	if err != nil {
 		return nil, fmt.Errorf("queue: reply inbox: %w", err)
@@ -105,13 +122,18 @@ func (c *Client) deliver(m *nats.Msg) {
 	c.answer(token, m.Data)
 }
 
-// answer hands the writer's reply to the Submit waiting for token.
+// answer hands the writer's reply to the Submit or Publisher waiting for
+// token.
 func (c *Client) answer(token string, reply []byte) {
 	c.mu.Lock()
 	w := c.waiters[token]
 	delete(c.waiters, token)
 	c.mu.Unlock()
-	if w != nil {
+	switch {
+	case w == nil:
+	case w.pub != nil:
+		w.pub.answered(token, reply)
+	default:
 		w.reply <- reply // buffered 1, one delivery per token
 	}
 }
@@ -144,11 +166,12 @@ func MsgID(cmd *actor.Command, fingerprint string) string {
 // command is stored but undecided at ctx's end, or ErrUnavailable when the
 // stream did not take it (or did not say so before ctx's end).
 func (c *Client) Submit(ctx context.Context, cmd *actor.Command, fingerprint string) ([]byte, error) {
-	body, err := json.Marshal(cmd)
+	token := nuid.Next()
+	msg, err := CommandMsg(ctx, cmd, fingerprint, c.prefix+"."+token)
 	if err != nil {
 		return nil, err
 	}
-	token := nuid.Next()
+	msg.Reply = c.prefix + "." + ackToken + token
 	w := &waiter{ack: make(chan *nats.Msg, 1), reply: make(chan []byte, 1)}
 	c.mu.Lock()
 	c.waiters[token] = w
@@ -159,16 +182,6 @@ func (c *Client) Submit(ctx context.Context, cmd *actor.Command, fingerprint str
 		c.mu.Unlock()
 	}()
 
-	msg := &nats.Msg{Subject: CommandSubject(cmd.CalendarID), Reply: c.prefix + "." + ackToken + token, Data: body, Header: make(nats.Header, 8)}
-	msg.Header.Set(HeaderReplyTo, c.prefix+"."+token)
-	msg.Header.Set(HeaderSchema, strconv.Itoa(actor.SchemaVersion))
-	msg.Header.Set(HeaderRequestID, cmd.RequestID)
-	if trace := actor.TraceID(ctx); trace != "" {
-		msg.Header.Set(HeaderTraceID, trace)
-	}
-	msg.Header.Set(HeaderContentType, "application/json")
-	msg.Header.Set(jetstream.MsgIDHeader, MsgID(cmd, fingerprint))
-	msg.Header.Set(jetstream.ExpectedStreamHeader, StreamName)
 	if err := c.nc.PublishMsg(msg); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}

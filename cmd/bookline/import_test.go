@@ -269,14 +269,14 @@ func TestImportRerunAfterDedupeWindow(t *testing.T) {
 		t.Fatal(err)
 	}
 	last := rows[len(rows)-1]
-	body, _ := json.Marshal(&last.cmd)
+	body, _ := json.Marshal(&last.Cmd)
 	js, err := jetstream.New(node.NC)
 	if err != nil {
 		t.Fatal(err)
 	}
 	probed := false
 	queuetest.CheckFor(t, 10*time.Second, func() error {
-		msg := nats.NewMsg(queue.CommandSubject(last.cmd.CalendarID))
+		msg := nats.NewMsg(queue.CommandSubject(last.Cmd.CalendarID))
 		msg.Data = body
 		msg.Header.Set(queue.HeaderSchema, "1")
 		ack, err := js.PublishMsg(context.Background(), msg, jetstream.WithMsgID("probe"))
@@ -349,22 +349,6 @@ func TestImportICSCreateCalendars(t *testing.T) {
 		t.Errorf("re-run:\n%s", again)
 	}
 	again.expect(t, map[string]int{"accepted": 0, "duplicates": 4})
-}
-
-func TestParseICSDuration(t *testing.T) {
-	for in, want := range map[string]time.Duration{
-		"PT1H30M": 90 * time.Minute, "P1D": 24 * time.Hour, "P1W": 7 * 24 * time.Hour,
-		"P1DT2H": 26 * time.Hour, "PT45S": 45 * time.Second, "+PT15M": 15 * time.Minute,
-	} {
-		if got, err := parseICSDuration(in); err != nil || got != want {
-			t.Errorf("%s: %v, %v; want %v", in, got, err, want)
-		}
-	}
-	for _, in := range []string{"", "P", "-PT1H", "PT1X", "PT1", "1H"} {
-		if _, err := parseICSDuration(in); err == nil {
-			t.Errorf("%q: no error", in)
-		}
-	}
 }
 
 func TestImportFlagErrors(t *testing.T) {

@@ -3,14 +3,23 @@
 // publishes one booking.create command per row straight to bookline's NATS
 // command stream, waits for the outcomes and prints a summary.
 //
-// It needs nothing from bookline but the wire contract (docs/protocol.md):
+// It talks to NATS with nats.go alone and takes two things from bookline:
+// the command type (actor.Command, which validates and fingerprints a row)
+// and queue.CommandMsg, which builds the message of the wire contract
+// (docs/protocol.md) exactly as bookline's own producers do:
 //
 //	subject  bookline.cmd.<calendar_id>
 //	headers  Bookline-Schema: 1, Content-Type: application/json,
 //	         Bookline-Reply-To: <subject the outcome is published on>,
-//	         Nats-Msg-Id: <stable id, for JetStream's 30-second dedupe>
+//	         Bookline-Request-Id: <request id>,
+//	         Nats-Msg-Id: <calendar_id>:<request_id>:<fingerprint>, for
+//	         JetStream's 30-second dedupe,
+//	         Nats-Expected-Stream: BOOKLINE_CMD
 //	body     {"v":1,"type":"booking.create","request_id":"...",
 //	          "calendar_id":"...","booking":{"start":"...","end":"...","customer":"..."}}
+//
+// An importer that cannot use bookline's Go packages writes the same
+// subject, headers and body itself.
 //
 // Run it against `bookline serve` (its embedded NATS listens on
 // nats://127.0.0.1:4222):
@@ -23,6 +32,7 @@
 package main
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/csv"
 	"encoding/hex"
@@ -39,21 +49,10 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/bookline/bookline/actor"
+	"github.com/bookline/bookline/queue"
 )
-
-type command struct {
-	V          int     `json:"v"`
-	Type       string  `json:"type"`
-	RequestID  string  `json:"request_id"`
-	CalendarID string  `json:"calendar_id"`
-	Booking    booking `json:"booking"`
-}
-
-type booking struct {
-	Start    time.Time `json:"start"`
-	End      time.Time `json:"end"`
-	Customer string    `json:"customer"`
-}
 
 // reply is the part of bookline's answer we count.
 type reply struct {
@@ -91,16 +90,15 @@ func main() {
 	_ = sub.SetPendingLimits(-1, -1)
 
 	futures := make([]jetstream.PubAckFuture, len(cmds))
-	for i, c := range cmds {
-		body, _ := json.Marshal(c)
-		msg := nats.NewMsg("bookline.cmd." + c.CalendarID)
-		msg.Data = body
-		msg.Header.Set("Bookline-Schema", "1")
-		msg.Header.Set("Content-Type", "application/json")
-		msg.Header.Set("Bookline-Reply-To", inbox+"."+strconv.Itoa(i))
-		// The same row always gets the same Nats-Msg-Id: a re-run within
-		// the stream's dedupe window is dropped by JetStream.
-		if futures[i], err = js.PublishMsgAsync(msg, jetstream.WithMsgID(c.CalendarID+":"+c.RequestID)); err != nil {
+	for i := range cmds {
+		// The same row always gets the same Nats-Msg-Id (request id and
+		// fingerprint): a re-run within the stream's dedupe window is
+		// dropped by JetStream.
+		msg, err := queue.CommandMsg(context.Background(), &cmds[i], cmds[i].Fingerprint(), inbox+"."+strconv.Itoa(i))
+		if err != nil {
+			log.Fatalf("row %d: %v", i+1, err)
+		}
+		if futures[i], err = js.PublishMsgAsync(msg); err != nil {
 			log.Fatalf("publish row %d: %v", i+1, err)
 		}
 	}
@@ -150,10 +148,10 @@ func main() {
 	}
 }
 
-// readCSV turns each row into a booking.create command. The request id is a
-// hash of the row's content (times in UTC), never a line number or a
-// timestamp, so the same booking keeps the same id across runs.
-func readCSV(path string) []command {
+// readCSV turns each row into a validated booking.create command. The
+// request id is a hash of the row's content (times in UTC), never a line
+// number or a timestamp, so the same booking keeps the same id across runs.
+func readCSV(path string) []actor.Command {
 	f, err := os.Open(path)
 	if err != nil {
 		log.Fatal(err)
@@ -165,7 +163,7 @@ func readCSV(path string) []command {
 	if err != nil {
 		log.Fatal(err)
 	}
-	var cmds []command
+	var cmds []actor.Command
 	for i, rec := range records {
 		if i == 0 || len(rec) < 4 { // header, short rows
 			continue
@@ -176,9 +174,16 @@ func readCSV(path string) []command {
 			log.Printf("line %d: start and end must be RFC 3339 times, skipped", i+1)
 			continue
 		}
-		b := booking{Start: start.UTC(), End: end.UTC(), Customer: rec[3]}
+		b := actor.BookingSpec{Start: start.UTC(), End: end.UTC(), Customer: rec[3]}
 		sum := sha256.Sum256([]byte(strings.Join([]string{rec[0], b.Start.Format(time.RFC3339Nano), b.End.Format(time.RFC3339Nano), b.Customer}, "\x00")))
-		cmds = append(cmds, command{V: 1, Type: "booking.create", RequestID: "ex." + hex.EncodeToString(sum[:16]), CalendarID: rec[0], Booking: b})
+		cmd := actor.Command{V: actor.SchemaVersion, Type: actor.TypeBookingCreate, RequestID: "ex." + hex.EncodeToString(sum[:16]), CalendarID: rec[0], Booking: &b}
+		// A fingerprint is only defined for a validated command, and the
+		// writer would refuse an invalid one anyway.
+		if errs := cmd.Validate(); len(errs) > 0 {
+			log.Printf("line %d: %s: %s, skipped", i+1, errs[0].Field, errs[0].Message)
+			continue
+		}
+		cmds = append(cmds, cmd)
 	}
 	return cmds
 }

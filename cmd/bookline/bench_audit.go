@@ -1,0 +1,137 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"sort"
+	"sync"
+	"time"
+)
+
+// AuditResult is what the audit found through the API.
+type AuditResult struct {
+	OK        bool `json:"ok"`
+	Calendars int  `json:"calendars"`
+	// Listed confirmed bookings on the run's calendars (earlier runs' too).
+	Listed int `json:"listed"`
+	// Expected is the number of bookings the run saw created (201, or
+	// accepted for import) and not cancelled; Missing of them were not listed.
+	Expected         int      `json:"expected"`
+	Missing          int      `json:"missing"`
+	Overlaps         int      `json:"overlaps"`
+	CancelledListed  int      `json:"cancelled_listed"`
+	NotConfirmed     int      `json:"not_confirmed"`
+	Problems         []string `json:"problems,omitempty"`
+	DurationSeconds  float64  `json:"seconds"`
+	ImportedAccepted int      `json:"import_accepted,omitempty"`
+}
+
+type listedBooking struct {
+	ID     string    `json:"id"`
+	Start  time.Time `json:"start"`
+	End    time.Time `json:"end"`
+	Status string    `json:"status"`
+}
+
+// listAll lists every booking of cal, following next_cursor.
+func (r *benchRun) listAll(ctx context.Context, cal string) ([]listedBooking, error) {
+	var all []listedBooking
+	cursor := ""
+	for page := 0; ; page++ {
+		path := "/v1/calendars/" + cal + "/bookings?limit=1000"
+		if cursor != "" {
+			path += "&cursor=" + url.QueryEscape(cursor)
+		}
+		st, body, err := r.do(ctx, http.MethodGet, path, nil)
+		if err != nil {
+			return nil, err
+		}
+		if st != http.StatusOK {
+			return nil, fmt.Errorf("list %s: status %d: %.200s", cal, st, body)
+		}
+		var resp struct {
+			Bookings   []listedBooking `json:"bookings"`
+			NextCursor *string         `json:"next_cursor"`
+		}
+		if err := json.Unmarshal(body, &resp); err != nil {
+			return nil, fmt.Errorf("list %s: %w", cal, err)
+		}
+		all = append(all, resp.Bookings...)
+		if resp.NextCursor == nil || *resp.NextCursor == "" {
+			return all, nil
+		}
+		if page > 100000 {
+			return nil, fmt.Errorf("list %s: more than 100000 pages", cal)
+		}
+		cursor = *resp.NextCursor
+	}
+}
+
+// checkCalendar audits one calendar's listing: every listed booking is
+// confirmed, no two overlap, every created one is listed and no cancelled
+// one is.
+func checkCalendar(cal string, listed []listedBooking, created, cancelled map[string]bool, a *AuditResult, problem func(string, ...any)) {
+	a.Listed += len(listed)
+	sort.Slice(listed, func(i, j int) bool { return listed[i].Start.Before(listed[j].Start) })
+	seen := make(map[string]bool, len(listed))
+	var maxEnd time.Time
+	var maxID string
+	for i, b := range listed {
+		seen[b.ID] = true
+		if b.Status != "confirmed" {
+			a.NotConfirmed++
+			problem("%s: listed booking %s has status %q", cal, b.ID, b.Status)
+		}
+		if i > 0 && b.Start.Before(maxEnd) {
+			a.Overlaps++
+			problem("%s: bookings %s and %s overlap", cal, maxID, b.ID)
+		}
+		if b.End.After(maxEnd) {
+			maxEnd, maxID = b.End, b.ID
+		}
+		if cancelled[b.ID] {
+			a.CancelledListed++
+			problem("%s: cancelled booking %s is still listed", cal, b.ID)
+		}
+	}
+	for id := range created {
+		a.Expected++
+		if !seen[id] {
+			a.Missing++
+			problem("%s: booking %s was answered 201 but is not listed", cal, id)
+		}
+	}
+}
+
+// audit checks the target through its API; created and cancelled map
+// calendar -> booking ids.
+func (r *benchRun) audit(ctx context.Context, created, cancelled map[string]map[string]bool) AuditResult {
+	t0 := time.Now()
+	a := AuditResult{Calendars: r.c.calendars}
+	var mu sync.Mutex
+	problem := func(format string, args ...any) {
+		if len(a.Problems) < 20 {
+			a.Problems = append(a.Problems, fmt.Sprintf(format, args...))
+		}
+	}
+	err := forEach(ctx, r.c.calendars, 16, func(i int) error {
+		cal := r.c.calendarID(i)
+		listed, err := r.listAll(ctx, cal)
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		checkCalendar(cal, listed, created[cal], cancelled[cal], &a, problem)
+		return nil
+	})
+	if err != nil {
+		problem("audit: %v", err)
+	}
+	a.OK = len(a.Problems) == 0
+	a.DurationSeconds = time.Since(t0).Seconds()
+	return a
+}

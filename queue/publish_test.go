@@ -1,0 +1,228 @@
+package queue_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/bookline/bookline/actor"
+	"github.com/bookline/bookline/queue"
+	"github.com/bookline/bookline/queue/queuetest"
+)
+
+// TestCommandMsg pins the message of a command to the contract of
+// docs/protocol.md: subject, body and every header, by their public
+// names.
+func TestCommandMsg(t *testing.T) {
+	cmd := book("cal-1", "req-1", 0, 2)
+	cmd.V = actor.SchemaVersion
+	if errs := cmd.Validate(); len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	fp := cmd.Fingerprint()
+	body, err := json.Marshal(&cmd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := nats.Header{
+		"Bookline-Reply-To":    {"_INBOX.x.tok"},
+		"Bookline-Schema":      {"1"},
+		"Bookline-Request-Id":  {"req-1"},
+		"Content-Type":         {"application/json"},
+		"Nats-Msg-Id":          {"cal-1:req-1:" + fp},
+		"Nats-Expected-Stream": {"BOOKLINE_CMD"},
+	}
+	for _, traced := range []bool{false, true} {
+		ctx := context.Background()
+		if traced {
+			ctx = actor.WithTraceID(ctx, "http-7")
+			want["Bookline-Trace-Id"] = []string{"http-7"}
+		}
+		msg, err := queue.CommandMsg(ctx, &cmd, fp, "_INBOX.x.tok")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if msg.Subject != "bookline.cmd.cal-1" || msg.Reply != "" || !bytes.Equal(msg.Data, body) {
+			t.Errorf("traced %v: subject %q reply %q body %s; want bookline.cmd.cal-1, no reply, %s", traced, msg.Subject, msg.Reply, msg.Data, body)
+		}
+		if !maps.EqualFunc(msg.Header, want, func(a, b []string) bool { return len(a) == 1 && len(b) == 1 && a[0] == b[0] }) {
+			t.Errorf("traced %v: headers %v, want %v", traced, msg.Header, want)
+		}
+	}
+}
+
+// publishRecorder publishes through a Publisher and keeps every result
+// reported, by the name of the command.
+type publishRecorder struct {
+	t *testing.T
+	p *queue.Publisher
+
+	mu      sync.Mutex
+	results map[string][]queue.PublishResult
+}
+
+func newPublishRecorder(t *testing.T, n *queue.Node, inFlight int) *publishRecorder {
+	t.Helper()
+	c, err := queue.NewClient(n.NC, nil, queue.InboxName("publisher-test"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := c.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	p, err := c.NewPublisher(inFlight, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &publishRecorder{t: t, p: p, results: map[string][]queue.PublishResult{}}
+}
+
+func (r *publishRecorder) publish(ctx context.Context, name string, cmd actor.Command) error {
+	cmd.V = actor.SchemaVersion
+	if errs := cmd.Validate(); len(errs) > 0 {
+		r.t.Fatalf("invalid test command: %v", errs)
+	}
+	return r.p.Publish(ctx, &cmd, cmd.Fingerprint(), func(res queue.PublishResult) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		r.results[name] = append(r.results[name], res)
+	})
+}
+
+// wait polls until every name has a result and nothing is pending, and
+// returns each name's one result.
+func (r *publishRecorder) wait(names ...string) map[string]queue.PublishResult {
+	r.t.Helper()
+	queuetest.CheckFor(r.t, 20*time.Second, func() error {
+		// Not under r.mu: done takes it with the publisher's lock held.
+		if n := r.p.Pending(); n > 0 {
+			return fmt.Errorf("%d pending", n)
+		}
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		for _, name := range names {
+			if len(r.results[name]) == 0 {
+				return fmt.Errorf("no result for %s yet", name)
+			}
+		}
+		return nil
+	})
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := map[string]queue.PublishResult{}
+	for name, res := range r.results {
+		if len(res) != 1 {
+			r.t.Errorf("%s: %d results, want 1", name, len(res))
+		}
+		out[name] = res[0]
+	}
+	return out
+}
+
+// TestPublisherMatchesAcksAndAnswers: more commands than may be in flight
+// each get their acknowledgement and answer together, once; a copy that
+// JetStream drops as a duplicate is reported as such without an answer;
+// and abandoned commands are never reported, whatever arrives later.
+func TestPublisherMatchesAcksAndAnswers(t *testing.T) {
+	n := startNode(t, t.TempDir(), nil)
+	submit(t, n, upsert("c"))
+	r := newPublishRecorder(t, n, 2)
+	ctx := context.Background()
+	for _, c := range []struct {
+		name string
+		cmd  actor.Command
+	}{
+		{"first", book("c", "r1", 0, 2)},
+		{"taken", book("c", "r2", 1, 1)},
+		{"again", book("c", "r1", 0, 2)},
+		{"nocal", book("nope", "r3", 0, 1)},
+	} {
+		if err := r.publish(ctx, c.name, c.cmd); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := r.wait("first", "taken", "again", "nocal")
+	answer := func(name, outcome, code string) {
+		t.Helper()
+		res := got[name]
+		if res.Err != nil || res.Ack == nil || res.Ack.Duplicate || res.Ack.Stream != queue.StreamName {
+			t.Fatalf("%s: %+v, want an acknowledgement and an answer", name, res)
+		}
+		var reply actor.Reply
+		if err := json.Unmarshal(res.Reply, &reply); err != nil {
+			t.Fatalf("%s: answer %q: %v", name, res.Reply, err)
+		}
+		if reply.Outcome != outcome || reply.Code != code || reply.Seq != res.Ack.Sequence {
+			t.Errorf("%s: answer %s at seq %d, want %s %s at the acknowledged seq %d", name, res.Reply, reply.Seq, outcome, code, res.Ack.Sequence)
+		}
+	}
+	answer("first", actor.OutcomeAccepted, "")
+	answer("taken", actor.OutcomeRejected, "slot_taken")
+	answer("nocal", actor.OutcomeRejected, "calendar_not_found")
+	if res := got["again"]; res.Err != nil || res.Ack == nil || !res.Ack.Duplicate || res.Reply != nil {
+		t.Errorf("again: %+v, want a duplicate acknowledgement and no answer", res)
+	}
+
+	// With the writers stopped a command is acknowledged but not answered.
+	// Abandoned, it is not reported; the duplicate published after it is
+	// acknowledged after it, so once that is reported the abandoned
+	// command's acknowledgement has been dropped.
+	n.StopWriters()
+	if err := r.publish(ctx, "stalled", book("c", "r4", 8, 1)); err != nil {
+		t.Fatal(err)
+	}
+	if left := r.p.Abandon(); left != 1 {
+		t.Errorf("Abandon: %d pending, want 1", left)
+	}
+	if err := r.publish(ctx, "probe", book("c", "r1", 0, 2)); err != nil {
+		t.Fatal(err)
+	}
+	got = r.wait("probe")
+	if res := got["probe"]; res.Ack == nil || !res.Ack.Duplicate {
+		t.Errorf("probe: %+v, want a duplicate acknowledgement", res)
+	}
+	if _, ok := got["stalled"]; ok {
+		t.Errorf("an abandoned command was reported: %+v", got["stalled"])
+	}
+}
+
+// TestPublisherWithoutStream: Publish waits for room among the publishes in
+// flight, and gives up when its context ends; a publish no stream takes is
+// reported with nats.go's error once its retries are used up.
+func TestPublisherWithoutStream(t *testing.T) {
+	n := startNode(t, t.TempDir(), nil)
+	n.StopWriters()
+	ctx := context.Background()
+	if err := n.JS.DeleteStream(ctx, queue.StreamName); err != nil {
+		t.Fatal(err)
+	}
+	r := newPublishRecorder(t, n, 1)
+	if err := r.publish(ctx, "lost", book("c", "r1", 0, 1)); err != nil {
+		t.Fatal(err)
+	}
+	// nats.go retries a publish without responders twice, 250 ms apart:
+	// the one slot stays taken far longer than this.
+	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancel()
+	if err := r.publish(short, "no room", book("c", "r2", 0, 1)); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Publish with no room: %v, want the context's deadline", err)
+	}
+	got := r.wait("lost")
+	if res := got["lost"]; !errors.Is(res.Err, jetstream.ErrNoStreamResponse) || res.Ack != nil || res.Reply != nil {
+		t.Errorf("lost: %+v, want %v", res, jetstream.ErrNoStreamResponse)
+	}
+	if _, ok := got["no room"]; ok {
+		t.Error("a command Publish refused was reported")
+	}
+}
