@@ -1,4 +1,3 @@
-// Package queuetest starts NATS JetStream clusters inside a test process.
 package queuetest
 
 import (

@@ -1,0 +1,2 @@
+// Package queuetest starts NATS JetStream clusters inside a test process.
+package queuetest
