@@ -1,11 +1,3 @@
-// Package googletest is a fake Google Calendar API v3 server for tests: the
-// real REST paths under /calendar/v3/, so the real client
-// (google.golang.org/api/calendar/v3) talks to it through
-// option.WithEndpoint. It keeps events per calendar (deleted events keep
-// their id, with status cancelled), supports insert, get, patch, update,
-// delete, list with sync and page tokens, and freeBusy, and can inject
-// faults: any status with a Google error reason, errors after the change
-// was made (a lost response), slow responses and 401 for everything.
 package googletest
 
 import (
