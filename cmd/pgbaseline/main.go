@@ -1,5 +1,7 @@
 package main
 
+// This file is the whole baseline on purpose (doc.go says why).
+
 import (
 	"bytes"
 	"context"
