@@ -11,8 +11,8 @@ import (
 // rateLimiter keeps a token bucket (golang.org/x/time/rate) per caller (API
 // key name): each holds up to burst tokens and refills at rate tokens per
 // second; a request takes one token or is refused with the time until one
-// is there. One mutex guards the map: the work under it is a lookup, far
-// below the cost of the request it guards.
+// is there. One mutex guards the map and the buckets: the work under it is
+// a few float operations, far below the cost of the request it guards.
 type rateLimiter struct {
 	rate  rate.Limit // tokens per second
 	burst int
@@ -35,10 +35,13 @@ func newRateLimiter(perSecond float64, burst int) *rateLimiter {
 }
 
 // allow takes a token from who's bucket. When none is left it returns false
-// and how long until one is.
+// and how long until one is. The clock is read and the bucket used under
+// the lock: a rate.Limiter given times out of order credits the same
+// interval twice, and the sweep must not drop a bucket in use.
 func (l *rateLimiter) allow(who string) (bool, time.Duration) {
-	now := l.now()
 	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.now()
 	b := l.buckets[who]
 	if b == nil {
 		if len(l.buckets) >= l.sweepAt {
@@ -47,13 +50,10 @@ func (l *rateLimiter) allow(who string) (bool, time.Duration) {
 		b = rate.NewLimiter(l.rate, l.burst)
 		l.buckets[who] = b
 	}
-	l.mu.Unlock()
 	if b.AllowN(now, 1) {
 		return true, 0
 	}
-	// A refusal takes no token (a reservation would, until cancelled, and
-	// push the others' waits out). The wait is an estimate for
-	// Retry-After: the bucket may be refilled or drained meanwhile.
+	// A refusal takes no token (a reservation would, until cancelled).
 	wait := time.Duration((1 - b.TokensAt(now)) / float64(l.rate) * float64(time.Second))
 	return false, max(wait, time.Millisecond)
 }
