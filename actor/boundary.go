@@ -8,17 +8,19 @@ import (
 
 // What the adapters exchange. queue (the log), httpapi (the API) and
 // calendarsync (Google) never import one another: each depends on this
-// package and on data, and cmd/bookline wires them. The types and errors
-// they pass across that line are declared here.
+// package and on data, and cmd/bookline wires them. The errors and the
+// writers' types they pass across that line are declared here, the live
+// Google link status in data (googlestatus.go). The errors keep the texts
+// they had when queue declared them: clients have seen them in 503 bodies.
 
 // Errors of submitting a command to the log, besides its reply.
 var (
 	// ErrUnavailable means the command could not be stored in the log:
 	// nothing was decided, the caller may retry.
-	ErrUnavailable = errors.New("command log unavailable")
+	ErrUnavailable = errors.New("queue: command stream unavailable")
 	// ErrPending means the command is stored (it will be decided) but no
 	// answer arrived in time; its outcome can be read later by request id.
-	ErrPending = errors.New("command stored, outcome pending")
+	ErrPending = errors.New("queue: command stored, outcome pending")
 )
 
 // traceKey is the context key of the trace id.

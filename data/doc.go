@@ -1,11 +1,14 @@
 // Package data is bookline's model (calendars, bookings, holds, busy
 // blocks, request records) and the bbolt index that holds it.
 //
-// The index is derived from the command log: every change is made by a
-// partition writer deciding a command (actor), inside one group-committed
-// read-write transaction (Store.Commit), together with the partition's
-// applied sequence, so a redelivered message is skipped and a crash loses
-// nothing that the log does not still hold.
+// The index is derived from the command log: every change of the decided
+// state is made by a partition writer deciding a command (actor), inside one
+// group-committed read-write transaction (Store.Commit), together with the
+// partition's applied sequence, so a redelivered message is skipped and a
+// crash loses nothing that the log does not still hold. Besides the writers
+// only bookkeeping outside the digest is written directly: published events
+// and mirrored Google operations leave their outboxes, and the index notes
+// the time zone data it was decided with.
 //
 // Invariants (data/datatest.CheckInvariants checks them after tests):
 //
@@ -24,6 +27,7 @@
 // page cache only, and the session file makes a power loss discard the
 // index (it is rebuilt from the log).
 //
-// data knows nothing of NATS, HTTP or Google: it imports none of bookline's
-// other packages.
+// data knows nothing of NATS, HTTP or Google's API (it only holds what the
+// API shows of a Google link, googlestatus.go): it imports none of
+// bookline's other packages.
 package data

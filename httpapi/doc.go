@@ -6,7 +6,7 @@
 // log (Backend.Submit), and its answer is the writer's decided reply, so
 // every retry of a request gets the same status and body. Reads go to the
 // committed index (Backend.View), which shows only decisions whose commands
-// are durable. The one shortcut, a keyless booking that the committed index
+// are as durable as the log makes them. The one shortcut, a keyless booking that the committed index
 // already refuses, is answered with the writer's own decision function
 // (Refuser) and never accepts anything.
 //
@@ -14,7 +14,8 @@
 // status (errors.go); only internal errors are logged, and their detail is
 // never sent.
 //
-// httpapi depends on actor and data and on the small interfaces it
+// httpapi depends on actor and data (and docs, for the embedded OpenAPI
+// file) and on the small interfaces it
 // declares (Backend, Refuser, GoogleSync, CalendarSyncer, Answerer,
 // NodeSampler); it never imports queue or calendarsync: cmd/bookline wires
 // them to it.

@@ -6,8 +6,8 @@
 // One Partition goroutine per partition consumes them in stream order,
 // decodes and decides each batch with actor inside the index's group commit
 // (data.Store), and only once the batch is committed, and with the default
-// --sync always its messages are on disk, replies over NATS request-reply
-// and acknowledges. Client submits commands and waits for their replies;
+// --sync always its messages are on disk, replies (over NATS request-reply,
+// or straight to this process's own waiting client) and acknowledges. Client submits commands and waits for their replies;
 // Replay and verify rebuild an index from the stream.
 //
 // Invariants:
@@ -16,7 +16,9 @@
 //     stream, or built on a stream whose history does not reach back far
 //     enough, is rebuilt or refused, never trusted (recovery.go).
 //   - No answer is sent, and no reader sees a decision, before the command
-//     it derives from is durable (logsync.go, data.Store.CommitDurable).
+//     it derives from is durable: fdatasynced with the embedded server's
+//     default --sync always (logsync.go, data.Store.CommitDurable),
+//     replicated on a cluster; --sync interval gives that up, explicitly.
 //   - In cluster mode one instance at a time is pinned to a partition;
 //     should two ever decide at once they decide the same, since apply is
 //     deterministic.

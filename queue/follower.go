@@ -11,7 +11,9 @@ import (
 // A Follower runs beside the partition writers, like the event publisher:
 // it reads the committed index and acts on it outside the writers' path
 // (the Google Calendar sync mirrors bookings and reads busy time). Facts it
-// learns enter the log as commands, through Node.SubmitInternal.
+// learns enter the log as commands, through Node.SubmitInternal; what it
+// writes to the index itself is bookkeeping of its own (the sync deletes
+// the outbox entries Google confirmed).
 type Follower interface {
 	// Run works until ctx ends; it is started with the writers and
 	// stopped with them.
