@@ -73,8 +73,14 @@ type ClientOption func(*Client)
 // InboxName makes the client's inbox _INBOX.<name>.<nuid> instead of
 // _INBOX.bookline.<nuid>, so that the reply subjects of a process say
 // whose they are (docs/protocol.md names bookline import's).
+// The name must be a subject token without wildcards: [A-Za-z0-9_-]; any
+// other name keeps the default inbox.
 func InboxName(name string) ClientOption {
-	return func(c *Client) { c.prefix = "_INBOX." + name + "." + nuid.Next() }
+	return func(c *Client) {
+		if actor.ValidCalendarID(name) { // the same character set, 1-64
+			c.prefix = "_INBOX." + name + "." + nuid.Next()
+		}
+	}
 }
 
 // NewClient subscribes the process inbox. lookup answers commands that

@@ -503,5 +503,8 @@ func (n *Node) Submit(ctx context.Context, cmd *actor.Command, fingerprint strin
 // View runs fn in a read-only transaction on the index.
 func (n *Node) View(fn func(*data.Tx) error) error { return n.Store.View(fn) }
 
+// Logger is the node's logger (with the instance id in cluster mode).
+func (n *Node) Logger() *slog.Logger { return n.log }
+
 // CommitStats are the index's group-commit counters.
 func (n *Node) CommitStats() data.CommitStats { return n.Store.Stats() }

@@ -3,6 +3,7 @@ package queue
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -93,6 +94,11 @@ type PublishResult struct {
 // their acknowledgement, each for at most ackTimeout. It lives as long as
 // the client's connection.
 func (c *Client) NewPublisher(inFlight int, ackTimeout time.Duration) (*Publisher, error) {
+	if inFlight < 1 || ackTimeout <= 0 {
+		// Without a timeout a lost acknowledgement would hold its room
+		// for good.
+		return nil, fmt.Errorf("queue: publisher needs inFlight >= 1 and ackTimeout > 0, got %d and %s", inFlight, ackTimeout)
+	}
 	p := &Publisher{c: c, room: make(chan struct{}, inFlight), pending: make(map[string]*published)}
 	var err error
 	p.js, err = jetstream.New(c.nc,
@@ -110,9 +116,11 @@ func (c *Client) NewPublisher(inFlight int, ackTimeout time.Duration) (*Publishe
 // does), waiting only for room among the publishes in flight. It returns
 // an error if the command cannot be encoded or ctx ends before there is
 // room; then nothing was published and done is never called. Otherwise
-// done gets the command's result later, on a NATS goroutine, or before
-// Publish returns when nats.go refuses the publish at once. done is called
-// with the publisher's lock held and must not call the Publisher.
+// done gets the command's result later, or before Publish returns when
+// nats.go refuses the publish at once. done must not block and must not call
+// the Publisher: it runs with the publisher's lock held, on a NATS goroutine
+// (an acknowledgement timeout holds nats.go's publish lock too), or on a
+// partition writer's when the client's inbox is that process's own.
 func (p *Publisher) Publish(ctx context.Context, cmd *actor.Command, fingerprint string, done func(PublishResult)) error {
 	token := nuid.Next()
 	msg, err := CommandMsg(ctx, cmd, fingerprint, p.c.prefix+"."+token)
@@ -124,12 +132,14 @@ func (p *Publisher) Publish(ctx context.Context, cmd *actor.Command, fingerprint
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+	// Both entries under the publisher's lock, as Abandon takes them
+	// away: never a waiter without its pending entry.
 	p.mu.Lock()
 	p.pending[token] = &published{done: done}
-	p.mu.Unlock()
 	p.c.mu.Lock()
 	p.c.waiters[token] = &waiter{pub: p}
 	p.c.mu.Unlock()
+	p.mu.Unlock()
 	if _, err := p.js.PublishMsgAsync(msg); err != nil {
 		<-p.room
 		p.finish(token, PublishResult{Err: err})

@@ -177,7 +177,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 	metrics := httpapi.NewMetrics()
 	google := c.googleConfig()
-	google.Logger, google.OnFailure = log, metrics.CalendarSyncFailed
+	google.OnFailure = metrics.CalendarSyncFailed
 	var syncer *calendarsync.Syncer
 	node, err := queue.StartNode(queue.NodeConfig{
 		DataDir:      c.dataDir,
@@ -209,6 +209,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		log.Info("embedded nats listening", "url", u)
 	}
 
+	if syncer == nil {
+		return errors.New("serve: the node did not build the Google sync")
+	}
 	api := httpapi.New(apiBackend{Node: node, google: syncer}, httpapi.Config{
 		ReplyTimeout: c.replyTimeout,
 		BodyLimit:    c.maxBodyBytes,

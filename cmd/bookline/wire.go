@@ -12,10 +12,14 @@ import (
 // calendarsync: Google) do not know one another; this is where they meet.
 
 // googleFollower makes the Google sync a follower of the node's writers:
-// it reads the node's index and sends busy time through its log. *made is
-// set to the sync once the node built it.
+// it reads the node's index and sends busy time through its log, and logs
+// with the node's logger (which names the instance in cluster mode) unless
+// cfg has one. *made is set to the sync once the node built it.
 func googleFollower(cfg calendarsync.Config, made **calendarsync.Syncer) func(*queue.Node) queue.Follower {
 	return func(n *queue.Node) queue.Follower {
+		if cfg.Logger == nil {
+			cfg.Logger = n.Logger()
+		}
 		*made = calendarsync.New(cfg, n.Store, n.SubmitInternal)
 		return *made
 	}

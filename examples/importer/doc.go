@@ -3,10 +3,12 @@
 // publishes one booking.create command per row straight to bookline's NATS
 // command stream, waits for the outcomes and prints a summary.
 //
-// It talks to NATS with nats.go alone and takes two things from bookline:
-// the command type (actor.Command, which validates and fingerprints a row)
-// and queue.CommandMsg, which builds the message of the wire contract
-// (docs/protocol.md) exactly as bookline's own producers do:
+// It talks to NATS with nats.go and takes two things from bookline: the
+// command type (actor.Command, which validates and fingerprints a row) and
+// queue.CommandMsg, which builds the message of the wire contract
+// (docs/protocol.md) exactly as bookline's own producers do. Importing queue
+// links what queue links (the embedded NATS server, bbolt); an importer that
+// must stay small writes the same message itself from docs/protocol.md §4:
 //
 //	subject  bookline.cmd.<calendar_id>
 //	headers  Bookline-Schema: 1, Content-Type: application/json,
