@@ -215,18 +215,7 @@ type DueHold struct {
 // DueHolds lists up to max holds that expire at or before now, earliest
 // first.
 func (t *Tx) DueHolds(now time.Time, max int) []DueHold {
-	b := t.tx.Bucket(bucketHolds)
-	if b == nil {
-		return nil
-	}
-	var out []DueHold
-	nowKey := EncodeTime(now)
-	c := b.Cursor()
-	for k, _ := c.First(); k != nil && len(out) < max && bytes.Compare(k[:8], nowKey) <= 0; k, _ = c.Next() {
-		cal, id, _ := bytes.Cut(k[8:], []byte{0})
-		out = append(out, DueHold{Calendar: string(cal), ID: string(id), Expires: DecodeTime(k[:8])})
-	}
-	return out
+	return t.DueHoldsWhere(now, max, func(string) bool { return true })
 }
 
 // Cursor is an opaque position in a booking listing.
