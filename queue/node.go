@@ -61,6 +61,9 @@ type NodeConfig struct {
 	// time from Google) are kept; the commands carry it
 	// (record_ttl_seconds). 0 keeps them forever.
 	InternalRecordRetention time.Duration
+	// EventsMaxAge is the outcome event stream's retention (0 keeps
+	// events for DefaultEventsMaxAge; negative keeps them forever).
+	EventsMaxAge time.Duration
 	// DuplicateWindow overrides the stream's Nats-Msg-Id window when the
 	// stream is created (default DuplicateWindow).
 	DuplicateWindow time.Duration
@@ -70,6 +73,11 @@ type NodeConfig struct {
 	// Observer, when set, receives every committed batch and every failure
 	// to publish outcome events (for metrics).
 	Observer Observer
+	// Snapshots says when index snapshots are taken and kept, and how
+	// far the command stream is trimmed below them (see snapshot.go).
+	Snapshots SnapshotConfig
+	// SnapshotTaken, when set, is called after each snapshot (metrics).
+	SnapshotTaken func(SnapshotInfo, time.Duration)
 	// Followers make what runs beside the writers (see Follower), once
 	// the index is open; each is started and stopped with the writers.
 	Followers []func(*Node) Follower
@@ -86,6 +94,8 @@ type Node struct {
 	JS     jetstream.JetStream
 
 	ns      *server.Server
+	stream  jetstream.Stream // the command stream
+	snaps   *snapshotter
 	cluster *clusterMode // nil: the only instance (embedded server)
 	// cmdSync and evtSync make the embedded streams' writes durable per
 	// group commit (nil with --sync interval and in cluster mode).
@@ -114,6 +124,9 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 	}
 	if cfg.Replicas < 1 {
 		cfg.Replicas = 1
+	}
+	if err := cfg.Snapshots.check(); err != nil {
+		return nil, err
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -187,18 +200,36 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 	if cfg.DuplicateWindow > 0 {
 		scfg.Duplicates = cfg.DuplicateWindow
 	}
+	// With snapshots the stream may be trimmed below them, now or later:
+	// a purge must stay possible (the server never lifts DenyPurge).
+	scfg.DenyPurge = !cfg.Snapshots.On()
 	stream, err := EnsureStream(ctx, n.JS, scfg)
 	if err != nil {
 		return nil, err
 	}
-	stream = denyRemovals(ctx, n.JS, stream, cfg.Logger)
+	stream = denyRemovals(ctx, n.JS, stream, !cfg.Snapshots.On(), cfg.Logger)
+	n.stream = stream
 	if n.cluster != nil {
 		n.cluster.stream = stream
 	}
-	if _, err = ensureEventStream(ctx, n.JS, cfg.Replicas); err != nil {
+	if _, err = ensureEventStream(ctx, n.JS, cfg.Replicas, cfg.EventsMaxAge); err != nil {
+		return nil, err
+	}
+	obs, err := ensureSnapshotStore(ctx, n.JS, cfg.Replicas)
+	if err != nil {
+		return nil, err
+	}
+	n.snaps = &snapshotter{n: n, cfg: cfg.Snapshots, obs: obs, dir: cfg.DataDir, log: cfg.Logger.With("component", "snapshots"),
+		taken: cfg.SnapshotTaken, busy: make(chan struct{}, 1)}
+	if err = n.restoreIfEmpty(ctx, cfg); err != nil {
 		return nil, err
 	}
 	if _, err = reconcileIndex(ctx, stream, n.Store, cfg.Partitions, cfg.Logger); err != nil {
+		return nil, err
+	}
+	// After reconcileIndex, whose refusal of a history already lost
+	// names the missing range.
+	if err = checkStreamBounds(stream.CachedInfo().Config, cfg.Snapshots); err != nil {
 		return nil, err
 	}
 	if err = noteTzdata(n.Store, cfg.DataDir, cfg.Logger); err != nil {
@@ -259,6 +290,50 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 	return n, nil
 }
 
+// restoreIfEmpty replaces an empty index (new, or discarded after a power
+// loss) with the newest snapshot the command stream can continue, so that
+// the writers apply only the stream's tail after it. Without a usable
+// snapshot the index stays empty and is rebuilt from the whole stream.
+func (n *Node) restoreIfEmpty(ctx context.Context, cfg NodeConfig) error {
+	empty := false
+	if err := n.Store.View(func(tx *data.Tx) error {
+		empty = len(tx.Applied()) == 0 && tx.StreamIdentity() == "" && len(tx.CalendarIDs()) == 0
+		return nil
+	}); err != nil || !empty {
+		return err
+	}
+	list, err := listSnapshots(ctx, n.snaps.obs)
+	if err != nil || len(list) == 0 {
+		return err
+	}
+	path := IndexFile(cfg.DataDir)
+	opts := data.Options{NoSync: !n.Store.Synced()}
+	if err := n.Store.Close(); err != nil {
+		return err
+	}
+	n.Store = nil
+	if err := data.RemoveIndex(path); err != nil {
+		return err
+	}
+	began := time.Now()
+	// Restoring a large index takes longer than the start-up timeout's
+	// share; it has its own.
+	rctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	si, ok, err := RestoreNewest(rctx, n.JS, path, n.log)
+	if err != nil {
+		return fmt.Errorf("queue: restore a snapshot: %w", err)
+	}
+	if ok {
+		n.log.Info("index restored from a snapshot; applying the stream after it", "snapshot", si.Name, "bytes", si.Size,
+			"stream_seq", si.StreamLast, "took", time.Since(began).Round(time.Millisecond))
+	} else {
+		n.log.Error("NO USABLE SNAPSHOT: rebuilding the index from the whole command stream", "snapshots", len(list))
+	}
+	n.Store, err = data.OpenWith(path, opts)
+	return err
+}
+
 // noteTzdata records in the index that this build's time zone data decides
 // from now on, and reports loudly when the index was (also) decided with
 // other data: decisions about calendars whose zone rules differ between the
@@ -293,10 +368,14 @@ func (n *Node) StartWriters() {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	n.cancel = cancel
-	n.wg.Add(2)
+	n.wg.Add(3)
 	go func() {
 		defer n.wg.Done()
 		n.events.run(ctx)
+	}()
+	go func() {
+		defer n.wg.Done()
+		n.snaps.run(ctx)
 	}()
 	go func() {
 		defer n.wg.Done()

@@ -1,0 +1,200 @@
+package queue_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/bookline/bookline/actor"
+	"github.com/bookline/bookline/data"
+	"github.com/bookline/bookline/data/datatest"
+	"github.com/bookline/bookline/queue"
+	"github.com/bookline/bookline/queue/queuetest"
+)
+
+func streamFirst(t *testing.T, js jetstream.JetStream) uint64 {
+	t.Helper()
+	s, err := js.Stream(context.Background(), queue.StreamName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State.FirstSeq
+}
+
+func takeSnapshot(t *testing.T, n *queue.Node) queue.SnapshotInfo {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	si, err := n.TakeSnapshot(ctx)
+	if err != nil {
+		t.Fatalf("snapshot: %v", err)
+	}
+	return si
+}
+
+func discardLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+func removeIndex(t *testing.T, dir string) {
+	t.Helper()
+	if err := data.RemoveIndex(queue.IndexFile(dir)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestSnapshotRestoreAndTrim: snapshots are consistent copies with a
+// digest; once they exist the stream is trimmed below the oldest one kept
+// and no further; an empty index restores the newest snapshot and applies
+// the tail after it (equal digests); a replay continues a restored
+// snapshot; a damaged snapshot is skipped loudly for an older one; a full
+// replay of the trimmed stream is refused.
+func TestSnapshotRestoreAndTrim(t *testing.T) {
+	dir := t.TempDir()
+	cfg := queue.NodeConfig{DataDir: dir, Partitions: 2,
+		Snapshots: queue.SnapshotConfig{Every: 1 << 40, Keep: 2, StreamMaxBytes: 1}}
+	n := startNodeWith(t, cfg, nil)
+	workload(t, n, "w", 40)
+	first := takeSnapshot(t, n)
+	if d := digestOf(t, n.Store); first.Digest != d.Total || fmt.Sprint(first.Applied) != fmt.Sprint(d.Applied) {
+		t.Fatalf("snapshot %+v, live digest %s applied %v", first, d.Total, d.Applied)
+	}
+	// One snapshot: everything it covers may go, nothing after it.
+	if got, want := streamFirst(t, n.JS), first.StreamLast+1; got > want || got < 2 {
+		t.Fatalf("stream starts at %d after the first snapshot (covers through %d)", got, first.StreamLast)
+	}
+	workload(t, n, "v", 30)
+	second := takeSnapshot(t, n)
+	workload(t, n, "u", 20)
+	third := takeSnapshot(t, n)
+	list, err := n.Snapshots(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != 2 || list[0].Name != second.Name || list[1].Name != third.Name {
+		t.Fatalf("kept %v, want the newest two", list)
+	}
+	if got := streamFirst(t, n.JS); got > second.StreamLast+1 || got <= first.StreamLast {
+		t.Fatalf("stream starts at %d; the oldest kept snapshot covers through %d", got, second.StreamLast)
+	}
+	// A tail after the newest snapshot.
+	workload(t, n, "tail", 15)
+	want := digestOf(t, n.Store)
+	stopNode(t, n)
+
+	// A full replay cannot build from the trimmed stream.
+	withStream(t, dir, func(js jetstream.JetStream) {
+		if _, err := queue.Replay(context.Background(), js, datatest.MustOpen(t), queue.ReplayOptions{}); !errors.Is(err, queue.ErrHistoryMissing) {
+			t.Fatalf("full replay of a trimmed stream: %v", err)
+		}
+		// Restore + continue gives the live state.
+		path := filepath.Join(t.TempDir(), "index.db")
+		si, ok, err := queue.RestoreNewest(context.Background(), js, path, discardLog())
+		if err != nil || !ok || si.Name != third.Name {
+			t.Fatalf("restore: %v %v %s", ok, err, si.Name)
+		}
+		store, err := data.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer store.Close()
+		if _, err := queue.Replay(context.Background(), js, store, queue.ReplayOptions{Continue: true}); err != nil {
+			t.Fatalf("continue replay: %v", err)
+		}
+		if got := digestOf(t, store); got.Total != want.Total {
+			t.Fatalf("snapshot + tail digest %s, live %s", got.Total, want.Total)
+		}
+	})
+
+	// An empty index (new instance, or discarded after a power loss)
+	// starts from the newest snapshot.
+	removeIndex(t, dir)
+	logs := &queuetest.SyncBuffer{}
+	n = startNodeWith(t, cfg, logs)
+	if !strings.Contains(logs.String(), "index restored from a snapshot") || !strings.Contains(logs.String(), third.Name) {
+		t.Fatalf("no restore logged:\n%s", logs)
+	}
+	if got := digestOf(t, n.Store); got.Total != want.Total {
+		t.Fatalf("restored + tail digest %s, live %s", got.Total, want.Total)
+	}
+	if r := submit(t, n, book("a", "after-restore", 60, 1)); r.Outcome != actor.OutcomeAccepted {
+		t.Fatalf("booking after the restore: %+v", r)
+	}
+	// Retries of keys decided before the snapshot get their recorded answer.
+	// (w-1 was accepted at slots 7-8 of b: decided again, it would
+	// overlap itself.)
+	if r := submit(t, n, book("b", "w-1", 7, 2)); r.Outcome != actor.OutcomeAccepted {
+		t.Fatalf("retry of a key decided before the snapshot: %+v", r)
+	}
+	want = digestOf(t, n.Store)
+
+	// Damage the newest snapshot: the restore falls back to the older
+	// one, loudly, and still reaches the same state from the tail.
+	obs, err := n.JS.ObjectStore(context.Background(), queue.SnapshotBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := obs.GetInfo(context.Background(), third.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := obs.Put(context.Background(), info.ObjectMeta, strings.NewReader("not an index")); err != nil {
+		t.Fatal(err)
+	}
+	stopNode(t, n)
+	removeIndex(t, dir)
+	logs = &queuetest.SyncBuffer{}
+	n = startNodeWith(t, cfg, logs)
+	if !strings.Contains(logs.String(), "SNAPSHOT NOT USABLE") || !strings.Contains(logs.String(), second.Name) {
+		t.Fatalf("no fallback logged:\n%s", logs)
+	}
+	if got := digestOf(t, n.Store); got.Total != want.Total {
+		t.Fatalf("older snapshot + tail digest %s, live %s", got.Total, want.Total)
+	}
+}
+
+// TestStreamBoundsNeedSnapshots: every configuration under which history
+// could go without a snapshot covering it is refused with a clear error.
+func TestStreamBoundsNeedSnapshots(t *testing.T) {
+	_, err := queue.StartNode(queue.NodeConfig{DataDir: t.TempDir(), Snapshots: queue.SnapshotConfig{StreamMaxAge: time.Hour}})
+	if err == nil || !strings.Contains(err.Error(), "needs snapshots") {
+		t.Fatalf("max age without snapshots: %v", err)
+	}
+	// A stream created without snapshots denies purges for good.
+	dir := t.TempDir()
+	n := startNodeWith(t, queue.NodeConfig{DataDir: dir}, nil)
+	submit(t, n, upsert("a"))
+	stopNode(t, n)
+	_, err = queue.StartNode(queue.NodeConfig{DataDir: dir, Logger: discardLog(),
+		Snapshots: queue.SnapshotConfig{Interval: time.Hour, StreamMaxAge: time.Hour}})
+	if err == nil || !strings.Contains(err.Error(), "denies purges") {
+		t.Fatalf("bound on a stream that denies purges: %v", err)
+	}
+	// NATS's own limits remove commands whatever the snapshots cover.
+	dir = t.TempDir()
+	withStream(t, dir, func(js jetstream.JetStream) {
+		c := queue.StreamConfig(4, 1)
+		c.MaxAge = time.Hour
+		if _, err := js.CreateStream(context.Background(), c); err != nil {
+			t.Fatal(err)
+		}
+	})
+	_, err = queue.StartNode(queue.NodeConfig{DataDir: dir, Logger: discardLog()})
+	if !errors.Is(err, queue.ErrUncoveredHistory) {
+		t.Fatalf("stream with max_age: %v", err)
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+}
