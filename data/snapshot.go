@@ -47,6 +47,23 @@ type SnapshotState struct {
 	Size int64 `json:"size"`
 }
 
+// SnapshotInfo describes one stored snapshot: where it is, when and from
+// which stream it was taken, and the index it holds.
+type SnapshotInfo struct {
+	// Name is the object's name (index-<taken at, UTC>): names sort by age.
+	Name     string    `json:"name"`
+	TakenAt  time.Time `json:"taken_at"`
+	Instance string    `json:"instance,omitempty"`
+	// StreamLast is the command stream's last sequence when it was taken.
+	StreamLast uint64 `json:"stream_last"`
+	// Partitions is the command stream's partition count.
+	Partitions int `json:"partitions"`
+	SnapshotState
+	// ObjectDigest is the object store's SHA-256 of the file, checked
+	// when it is read back.
+	ObjectDigest string `json:"object_digest,omitempty"`
+}
+
 // WriteSnapshot writes a consistent copy of the index to w and returns
 // what it holds. It runs in one read transaction: writers go on
 // committing meanwhile, and the copy is the state of one commit.

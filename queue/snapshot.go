@@ -86,28 +86,15 @@ func (c SnapshotConfig) keep() int {
 	return c.Keep
 }
 
-// SnapshotInfo describes one stored snapshot.
-type SnapshotInfo struct {
-	// Name is the object's name (index-<taken at, UTC>): names sort by age.
-	Name     string    `json:"name"`
-	TakenAt  time.Time `json:"taken_at"`
-	Instance string    `json:"instance,omitempty"`
-	// StreamLast is the command stream's last sequence when it was taken.
-	StreamLast uint64 `json:"stream_last"`
-	// Partitions is the command stream's partition count.
-	Partitions int `json:"partitions"`
-	data.SnapshotState
-	// ObjectDigest is the object store's SHA-256 of the file, checked
-	// when it is read back.
-	ObjectDigest string `json:"object_digest,omitempty"`
-}
+// SnapshotInfo describes one stored snapshot (data.SnapshotInfo).
+type SnapshotInfo = data.SnapshotInfo
 
-// floor is the lowest stream sequence a restore of this snapshot needs:
-// every partition's history through its horizon is in the snapshot.
-func (s SnapshotInfo) floor() uint64 {
+// snapshotFloor is the lowest stream sequence a restore of si needs: every
+// partition's history through its horizon is in the snapshot.
+func snapshotFloor(si SnapshotInfo) uint64 {
 	f := uint64(0)
-	for p := 0; p < s.Partitions; p++ {
-		need := max(s.Applied[p], s.Horizon[p]) + 1
+	for p := 0; p < si.Partitions; p++ {
+		need := max(si.Applied[p], si.Horizon[p]) + 1
 		if f == 0 || need < f {
 			f = need
 		}
@@ -471,10 +458,12 @@ func restoreCandidate(ctx context.Context, stream jetstream.Stream, info *jetstr
 // snapshots when one cannot be read or does not match its description,
 // loudly, and returns ok=false when none could be restored.
 func RestoreNewest(ctx context.Context, js jetstream.JetStream, path string, log *slog.Logger) (SnapshotInfo, bool, error) {
-	return restoreNewest(ctx, js, path, log, func(SnapshotInfo) bool { return true })
+	return RestoreNewestWhere(ctx, js, path, log, func(SnapshotInfo) bool { return true })
 }
 
-func restoreNewest(ctx context.Context, js jetstream.JetStream, path string, log *slog.Logger, usable func(SnapshotInfo) bool) (SnapshotInfo, bool, error) {
+// RestoreNewestWhere is RestoreNewest among the snapshots for which usable
+// is true.
+func RestoreNewestWhere(ctx context.Context, js jetstream.JetStream, path string, log *slog.Logger, usable func(SnapshotInfo) bool) (SnapshotInfo, bool, error) {
 	list, err := ListSnapshots(ctx, js)
 	if err != nil || len(list) == 0 {
 		return SnapshotInfo{}, false, err

@@ -74,7 +74,7 @@ func (n *Node) trimStream(ctx context.Context, obs jetstream.ObjectStore, cfg Sn
 			target = max(target, last-keep+1)
 		}
 	}
-	floor := oldest.floor()
+	floor := snapshotFloor(oldest)
 	purgeTo := min(target, floor)
 	if purgeTo <= first {
 		return nil

@@ -61,6 +61,13 @@ type serveConfig struct {
 	pprofAddr   string
 	memoryLimit memoryLimit
 
+	snapshotInterval time.Duration
+	snapshotEvery    uint64
+	snapshotKeep     int
+	streamMaxAge     time.Duration
+	streamMaxBytes   memoryLimit
+	eventsMaxAge     time.Duration
+
 	// Google Calendar sync.
 	googleCredentials  string
 	googleSubject      string
@@ -135,6 +142,12 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&c.googleCredentials, "google-credentials", "", "Google credentials JSON file for calendars linked to Google: a service-account key, or an OAuth client with a refresh token (type authorized_user); re-read after auth failures. Empty: linked calendars report degraded \"no credentials\"")
 	fs.StringVar(&c.googleSubject, "google-subject", "", "with a service-account key: the user to impersonate (domain-wide delegation)")
 	fs.DurationVar(&c.googleSyncInterval, "google-sync-interval", 5*time.Minute, "how often busy time is read from linked Google calendars (0 = only on demand: POST /v1/admin/calendars/{id}/google/sync)")
+	fs.DurationVar(&c.snapshotInterval, "snapshot-interval", time.Hour, "take an index snapshot (to the NATS object store BOOKLINE_SNAPSHOTS) once the newest is this old and commands came since (0 = not by age); a new instance or a lost index restores the newest and applies only the stream after it")
+	fs.Uint64Var(&c.snapshotEvery, "snapshot-every", 1_000_000, "take an index snapshot once the command stream has this many messages more than the newest snapshot covers (0 = not by count); with --snapshot-interval 0 too, no periodic snapshots")
+	fs.IntVar(&c.snapshotKeep, "snapshot-keep", queue.DefaultSnapshotKeep, "how many of the newest index snapshots are kept; older ones are deleted after each snapshot")
+	fs.DurationVar(&c.streamMaxAge, "stream-max-age", 0, "bound the command stream: remove commands older than this, but only below what the oldest kept snapshot covers (needs snapshots; 0 = keep all)")
+	fs.Var(&c.streamMaxBytes, "stream-max-bytes", "bound the command stream's size (units B, KiB, MiB, GiB), removing the oldest commands only below what the oldest kept snapshot covers (needs snapshots; at least 1MiB; 0 = no bound)")
+	fs.DurationVar(&c.eventsMaxAge, "events-max-age", queue.DefaultEventsMaxAge, "how long the outcome event stream BOOKLINE_EVT keeps events (0 = forever)")
 	fs.StringVar(&c.instanceID, "instance-id", "", "with --nats-url: this instance's unique name among the instances sharing the stream (default hostname-pid)")
 	fs.IntVar(&c.replicas, "replicas", 1, "replicas of the command and event streams when this instance creates them (3 on a 3-node NATS cluster)")
 	fs.DurationVar(&c.takeoverTimeout, "takeover-timeout", queue.DefaultTakeoverTimeout, "with --nats-url: how long the partitions of an instance that stopped pulling (dead or cut off) wait before another instance takes them over (at least 2s)")
@@ -144,6 +157,13 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	log, err := newLogger(stderr, c.logFormat, c.logLevel)
 	if err != nil {
 		return err
+	}
+	if c.snapshotKeep < 1 {
+		return fmt.Errorf("--snapshot-keep %d: keep at least 1", c.snapshotKeep)
+	}
+	if (c.streamMaxAge > 0 || c.streamMaxBytes.bytes > 0) && c.snapshotInterval <= 0 && c.snapshotEvery == 0 {
+		return errors.New("--stream-max-age / --stream-max-bytes need snapshots (--snapshot-interval or --snapshot-every): " +
+			"a trimmed stream cannot rebuild an index on its own")
 	}
 	if c.sync != "interval" && c.sync != "always" {
 		return fmt.Errorf("--sync %q: want interval or always", c.sync)
@@ -195,6 +215,11 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		TakeoverTimeout: c.takeoverTimeout,
 
 		InternalRecordRetention: c.keylessRetention,
+
+		Snapshots: queue.SnapshotConfig{Every: c.snapshotEvery, Interval: c.snapshotInterval, Keep: c.snapshotKeep,
+			StreamMaxAge: c.streamMaxAge, StreamMaxBytes: c.streamMaxBytes.bytes},
+		SnapshotTaken: metrics.SnapshotTaken,
+		EventsMaxAge:  eventsMaxAge(c.eventsMaxAge),
 	})
 	if err != nil {
 		return err
@@ -407,4 +432,13 @@ func (c *serveConfig) checkCluster() error {
 		return fmt.Errorf("--takeover-timeout %s: must be at least %s", c.takeoverTimeout, queue.MinTakeoverTimeout)
 	}
 	return nil
+}
+
+// eventsMaxAge maps --events-max-age (0 = forever) to the node's setting
+// (0 = the default, negative = forever).
+func eventsMaxAge(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
 }
