@@ -245,3 +245,16 @@ func RemoveIndex(path string) error {
 	}
 	return nil
 }
+
+// SetAside moves a closed index file (and its session file) to path +
+// suffix, replacing an earlier one there, so that a restored index can
+// take its place while the old one stays for inspection.
+func SetAside(path, suffix string) error {
+	if err := os.Rename(path, path+suffix); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("data: move the index aside: %w", err)
+	}
+	if err := os.Remove(sessionPath(path)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return SyncDir(filepath.Dir(path))
+}

@@ -54,6 +54,10 @@ type NodeConfig struct {
 	// stopped pulling before another instance takes it over (cluster mode;
 	// default DefaultTakeoverTimeout, at least MinTakeoverTimeout).
 	TakeoverTimeout time.Duration
+	// FollowInterval is how often, in cluster mode, the partitions other
+	// instances own are brought up to the stream (default 10s; see
+	// follow.go).
+	FollowInterval time.Duration
 	// HoldExpiryInterval is how often due holds are looked for (default 1s).
 	HoldExpiryInterval time.Duration
 	// InternalRecordRetention is the log time for which the request
@@ -93,10 +97,12 @@ type Node struct {
 	NC     *nats.Conn
 	JS     jetstream.JetStream
 
-	ns      *server.Server
-	stream  jetstream.Stream // the command stream
-	snaps   *snapshotter
-	cluster *clusterMode // nil: the only instance (embedded server)
+	ns     *server.Server
+	stream jetstream.Stream // the command stream
+	snaps  *snapshotter
+	// followEvery is NodeConfig.FollowInterval.
+	followEvery time.Duration
+	cluster     *clusterMode // nil: the only instance (embedded server)
 	// cmdSync and evtSync make the embedded streams' writes durable per
 	// group commit (nil with --sync interval and in cluster mode).
 	cmdSync, evtSync *logSync
@@ -131,7 +137,10 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	n := &Node{log: cfg.Logger}
+	n := &Node{log: cfg.Logger, followEvery: cfg.FollowInterval}
+	if n.followEvery <= 0 {
+		n.followEvery = followInterval
+	}
 	if cfg.NATSURL != "" {
 		// Cluster mode: other instances may share the stream (cluster.go).
 		if cfg.InstanceID == "" {
@@ -225,7 +234,18 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 		return nil, err
 	}
 	if _, err = reconcileIndex(ctx, stream, n.Store, cfg.Partitions, cfg.Logger); err != nil {
-		return nil, err
+		if !errors.Is(err, ErrHistoryMissing) {
+			return nil, err
+		}
+		// The stream was trimmed past what this index holds (it was
+		// stopped, or cut off, for longer than the stream keeps): a
+		// snapshot may cover what is gone.
+		if err = n.restoreBehind(ctx, cfg, err); err != nil {
+			return nil, err
+		}
+		if _, err = reconcileIndex(ctx, stream, n.Store, cfg.Partitions, cfg.Logger); err != nil {
+			return nil, err
+		}
 	}
 	// After reconcileIndex, whose refusal of a history already lost
 	// names the missing range.
@@ -334,6 +354,45 @@ func (n *Node) restoreIfEmpty(ctx context.Context, cfg NodeConfig) error {
 	return err
 }
 
+// restoreBehind replaces an index whose history the command stream no
+// longer has (gap) with the newest snapshot the stream can continue; the
+// old index is kept as index.db.behind. Without such a snapshot it
+// returns gap and leaves the index alone.
+func (n *Node) restoreBehind(ctx context.Context, cfg NodeConfig, gap error) error {
+	list, err := listSnapshots(ctx, n.snaps.obs)
+	if err != nil {
+		return errors.Join(gap, err)
+	}
+	stream, err := n.stream.Info(ctx)
+	if err != nil {
+		return errors.Join(gap, err)
+	}
+	usable := false
+	for _, si := range list {
+		if why, err := restoreCandidate(ctx, n.stream, stream, si); err == nil && why == "" {
+			usable = true
+		}
+	}
+	if !usable {
+		return gap
+	}
+	path := IndexFile(cfg.DataDir)
+	n.log.Error("INDEX BEHIND THE TRIMMED COMMAND STREAM: restoring the newest snapshot instead (the old index is kept)",
+		"reason", gap.Error(), "kept_as", path+".behind")
+	opts := data.Options{NoSync: !n.Store.Synced()}
+	if err := n.Store.Close(); err != nil {
+		return err
+	}
+	n.Store = nil
+	if err := data.SetAside(path, ".behind"); err != nil {
+		return err
+	}
+	if n.Store, err = data.OpenWith(path, opts); err != nil {
+		return err
+	}
+	return n.restoreIfEmpty(ctx, cfg)
+}
+
 // noteTzdata records in the index that this build's time zone data decides
 // from now on, and reports loudly when the index was (also) decided with
 // other data: decisions about calendars whose zone rules differ between the
@@ -368,10 +427,14 @@ func (n *Node) StartWriters() {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	n.cancel = cancel
-	n.wg.Add(3)
+	n.wg.Add(4)
 	go func() {
 		defer n.wg.Done()
 		n.events.run(ctx)
+	}()
+	go func() {
+		defer n.wg.Done()
+		n.follow(ctx)
 	}()
 	go func() {
 		defer n.wg.Done()

@@ -58,6 +58,22 @@ type SnapshotConfig struct {
 	// snapshot covers, so they need snapshots.
 	StreamMaxAge   time.Duration
 	StreamMaxBytes int64
+	// TrimGrace keeps the commands stored this recently even when a
+	// snapshot covers them (default DefaultTrimGrace): in cluster mode
+	// the instances that do not own a partition follow it a few seconds
+	// behind, and must still find what they have not applied yet.
+	TrimGrace time.Duration
+}
+
+// DefaultTrimGrace is SnapshotConfig.TrimGrace's default: several follow
+// intervals.
+const DefaultTrimGrace = time.Minute
+
+func (c SnapshotConfig) trimGrace() time.Duration {
+	if c.TrimGrace <= 0 {
+		return DefaultTrimGrace
+	}
+	return c.TrimGrace
 }
 
 // On reports whether periodic snapshots are configured.

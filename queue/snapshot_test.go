@@ -63,9 +63,19 @@ func removeIndex(t *testing.T, dir string) {
 func TestSnapshotRestoreAndTrim(t *testing.T) {
 	dir := t.TempDir()
 	cfg := queue.NodeConfig{DataDir: dir, Partitions: 2,
-		Snapshots: queue.SnapshotConfig{Every: 1 << 40, Keep: 2, StreamMaxBytes: 1}}
+		Snapshots: queue.SnapshotConfig{Every: 1 << 40, Keep: 2, StreamMaxBytes: 1, TrimGrace: time.Nanosecond}}
 	n := startNodeWith(t, cfg, nil)
 	workload(t, n, "w", 40)
+	// An index that will fall behind the trimmed stream.
+	old := filepath.Join(t.TempDir(), "old.db")
+	f, err := os.Create(old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.Store.WriteSnapshot(f); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
 	first := takeSnapshot(t, n)
 	if d := digestOf(t, n.Store); first.Digest != d.Total || fmt.Sprint(first.Applied) != fmt.Sprint(d.Applied) {
 		t.Fatalf("snapshot %+v, live digest %s applied %v", first, d.Total, d.Applied)
@@ -78,7 +88,8 @@ func TestSnapshotRestoreAndTrim(t *testing.T) {
 	second := takeSnapshot(t, n)
 	workload(t, n, "u", 20)
 	third := takeSnapshot(t, n)
-	list, err := n.Snapshots(context.Background())
+	var list []queue.SnapshotInfo
+	list, err = n.Snapshots(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,6 +173,25 @@ func TestSnapshotRestoreAndTrim(t *testing.T) {
 	if got := digestOf(t, n.Store); got.Total != want.Total {
 		t.Fatalf("older snapshot + tail digest %s, live %s", got.Total, want.Total)
 	}
+
+	// An index whose history the stream no longer has is set aside for
+	// the newest usable snapshot.
+	stopNode(t, n)
+	removeIndex(t, dir)
+	if err := os.Rename(old, queue.IndexFile(dir)); err != nil {
+		t.Fatal(err)
+	}
+	logs = &queuetest.SyncBuffer{}
+	n = startNodeWith(t, cfg, logs)
+	if !strings.Contains(logs.String(), "INDEX BEHIND THE TRIMMED COMMAND STREAM") {
+		t.Fatalf("no restore of an index behind the stream logged:\n%s", logs)
+	}
+	if got := digestOf(t, n.Store); got.Total != want.Total {
+		t.Fatalf("index behind, restored: digest %s, live %s", got.Total, want.Total)
+	}
+	if _, err := os.Stat(queue.IndexFile(dir) + ".behind"); err != nil {
+		t.Fatalf("the old index was not kept: %v", err)
+	}
 }
 
 // TestStreamBoundsNeedSnapshots: every configuration under which history
@@ -198,3 +228,96 @@ func TestStreamBoundsNeedSnapshots(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestClusterFollowsAndRestoresBehindTrimmedStream: in cluster mode an
+// instance follows the partitions it does not own without being read, so
+// trimming below a snapshot taken elsewhere leaves it no gap; an instance
+// that was away while the stream was trimmed past its index restores the
+// newest snapshot when it comes back.
+func TestClusterFollowsAndRestoresBehindTrimmedStream(t *testing.T) {
+	url := queuetest.StartServer(t)
+	start := func(id, dir string, logs *queuetest.SyncBuffer) *queue.Node {
+		t.Helper()
+		n, err := queue.StartNode(queue.NodeConfig{DataDir: dir, NATSURL: url, InstanceID: id, Partitions: 2,
+			TakeoverTimeout: 2 * time.Second, FollowInterval: 200 * time.Millisecond, Logger: slogTo(logs),
+			Snapshots: queue.SnapshotConfig{Every: 1 << 40, Keep: 1, StreamMaxAge: time.Millisecond, TrimGrace: time.Second}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { stopNode(t, n) })
+		queuetest.CheckFor(t, 20*time.Second, n.Ready)
+		return n
+	}
+	a := start("a", t.TempDir(), &queuetest.SyncBuffer{})
+	bDir, bLogs := t.TempDir(), &queuetest.SyncBuffer{}
+	b := start("b", bDir, bLogs)
+	synced := func(n *queue.Node) {
+		t.Helper()
+		last := func() uint64 {
+			s, err := n.JS.Stream(context.Background(), queue.StreamName)
+			if err != nil {
+				t.Fatal(err)
+			}
+			info, err := s.Info(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			return info.State.LastSeq
+		}()
+		queuetest.CheckFor(t, 20*time.Second, func() error {
+			var top uint64
+			for _, p := range n.Parts {
+				top = max(top, p.AppliedSeq())
+			}
+			if top < last {
+				return fmt.Errorf("%s applied up to %d of %d", n.InstanceID(), top, last)
+			}
+			return nil
+		})
+	}
+	workload(t, a, "w", 30)
+	synced(b) // without a single read on b
+	takeSnapshot(t, a)
+	workload(t, a, "v", 20)
+	// Snapshots keep one and trim up to it, except the last second.
+	trimmedPast := func(seq uint64) {
+		t.Helper()
+		queuetest.CheckFor(t, 20*time.Second, func() error {
+			takeSnapshot(t, a)
+			if got := streamFirst(t, a.JS); got <= seq {
+				return fmt.Errorf("stream starts at %d, want past %d", got, seq)
+			}
+			return nil
+		})
+	}
+	trimmedPast(40)
+	workload(t, a, "u", 10)
+	synced(b)
+	if strings.Contains(bLogs.String(), "no longer has") {
+		t.Fatalf("b fell behind the trimmed stream:\n%s", bLogs)
+	}
+	if got, want := digestOf(t, b.Store).Total, digestOf(t, a.Store).Total; got != want {
+		t.Fatalf("b's index %s, a's %s", got, want)
+	}
+
+	// b stops; the stream is trimmed past its index meanwhile.
+	var bTop uint64
+	for _, p := range b.Parts {
+		bTop = max(bTop, p.AppliedSeq())
+	}
+	stopNode(t, b)
+	workload(t, a, "x", 20)
+	trimmedPast(bTop + 1)
+	workload(t, a, "y", 5)
+	bLogs = &queuetest.SyncBuffer{}
+	b = start("b", bDir, bLogs)
+	if !strings.Contains(bLogs.String(), "INDEX BEHIND THE TRIMMED COMMAND STREAM") {
+		t.Fatalf("b did not restore:\n%s", bLogs)
+	}
+	synced(b)
+	if got, want := digestOf(t, b.Store).Total, digestOf(t, a.Store).Total; got != want {
+		t.Fatalf("b's restored index %s, a's %s", got, want)
+	}
+}
+
+func slogTo(w io.Writer) *slog.Logger { return slog.New(slog.NewTextHandler(w, nil)) }

@@ -79,6 +79,13 @@ func (n *Node) trimStream(ctx context.Context, obs jetstream.ObjectStore, cfg Sn
 	if purgeTo <= first {
 		return nil
 	}
+	recent, err := firstStoredAfter(ctx, n.stream, first, last, time.Now().Add(-cfg.trimGrace()))
+	if err != nil {
+		return err
+	}
+	if purgeTo = min(purgeTo, recent); purgeTo <= first {
+		return nil
+	}
 	// This index must not need what goes: it does not when each of its
 	// partitions has applied at least what the snapshot did (the snapshot
 	// says the partition has no message between that and its horizon).

@@ -66,6 +66,7 @@ type serveConfig struct {
 	snapshotKeep     int
 	streamMaxAge     time.Duration
 	streamMaxBytes   memoryLimit
+	streamTrimGrace  time.Duration
 	eventsMaxAge     time.Duration
 
 	// Google Calendar sync.
@@ -147,6 +148,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&c.snapshotKeep, "snapshot-keep", queue.DefaultSnapshotKeep, "how many of the newest index snapshots are kept; older ones are deleted after each snapshot")
 	fs.DurationVar(&c.streamMaxAge, "stream-max-age", 0, "bound the command stream: remove commands older than this, but only below what the oldest kept snapshot covers (needs snapshots; 0 = keep all)")
 	fs.Var(&c.streamMaxBytes, "stream-max-bytes", "bound the command stream's size (units B, KiB, MiB, GiB), removing the oldest commands only below what the oldest kept snapshot covers (needs snapshots; at least 1MiB; 0 = no bound)")
+	fs.DurationVar(&c.streamTrimGrace, "stream-trim-grace", queue.DefaultTrimGrace, "with a bounded stream: commands stored this recently are never trimmed, even under a snapshot (instances that do not own a partition follow it a few seconds behind)")
 	fs.DurationVar(&c.eventsMaxAge, "events-max-age", queue.DefaultEventsMaxAge, "how long the outcome event stream BOOKLINE_EVT keeps events (0 = forever)")
 	fs.StringVar(&c.instanceID, "instance-id", "", "with --nats-url: this instance's unique name among the instances sharing the stream (default hostname-pid)")
 	fs.IntVar(&c.replicas, "replicas", 1, "replicas of the command and event streams when this instance creates them (3 on a 3-node NATS cluster)")
@@ -217,7 +219,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		InternalRecordRetention: c.keylessRetention,
 
 		Snapshots: queue.SnapshotConfig{Every: c.snapshotEvery, Interval: c.snapshotInterval, Keep: c.snapshotKeep,
-			StreamMaxAge: c.streamMaxAge, StreamMaxBytes: c.streamMaxBytes.bytes},
+			StreamMaxAge: c.streamMaxAge, StreamMaxBytes: c.streamMaxBytes.bytes, TrimGrace: c.streamTrimGrace},
 		SnapshotTaken: metrics.SnapshotTaken,
 		EventsMaxAge:  eventsMaxAge(c.eventsMaxAge),
 	})

@@ -23,7 +23,7 @@ func TestSnapshotTrimVerifyReplay(t *testing.T) {
 	}
 	dir := t.TempDir()
 	args := []string{"serve", "--data-dir", dir, "--http-addr", "127.0.0.1:0", "--nats-listen", "127.0.0.1:0", "--partitions", "2",
-		"--snapshot-every", "1000000", "--stream-max-age", "1ms"}
+		"--snapshot-every", "1000000", "--stream-max-age", "1ms", "--stream-trim-grace", "1ns"}
 	p := startProc(t, args...)
 	m := natsURLRe.FindStringSubmatch(p.output())
 	if m == nil {
