@@ -54,8 +54,11 @@ type SnapshotInfo struct {
 	Name     string    `json:"name"`
 	TakenAt  time.Time `json:"taken_at"`
 	Instance string    `json:"instance,omitempty"`
-	// StreamLast is the command stream's last sequence when it was taken.
-	StreamLast uint64 `json:"stream_last"`
+	// StreamLast is the command stream's last sequence when it was taken,
+	// StreamLastHash the hash of the message there (hex, as AppliedHash):
+	// the horizons are true of the stream as it was up to it.
+	StreamLast     uint64 `json:"stream_last"`
+	StreamLastHash string `json:"stream_last_hash,omitempty"`
 	// Partitions is the command stream's partition count.
 	Partitions int `json:"partitions"`
 	SnapshotState

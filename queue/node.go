@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"sync"
 	"time"
@@ -230,6 +231,12 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 	}
 	n.snaps = &snapshotter{n: n, cfg: cfg.Snapshots, obs: obs, dir: cfg.DataDir, log: cfg.Logger.With("component", "snapshots"),
 		taken: cfg.SnapshotTaken, busy: make(chan struct{}, 1)}
+	// Copies left by a snapshot that a crash interrupted.
+	if stale, _ := filepath.Glob(IndexFile(cfg.DataDir) + ".snapshot-*"); len(stale) > 0 {
+		for _, f := range stale {
+			_ = os.Remove(f)
+		}
+	}
 	if err = n.restoreIfEmpty(ctx, cfg); err != nil {
 		return nil, err
 	}

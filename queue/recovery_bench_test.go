@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -104,6 +106,31 @@ func waitApplied(tb testing.TB, n *queue.Node, within time.Duration) {
 	})
 }
 
+// publishHistory publishes the calendars, the bookings and the history
+// commands and waits until they are applied.
+func publishHistory(ctx context.Context, b *testing.B, n *queue.Node, bookings, history, perCal int) error {
+	if err := publishAll(ctx, n.JS, benchCalendars, func(i int) actor.Command { return upsert(fmt.Sprintf("cal-%05d", i)) }); err != nil {
+		return err
+	}
+	if err := publishAll(ctx, n.JS, bookings, func(i int) actor.Command {
+		return benchBooking(fmt.Sprintf("cal-%05d", i%benchCalendars), "b-"+strconv.Itoa(i), i/benchCalendars)
+	}); err != nil {
+		return err
+	}
+	// History that leaves nothing behind: attempts on taken slots whose
+	// records expire a second of log time later.
+	if err := publishAll(ctx, n.JS, history, func(i int) actor.Command {
+		c := benchBooking(fmt.Sprintf("cal-%05d", i%benchCalendars), "", (i/benchCalendars)%max(perCal, 1))
+		c.RequestID = "h-" + strconv.Itoa(i)
+		c.RecordTTLSeconds = 1
+		return c
+	}); err != nil {
+		return err
+	}
+	waitApplied(b, n, 2*time.Hour)
+	return nil
+}
+
 // recoveryData builds (once) a data directory whose stream holds the
 // history, a snapshot of the index after it, and the tail.
 func recoveryData(b *testing.B) string {
@@ -120,9 +147,16 @@ func recoveryData(b *testing.B) string {
 		if _, err := os.Stat(done); err == nil {
 			return
 		}
+		// The history is the slow part: kept once applied, even if what
+		// follows fails.
+		applied := filepath.Join(recoveryDir, fmt.Sprintf("applied-%d-%d", bookings, history))
 		recoveryErr = func() error {
-			if err := os.RemoveAll(recoveryDir); err != nil {
-				return err
+			_, err := os.Stat(applied)
+			haveHistory := err == nil
+			if !haveHistory {
+				if err := os.RemoveAll(recoveryDir); err != nil {
+					return err
+				}
 			}
 			began := time.Now()
 			n, err := queue.StartNode(queue.NodeConfig{DataDir: recoveryDir, Logger: discardLog(), SyncInterval: true})
@@ -131,27 +165,16 @@ func recoveryData(b *testing.B) string {
 			}
 			defer n.Close()
 			ctx := context.Background()
-			if err := publishAll(ctx, n.JS, benchCalendars, func(i int) actor.Command { return upsert(fmt.Sprintf("cal-%05d", i)) }); err != nil {
-				return err
-			}
 			perCal := (bookings + benchCalendars - 1) / benchCalendars
-			if err := publishAll(ctx, n.JS, bookings, func(i int) actor.Command {
-				return benchBooking(fmt.Sprintf("cal-%05d", i%benchCalendars), "b-"+strconv.Itoa(i), i/benchCalendars)
-			}); err != nil {
-				return err
+			if !haveHistory {
+				if err := publishHistory(ctx, b, n, bookings, history, perCal); err != nil {
+					return err
+				}
+				fmt.Fprintf(os.Stderr, "recovery bench: %d bookings + %d history commands applied in %s\n", bookings, history, time.Since(began).Round(time.Second))
+				if err := os.WriteFile(applied, nil, 0o600); err != nil {
+					return err
+				}
 			}
-			// History that leaves nothing behind: attempts on taken slots
-			// whose records expire a second of log time later.
-			if err := publishAll(ctx, n.JS, history, func(i int) actor.Command {
-				c := benchBooking(fmt.Sprintf("cal-%05d", i%benchCalendars), "", (i/benchCalendars)%max(perCal, 1))
-				c.RequestID = "h-" + strconv.Itoa(i)
-				c.RecordTTLSeconds = 1
-				return c
-			}); err != nil {
-				return err
-			}
-			waitApplied(b, n, 2*time.Hour)
-			fmt.Fprintf(os.Stderr, "recovery bench: %d bookings + %d history commands applied in %s\n", bookings, history, time.Since(began).Round(time.Second))
 			si, err := n.TakeSnapshot(ctx)
 			if err != nil {
 				return err
@@ -175,6 +198,84 @@ func recoveryData(b *testing.B) string {
 	return recoveryDir
 }
 
+// BenchmarkSnapshotUnderLoad: booking latency while a snapshot of the
+// index is taken, against the same load without one.
+func BenchmarkSnapshotUnderLoad(b *testing.B) {
+	dir := recoveryData(b)
+	n, err := queue.StartNode(queue.NodeConfig{DataDir: dir, Logger: discardLog()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer n.Close()
+	queuetest.CheckFor(b, time.Hour, n.Ready)
+	var seq atomic.Int64
+	// load books from 4 clients until stop closes; it returns the
+	// latencies seen.
+	load := func(stop <-chan struct{}) []time.Duration {
+		var (
+			mu  sync.Mutex
+			lat []time.Duration
+			wg  sync.WaitGroup
+		)
+		for c := 0; c < 4; c++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					i := int(seq.Add(1))
+					cmd := benchBooking(fmt.Sprintf("cal-%05d", i%benchCalendars), "load-"+strconv.Itoa(i), 5000+i/benchCalendars)
+					cmd.V = actor.SchemaVersion
+					began := time.Now()
+					ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+					_, err := n.Submit(ctx, &cmd, cmd.Fingerprint())
+					cancel()
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					mu.Lock()
+					lat = append(lat, time.Since(began))
+					mu.Unlock()
+				}
+			}()
+		}
+		<-stop
+		wg.Wait()
+		return lat
+	}
+	report := func(name string, lat []time.Duration) {
+		slices.Sort(lat)
+		if len(lat) == 0 {
+			return
+		}
+		b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, name+"-p99-ms")
+		b.ReportMetric(float64(lat[len(lat)-1].Microseconds())/1000, name+"-max-ms")
+	}
+	for i := 0; i < b.N; i++ {
+		stop := make(chan struct{})
+		got := make(chan []time.Duration)
+		go func() { got <- load(stop) }()
+		began := time.Now()
+		if _, err := n.TakeSnapshot(context.Background()); err != nil {
+			b.Fatal(err)
+		}
+		took := time.Since(began)
+		close(stop)
+		report("during", <-got)
+		b.ReportMetric(took.Seconds(), "snapshot-s")
+		stop = make(chan struct{})
+		go func() { got <- load(stop) }()
+		time.Sleep(took) // the same window without a snapshot, for comparison
+		close(stop)
+		report("without", <-got)
+	}
+}
+
 // BenchmarkRecovery: an instance without an index starts and is ready.
 func BenchmarkRecovery(b *testing.B) {
 	dir := recoveryData(b)
@@ -187,6 +288,33 @@ func BenchmarkRecovery(b *testing.B) {
 			b.StartTimer()
 			began := time.Now()
 			n, err := queue.StartNode(queue.NodeConfig{DataDir: dir, Logger: discardLog(), SyncInterval: true})
+			if err != nil {
+				b.Fatal(err)
+			}
+			queuetest.CheckFor(b, time.Hour, n.Ready)
+			b.ReportMetric(time.Since(began).Seconds(), "s-to-ready")
+			b.StopTimer()
+			if err := n.Close(); err != nil {
+				b.Fatal(err)
+			}
+			b.StartTimer()
+		}
+	})
+	// A new instance (empty data directory) joins instances sharing the
+	// stream on a NATS server (cluster mode: it catches every partition
+	// up from the stream before it is ready, with an fsynced index).
+	b.Run("cluster-join", func(b *testing.B) {
+		ns, err := queue.StartEmbedded(queue.EmbeddedConfig{StoreDir: queue.StoreDirFor(dir), Listen: "127.0.0.1:0"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer func() { ns.Shutdown(); ns.WaitForShutdown() }()
+		for i := 0; i < b.N; i++ {
+			b.StopTimer()
+			joinDir := b.TempDir()
+			b.StartTimer()
+			began := time.Now()
+			n, err := queue.StartNode(queue.NodeConfig{DataDir: joinDir, NATSURL: ns.ClientURL(), InstanceID: "joining", Logger: discardLog()})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -285,7 +285,12 @@ func (s *snapshotter) take(ctx context.Context) (SnapshotInfo, error) {
 	if err != nil {
 		return si, err
 	}
-	obj, err := s.obs.Put(ctx, jetstream.ObjectMeta{
+	// With a deadline, nats.go waits for the chunks' acknowledgements as
+	// long as it allows; without one it gives each 5 s, which a large
+	// upload to a busy server can exceed.
+	pctx, cancel := context.WithTimeout(ctx, 30*time.Minute)
+	defer cancel()
+	obj, err := s.obs.Put(pctx, jetstream.ObjectMeta{
 		Name:        si.Name,
 		Description: fmt.Sprintf("bookline index snapshot, stream seq %d", si.StreamLast),
 		Metadata:    map[string]string{snapshotMetaKey: string(meta)},
@@ -345,6 +350,13 @@ func (s *snapshotter) write(ctx context.Context) (SnapshotInfo, string, error) {
 	if si.Horizon, err = horizons(ctx, s.n.stream, st, len(s.n.Parts), info.State.LastSeq); err != nil {
 		return si, path, err
 	}
+	if si.StreamLast > 0 {
+		h, err := messageHash(ctx, s.n.stream, si.StreamLast)
+		if err != nil {
+			return si, path, err
+		}
+		si.StreamLastHash = h
+	}
 	return si, path, nil
 }
 
@@ -367,6 +379,20 @@ func horizons(ctx context.Context, stream jetstream.Stream, st data.SnapshotStat
 		out[p] = max(h, covered)
 	}
 	return out, nil
+}
+
+// messageHash is the hex actor.MessageHash of the stream's message at seq
+// ("" if there is none).
+func messageHash(ctx context.Context, stream jetstream.Stream, seq uint64) (string, error) {
+	m, err := stream.GetMsg(ctx, seq)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	_, cal, _ := parseStoredSubject(m.Subject)
+	return hex.EncodeToString(actor.MessageHash(actor.Input{Seq: seq, At: m.Time, SubjectCalendar: cal, Data: m.Data})), nil
 }
 
 // prune deletes all but the newest snapshots.
@@ -454,16 +480,29 @@ func restoreCandidate(ctx context.Context, stream jetstream.Stream, info *jetstr
 		if a == 0 || !ok || a < first {
 			continue
 		}
-		m, err := stream.GetMsg(ctx, a)
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			return fmt.Sprintf("the stream has no seq %d, which partition %d applied", a, p), nil
-		}
+		got, err := messageHash(ctx, stream, a)
 		if err != nil {
 			return "", err
 		}
-		_, cal, _ := parseStoredSubject(m.Subject)
-		if hex.EncodeToString(actor.MessageHash(actor.Input{Seq: a, At: m.Time, SubjectCalendar: cal, Data: m.Data})) != h {
-			return fmt.Sprintf("stream seq %d is another message than the one partition %d applied", a, p), nil
+		if got != h {
+			return fmt.Sprintf("stream seq %d is not the message partition %d applied", a, p), nil
+		}
+	}
+	// The horizons say which sequences up to StreamLast were other
+	// partitions': true only of the stream they were read from. A stream
+	// that lost its tail since and was refilled has other messages there.
+	if si.StreamLastHash != "" {
+		if si.StreamLast > info.State.LastSeq {
+			return fmt.Sprintf("taken at stream seq %d, the stream ends at %d", si.StreamLast, info.State.LastSeq), nil
+		}
+		if si.StreamLast >= first {
+			got, err := messageHash(ctx, stream, si.StreamLast)
+			if err != nil {
+				return "", err
+			}
+			if got != si.StreamLastHash {
+				return fmt.Sprintf("stream seq %d is not the message it was when the snapshot was taken", si.StreamLast), nil
+			}
 		}
 	}
 	return "", nil

@@ -240,7 +240,7 @@ func TestClusterFollowsAndRestoresBehindTrimmedStream(t *testing.T) {
 		t.Helper()
 		n, err := queue.StartNode(queue.NodeConfig{DataDir: dir, NATSURL: url, InstanceID: id, Partitions: 2,
 			TakeoverTimeout: 2 * time.Second, FollowInterval: 200 * time.Millisecond, Logger: slogTo(logs),
-			Snapshots: queue.SnapshotConfig{Every: 1 << 40, Keep: 1, StreamMaxAge: time.Millisecond, TrimGrace: time.Second}})
+			Snapshots: queue.SnapshotConfig{Every: 1 << 40, Keep: 1, StreamMaxAge: time.Millisecond, TrimGrace: 3 * time.Second}})
 		if err != nil {
 			t.Fatal(err)
 		}
