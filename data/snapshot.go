@@ -62,9 +62,9 @@ type SnapshotInfo struct {
 	// Partitions is the command stream's partition count.
 	Partitions int `json:"partitions"`
 	SnapshotState
-	// ObjectDigest is the object store's SHA-256 of the file, checked
-	// when it is read back.
-	ObjectDigest string `json:"object_digest,omitempty"`
+	// Parts is the number of objects the copy is stored in (each with
+	// the object store's SHA-256, checked when it is read back).
+	Parts int `json:"parts"`
 }
 
 // WriteSnapshot writes a consistent copy of the index to w and returns

@@ -106,28 +106,36 @@ func waitApplied(tb testing.TB, n *queue.Node, within time.Duration) {
 	})
 }
 
-// publishHistory publishes the calendars, the bookings and the history
-// commands and waits until they are applied.
-func publishHistory(ctx context.Context, b *testing.B, n *queue.Node, bookings, history, perCal int) error {
-	if err := publishAll(ctx, n.JS, benchCalendars, func(i int) actor.Command { return upsert(fmt.Sprintf("cal-%05d", i)) }); err != nil {
-		return err
+// publishHistory publishes the calendars and the bookings (unless the
+// marker file bookingsDone exists), then the history commands, and waits
+// until they are applied.
+func publishHistory(ctx context.Context, b *testing.B, n *queue.Node, bookings, history int, bookingsDone string) error {
+	if _, err := os.Stat(bookingsDone); err != nil {
+		if err := publishAll(ctx, n.JS, benchCalendars, func(i int) actor.Command { return upsert(fmt.Sprintf("cal-%05d", i)) }); err != nil {
+			return err
+		}
+		if err := publishAll(ctx, n.JS, bookings, func(i int) actor.Command {
+			return benchBooking(fmt.Sprintf("cal-%05d", i%benchCalendars), "b-"+strconv.Itoa(i), i/benchCalendars)
+		}); err != nil {
+			return err
+		}
+		waitApplied(b, n, 2*time.Hour)
+		if err := os.WriteFile(bookingsDone, nil, 0o600); err != nil {
+			return err
+		}
 	}
-	if err := publishAll(ctx, n.JS, bookings, func(i int) actor.Command {
-		return benchBooking(fmt.Sprintf("cal-%05d", i%benchCalendars), "b-"+strconv.Itoa(i), i/benchCalendars)
-	}); err != nil {
-		return err
-	}
-	// History that leaves nothing behind: attempts on taken slots whose
-	// records expire a second of log time later.
+	// History that leaves nothing behind: attempts on taken slots of 100
+	// calendars, whose request records expire a second of log time later.
+	perCal := max((bookings+benchCalendars-1)/benchCalendars, 1)
 	if err := publishAll(ctx, n.JS, history, func(i int) actor.Command {
-		c := benchBooking(fmt.Sprintf("cal-%05d", i%benchCalendars), "", (i/benchCalendars)%max(perCal, 1))
+		c := benchBooking(fmt.Sprintf("cal-%05d", i%100), "", (i/100)%perCal)
 		c.RequestID = "h-" + strconv.Itoa(i)
 		c.RecordTTLSeconds = 1
 		return c
 	}); err != nil {
 		return err
 	}
-	waitApplied(b, n, 2*time.Hour)
+	waitApplied(b, n, 4*time.Hour)
 	return nil
 }
 
@@ -167,7 +175,7 @@ func recoveryData(b *testing.B) string {
 			ctx := context.Background()
 			perCal := (bookings + benchCalendars - 1) / benchCalendars
 			if !haveHistory {
-				if err := publishHistory(ctx, b, n, bookings, history, perCal); err != nil {
+				if err := publishHistory(ctx, b, n, bookings, history, filepath.Join(recoveryDir, fmt.Sprintf("bookings-%d", bookings))); err != nil {
 					return err
 				}
 				fmt.Fprintf(os.Stderr, "recovery bench: %d bookings + %d history commands applied in %s\n", bookings, history, time.Since(began).Round(time.Second))

@@ -35,9 +35,24 @@ const SnapshotBucket = "BOOKLINE_SNAPSHOTS"
 // snapshotMetaKey is the object metadata key holding a SnapshotInfo (JSON).
 const snapshotMetaKey = "bookline-snapshot"
 
-// snapshotChunk is the object store chunk size: fewer, larger messages
-// than the default 128 KiB, below the servers' 1 MiB payload limit.
-const snapshotChunk = 512 << 10
+// A snapshot is stored as parts of at most snapshotPart bytes (objects
+// <name>.part-NNNNN) and, once they are all stored, a manifest object
+// <name> that carries the description: a snapshot is listed only when it
+// is complete. nats.go publishes an object's chunks without waiting, and
+// the server refuses publishes to a stream whose ingest queue holds more
+// than 128 MiB (429 too many requests): one part at a time stays below.
+// Chunks are larger than the default 128 KiB (fewer messages), below the
+// servers' 1 MiB payload limit.
+const (
+	snapshotChunk = 512 << 10
+	snapshotPart  = 32 << 20
+)
+
+func partName(name string, i int) string { return fmt.Sprintf("%s.part-%05d", name, i) }
+
+// orphanAge is how old parts without a manifest must be before prune
+// deletes them: younger ones may belong to an upload in progress.
+const orphanAge = time.Hour
 
 // DefaultSnapshotKeep is how many snapshots are kept by default.
 const DefaultSnapshotKeep = 3
@@ -162,14 +177,14 @@ func listSnapshots(ctx context.Context, obs jetstream.ObjectStore) ([]SnapshotIn
 	}
 	var out []SnapshotInfo
 	for _, o := range objs {
-		if o.Deleted || !strings.HasPrefix(o.Name, "index-") {
+		if o.Deleted || !strings.HasPrefix(o.Name, "index-") || strings.Contains(o.Name, ".part-") {
 			continue
 		}
 		var si SnapshotInfo
 		if err := json.Unmarshal([]byte(o.Metadata[snapshotMetaKey]), &si); err != nil {
 			continue // not ours, or damaged: never chosen
 		}
-		si.Name, si.ObjectDigest = o.Name, o.Digest
+		si.Name = o.Name
 		out = append(out, si)
 	}
 	slices.SortFunc(out, func(a, b SnapshotInfo) int { return strings.Compare(a.Name, b.Name) })
@@ -281,25 +296,14 @@ func (s *snapshotter) take(ctx context.Context) (SnapshotInfo, error) {
 		return si, err
 	}
 	defer f.Close()
-	meta, err := json.Marshal(si)
-	if err != nil {
-		return si, err
-	}
 	// With a deadline, nats.go waits for the chunks' acknowledgements as
 	// long as it allows; without one it gives each 5 s, which a large
 	// upload to a busy server can exceed.
 	pctx, cancel := context.WithTimeout(ctx, 30*time.Minute)
 	defer cancel()
-	obj, err := s.obs.Put(pctx, jetstream.ObjectMeta{
-		Name:        si.Name,
-		Description: fmt.Sprintf("bookline index snapshot, stream seq %d", si.StreamLast),
-		Metadata:    map[string]string{snapshotMetaKey: string(meta)},
-		Opts:        &jetstream.ObjectMetaOptions{ChunkSize: snapshotChunk},
-	}, bufio.NewReaderSize(f, 1<<20))
-	if err != nil {
+	if err := s.upload(pctx, &si, f); err != nil {
 		return si, fmt.Errorf("queue: upload snapshot: %w", err)
 	}
-	si.ObjectDigest = obj.Digest
 	took := time.Since(began)
 	s.log.Info("snapshot taken", "name", si.Name, "bytes", si.Size, "stream_seq", si.StreamLast, "took", took.Round(time.Millisecond))
 	if s.taken != nil {
@@ -314,6 +318,30 @@ func (s *snapshotter) take(ctx context.Context) (SnapshotInfo, error) {
 		}
 	}
 	return si, nil
+}
+
+// upload stores the copy in f as parts, then the manifest.
+func (s *snapshotter) upload(ctx context.Context, si *SnapshotInfo, f *os.File) error {
+	si.Parts = int((si.Size + snapshotPart - 1) / snapshotPart)
+	r := bufio.NewReaderSize(f, 1<<20)
+	for i := 0; i < si.Parts; i++ {
+		if _, err := s.obs.Put(ctx, jetstream.ObjectMeta{
+			Name: partName(si.Name, i),
+			Opts: &jetstream.ObjectMetaOptions{ChunkSize: snapshotChunk},
+		}, io.LimitReader(r, snapshotPart)); err != nil {
+			return err
+		}
+	}
+	meta, err := json.Marshal(si)
+	if err != nil {
+		return err
+	}
+	_, err = s.obs.Put(ctx, jetstream.ObjectMeta{
+		Name:        si.Name,
+		Description: fmt.Sprintf("bookline index snapshot, stream seq %d, %d parts", si.StreamLast, si.Parts),
+		Metadata:    map[string]string{snapshotMetaKey: string(meta)},
+	}, strings.NewReader(""))
+	return err
 }
 
 // write copies the index to a file and describes it, horizons included.
@@ -395,18 +423,51 @@ func messageHash(ctx context.Context, stream jetstream.Stream, seq uint64) (stri
 	return hex.EncodeToString(actor.MessageHash(actor.Input{Seq: seq, At: m.Time, SubjectCalendar: cal, Data: m.Data})), nil
 }
 
-// prune deletes all but the newest snapshots.
+// prune deletes all but the newest snapshots (manifest first, so that a
+// half-deleted snapshot is never listed), and parts no manifest names that
+// are older than orphanAge (left by an upload that did not finish).
 func (s *snapshotter) prune(ctx context.Context) error {
 	list, err := listSnapshots(ctx, s.obs)
 	if err != nil {
 		return err
 	}
 	for len(list) > s.cfg.keep() {
-		if err := s.obs.Delete(ctx, list[0].Name); err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
-			return fmt.Errorf("queue: delete old snapshot %s: %w", list[0].Name, err)
+		if err := deleteSnapshot(ctx, s.obs, list[0]); err != nil {
+			return err
 		}
 		s.log.Info("old snapshot deleted", "name", list[0].Name)
 		list = list[1:]
+	}
+	objs, err := s.obs.List(ctx)
+	if err != nil {
+		if errors.Is(err, jetstream.ErrNoObjectsFound) {
+			return nil
+		}
+		return err
+	}
+	kept := map[string]bool{}
+	for _, si := range list {
+		kept[si.Name] = true
+	}
+	for _, o := range objs {
+		name, _, isPart := strings.Cut(o.Name, ".part-")
+		if isPart && !kept[name] && time.Since(o.ModTime) > orphanAge {
+			if err := s.obs.Delete(ctx, o.Name); err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func deleteSnapshot(ctx context.Context, obs jetstream.ObjectStore, si SnapshotInfo) error {
+	if err := obs.Delete(ctx, si.Name); err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
+		return fmt.Errorf("queue: delete old snapshot %s: %w", si.Name, err)
+	}
+	for i := 0; i < si.Parts; i++ {
+		if err := obs.Delete(ctx, partName(si.Name, i)); err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
+			return fmt.Errorf("queue: delete old snapshot %s: %w", si.Name, err)
+		}
 	}
 	return nil
 }
@@ -563,17 +624,25 @@ func restoreOne(ctx context.Context, obs jetstream.ObjectStore, si SnapshotInfo,
 			os.Remove(tmp)
 		}
 	}()
-	obj, err := obs.Get(ctx, si.Name)
-	if err != nil {
-		return fmt.Errorf("read snapshot: %w", err)
-	}
-	defer obj.Close()
 	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
 	if err != nil {
 		return err
 	}
-	// The object store checks the SHA-256 of what it read at the end.
-	_, err = io.Copy(f, obj)
+	// The object store checks each part's SHA-256 at its end.
+	var n int64
+	for i := 0; i < si.Parts && err == nil; i++ {
+		var obj jetstream.ObjectResult
+		if obj, err = obs.Get(ctx, partName(si.Name, i)); err != nil {
+			break
+		}
+		var c int64
+		c, err = io.Copy(f, obj)
+		n += c
+		obj.Close()
+	}
+	if err == nil && n != si.Size {
+		err = fmt.Errorf("%d bytes in %d parts, described as %d", n, si.Parts, si.Size)
+	}
 	if err == nil {
 		err = f.Sync()
 	}

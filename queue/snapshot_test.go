@@ -156,11 +156,12 @@ func TestSnapshotRestoreAndTrim(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	info, err := obs.GetInfo(context.Background(), third.Name)
+	part := third.Name + ".part-00000"
+	info, err := obs.GetInfo(context.Background(), part)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := obs.Put(context.Background(), info.ObjectMeta, strings.NewReader("not an index")); err != nil {
+	if _, err := obs.Put(context.Background(), info.ObjectMeta, strings.NewReader(strings.Repeat("not an index", int(info.Size)/12+1)[:info.Size])); err != nil {
 		t.Fatal(err)
 	}
 	stopNode(t, n)
