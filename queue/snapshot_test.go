@@ -66,6 +66,16 @@ func TestSnapshotRestoreAndTrim(t *testing.T) {
 		Snapshots: queue.SnapshotConfig{Every: 1 << 40, Keep: 2, StreamMaxBytes: 1, TrimGrace: time.Nanosecond}}
 	n := startNodeWith(t, cfg, nil)
 	workload(t, n, "w", 40)
+	// A hold and busy time from before every snapshot, to be found in
+	// the index after the stream is trimmed and the index restored.
+	hold := book("a", "hold-1", 80, 1)
+	hold.Type, hold.Booking.TTLSeconds = actor.TypeHoldCreate, 3600
+	held := submit(t, n, hold)
+	busyStart := t0.Add(90 * 15 * time.Minute)
+	if r := submit(t, n, actor.Command{Type: actor.TypeBusySet, RequestID: "busy-1", CalendarID: "b",
+		Busy: &actor.BusySpec{BlockID: "g-1", Start: busyStart, End: busyStart.Add(time.Hour)}}); held.Outcome != actor.OutcomeAccepted || r.Outcome != actor.OutcomeAccepted {
+		t.Fatalf("hold %+v, busy %+v", held, r)
+	}
 	// An index that will fall behind the trimmed stream.
 	old := filepath.Join(t.TempDir(), "old.db")
 	f, err := os.Create(old)
@@ -147,6 +157,12 @@ func TestSnapshotRestoreAndTrim(t *testing.T) {
 	// overlap itself.)
 	if r := submit(t, n, book("b", "w-1", 7, 2)); r.Outcome != actor.OutcomeAccepted {
 		t.Fatalf("retry of a key decided before the snapshot: %+v", r)
+	}
+	if r := submit(t, n, actor.Command{Type: actor.TypeHoldConfirm, RequestID: "confirm-1", CalendarID: "a", BookingID: held.Booking.ID}); r.Outcome != actor.OutcomeAccepted {
+		t.Fatalf("confirming a hold from before the snapshots: %+v", r)
+	}
+	if r := submit(t, n, book("b", "on-busy", 90, 1)); r.Code != actor.CodeExternalBusy {
+		t.Fatalf("booking on busy time from before the snapshots: %+v", r)
 	}
 	want = digestOf(t, n.Store)
 
