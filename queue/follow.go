@@ -3,6 +3,8 @@ package queue
 import (
 	"context"
 	"time"
+
+	"github.com/bookline/bookline/data"
 )
 
 // followInterval is how often, in cluster mode, an instance brings the
@@ -14,6 +16,12 @@ import (
 const followInterval = 10 * time.Second
 
 // follow catches up the partitions other instances own, until ctx ends.
+// Each round it also records how far every partition's history is
+// complete in this index (its horizon, data.Tx.Horizon): once partition p
+// has applied its last message in the stream, p has nothing this index
+// lacks up to the stream's end as read before. A partition whose last
+// message is older than what another instance trims away then still
+// passes the history checks at the next start.
 func (n *Node) follow(ctx context.Context) {
 	if n.cluster == nil {
 		return
@@ -26,18 +34,54 @@ func (n *Node) follow(ctx context.Context) {
 			return
 		case <-tick.C:
 		}
+		info, err := n.stream.Info(ctx)
+		if err != nil {
+			continue
+		}
+		end := info.State.LastSeq
+		raise := map[int]uint64{}
 		for _, p := range n.Parts {
 			if !p.caughtUp.Load() || p.Stalled() != nil {
 				continue // still starting, or stopped at a command it cannot decide
 			}
-			if mine, _, err := p.ownership(ctx); err != nil || mine {
+			mine, _, err := p.ownership(ctx)
+			if err != nil {
 				continue
 			}
-			cctx, cancel := context.WithTimeout(ctx, max(n.followEvery, 5*time.Second))
-			err := p.syncTo(cctx, partitionFilter(p.ID))
-			cancel()
-			if err != nil && ctx.Err() == nil {
-				n.log.Warn("following a partition owned by another instance", "partition", p.ID, "err", err)
+			if !mine {
+				cctx, cancel := context.WithTimeout(ctx, max(n.followEvery, 5*time.Second))
+				err := p.syncTo(cctx, partitionFilter(p.ID))
+				cancel()
+				if err != nil {
+					if ctx.Err() == nil {
+						n.log.Warn("following a partition owned by another instance", "partition", p.ID, "err", err)
+					}
+					continue
+				}
+			}
+			last, err := p.lastSeqFor(ctx, partitionFilter(p.ID))
+			if err == nil && p.applied.Load() >= last && end > p.horizon.Load() {
+				raise[p.ID] = end
+			}
+		}
+		if len(raise) == 0 {
+			continue
+		}
+		err = n.Store.Commit(func(tx *data.Tx) error {
+			for p, h := range raise {
+				if err := tx.RaiseHorizon(p, h); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			n.log.Warn("record partition horizons", "err", err)
+			continue
+		}
+		for _, p := range n.Parts {
+			if h, ok := raise[p.ID]; ok && h > p.horizon.Load() {
+				p.horizon.Store(h)
 			}
 		}
 	}

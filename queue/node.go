@@ -237,8 +237,15 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 			_ = os.Remove(f)
 		}
 	}
+	began := time.Now()
 	if err = n.restoreIfEmpty(ctx, cfg); err != nil {
 		return nil, err
+	}
+	if time.Since(began) > time.Second {
+		// A restore takes as long as the snapshot is large: what follows
+		// gets its own time.
+		ctx, cancel = context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
 	}
 	if _, err = reconcileIndex(ctx, stream, n.Store, cfg.Partitions, cfg.Logger); err != nil {
 		if !errors.Is(err, ErrHistoryMissing) {
@@ -250,6 +257,8 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 		if err = n.restoreBehind(ctx, cfg, err); err != nil {
 			return nil, err
 		}
+		ctx, cancel = context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
 		if _, err = reconcileIndex(ctx, stream, n.Store, cfg.Partitions, cfg.Logger); err != nil {
 			return nil, err
 		}

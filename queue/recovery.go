@@ -149,6 +149,15 @@ func reconcileIndex(ctx context.Context, s jetstream.Stream, store *data.Store, 
 				return err
 			}
 		}
+		// A horizon past the stream's end was read from a stream that
+		// has since lost its tail: what refills it is unknown.
+		for p, h := range horizon {
+			if h > info.State.LastSeq && reasons[p] == "" {
+				if err := tx.DropHorizon(p); err != nil {
+					return err
+				}
+			}
+		}
 		all := recreated // the first reset drops every calendar at once
 		for p := range reasons {
 			belongs := func(cal string) bool { return PartitionOf(cal, partitions) == p }

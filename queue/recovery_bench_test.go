@@ -3,6 +3,7 @@ package queue_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -206,6 +207,11 @@ func recoveryData(b *testing.B) string {
 	return recoveryDir
 }
 
+// benchLog shows the restore's own account of its time.
+func benchLog() *slog.Logger {
+	return slog.New(slog.NewTextHandler(os.Stderr, nil))
+}
+
 // BenchmarkSnapshotUnderLoad: booking latency while a snapshot of the
 // index is taken, against the same load without one.
 func BenchmarkSnapshotUnderLoad(b *testing.B) {
@@ -295,7 +301,7 @@ func BenchmarkRecovery(b *testing.B) {
 			}
 			b.StartTimer()
 			began := time.Now()
-			n, err := queue.StartNode(queue.NodeConfig{DataDir: dir, Logger: discardLog(), SyncInterval: true})
+			n, err := queue.StartNode(queue.NodeConfig{DataDir: dir, Logger: benchLog(), SyncInterval: true})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -322,7 +328,7 @@ func BenchmarkRecovery(b *testing.B) {
 			joinDir := b.TempDir()
 			b.StartTimer()
 			began := time.Now()
-			n, err := queue.StartNode(queue.NodeConfig{DataDir: joinDir, NATSURL: ns.ClientURL(), InstanceID: "joining", Logger: discardLog()})
+			n, err := queue.StartNode(queue.NodeConfig{DataDir: joinDir, NATSURL: ns.ClientURL(), InstanceID: "joining", Logger: benchLog()})
 			if err != nil {
 				b.Fatal(err)
 			}

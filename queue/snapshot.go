@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/klauspost/compress/s2"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/bookline/bookline/actor"
@@ -322,7 +323,7 @@ func (s *snapshotter) take(ctx context.Context) (SnapshotInfo, error) {
 
 // upload stores the copy in f as parts, then the manifest.
 func (s *snapshotter) upload(ctx context.Context, si *SnapshotInfo, f *os.File) error {
-	si.Parts = int((si.Size + snapshotPart - 1) / snapshotPart)
+	si.Parts = int((si.Stored + snapshotPart - 1) / snapshotPart)
 	r := bufio.NewReaderSize(f, 1<<20)
 	for i := 0; i < si.Parts; i++ {
 		if _, err := s.obs.Put(ctx, jetstream.ObjectMeta{
@@ -351,7 +352,13 @@ func (s *snapshotter) write(ctx context.Context) (SnapshotInfo, string, error) {
 		return SnapshotInfo{}, "", err
 	}
 	path := f.Name()
-	w := bufio.NewWriterSize(f, 1<<20)
+	bw := bufio.NewWriterSize(f, 1<<20)
+	// Compressed: an index's pages are mostly partly filled, and S2
+	// shrinks them about five times at a few hundred MB/s per core, so
+	// upload, storage and every restore move a fifth of the bytes. One
+	// goroutine: the writers share these cores. S2's stream format
+	// checksums each block (CRC-32C), so a damaged copy fails to read.
+	w := s2.NewWriter(bw, s2.WriterConcurrency(1))
 	// The stream's end is read before the copy: every message after the
 	// copy's applied sequences and at or below it is either in the copy
 	// or found by the horizon queries below.
@@ -363,7 +370,14 @@ func (s *snapshotter) write(ctx context.Context) (SnapshotInfo, string, error) {
 	at := time.Now()
 	st, err := s.n.Store.WriteSnapshot(w)
 	if err == nil {
-		err = w.Flush()
+		err = w.Close()
+	}
+	if err == nil {
+		err = bw.Flush()
+	}
+	var stored int64
+	if err == nil {
+		stored, err = f.Seek(0, io.SeekCurrent)
 	}
 	if err == nil {
 		err = f.Close()
@@ -374,7 +388,7 @@ func (s *snapshotter) write(ctx context.Context) (SnapshotInfo, string, error) {
 		return SnapshotInfo{}, path, fmt.Errorf("queue: write snapshot: %w", err)
 	}
 	si := SnapshotInfo{Name: snapshotName(at), TakenAt: at.UTC(), Instance: s.n.InstanceID(), StreamLast: info.State.LastSeq,
-		Partitions: len(s.n.Parts), SnapshotState: st}
+		Partitions: len(s.n.Parts), SnapshotState: st, Compression: "s2", Stored: stored}
 	if si.Horizon, err = horizons(ctx, s.n.stream, st, len(s.n.Parts), info.State.LastSeq); err != nil {
 		return si, path, err
 	}
@@ -606,7 +620,7 @@ func RestoreNewestWhere(ctx context.Context, js jetstream.JetStream, path string
 			return SnapshotInfo{}, false, err
 		}
 		if why == "" {
-			if err = restoreOne(ctx, obs, si, path); err == nil {
+			if err = restoreOne(ctx, obs, si, path, log); err == nil {
 				return si, true, nil
 			}
 			why = err.Error()
@@ -616,8 +630,49 @@ func RestoreNewestWhere(ctx context.Context, js jetstream.JetStream, path string
 	return SnapshotInfo{}, false, nil
 }
 
+// partReader reads a snapshot's parts one after the other.
+type partReader struct {
+	ctx  context.Context
+	obs  jetstream.ObjectStore
+	si   SnapshotInfo
+	next int
+	cur  jetstream.ObjectResult
+}
+
+func (r *partReader) Read(b []byte) (int, error) {
+	for {
+		if r.cur == nil {
+			if r.next == r.si.Parts {
+				return 0, io.EOF
+			}
+			obj, err := r.obs.Get(r.ctx, partName(r.si.Name, r.next))
+			if err != nil {
+				return 0, fmt.Errorf("part %d: %w", r.next, err)
+			}
+			r.cur, r.next = obj, r.next+1
+		}
+		n, err := r.cur.Read(b)
+		if err == io.EOF {
+			r.cur.Close()
+			r.cur = nil
+			if n > 0 {
+				return n, nil
+			}
+			continue
+		}
+		return n, err
+	}
+}
+
+func (r *partReader) close() {
+	if r.cur != nil {
+		r.cur.Close()
+	}
+}
+
 // restoreOne downloads si to path, checks it and prepares it as an index.
-func restoreOne(ctx context.Context, obs jetstream.ObjectStore, si SnapshotInfo, path string) (err error) {
+func restoreOne(ctx context.Context, obs jetstream.ObjectStore, si SnapshotInfo, path string, log *slog.Logger) (err error) {
+	began := time.Now()
 	tmp := path + ".restore"
 	defer func() {
 		if err != nil {
@@ -628,17 +683,19 @@ func restoreOne(ctx context.Context, obs jetstream.ObjectStore, si SnapshotInfo,
 	if err != nil {
 		return err
 	}
-	// The object store checks each part's SHA-256 at its end.
+	// The object store checks each part's SHA-256 at its end, S2 each
+	// block's checksum.
+	parts := &partReader{ctx: ctx, obs: obs, si: si}
+	defer parts.close()
+	var src io.Reader = parts
+	if si.Compression == "s2" {
+		src = s2.NewReader(parts)
+	} else if si.Compression != "" {
+		err = fmt.Errorf("unknown compression %q", si.Compression)
+	}
 	var n int64
-	for i := 0; i < si.Parts && err == nil; i++ {
-		var obj jetstream.ObjectResult
-		if obj, err = obs.Get(ctx, partName(si.Name, i)); err != nil {
-			break
-		}
-		var c int64
-		c, err = io.Copy(f, obj)
-		n += c
-		obj.Close()
+	if err == nil {
+		n, err = io.Copy(f, src)
 	}
 	if err == nil && n != si.Size {
 		err = fmt.Errorf("%d bytes in %d parts, described as %d", n, si.Parts, si.Size)
@@ -652,8 +709,11 @@ func restoreOne(ctx context.Context, obs jetstream.ObjectStore, si SnapshotInfo,
 	if err != nil {
 		return fmt.Errorf("read snapshot: %w", err)
 	}
-	if err := data.PrepareRestored(tmp, si.SnapshotState, si.Horizon); err != nil {
+	read := time.Since(began)
+	if err := data.PrepareRestored(tmp, si.SnapshotState, si.Horizon, false); err != nil {
 		return err
 	}
+	log.Info("snapshot read and checked", "snapshot", si.Name, "read", read.Round(time.Millisecond),
+		"checked", (time.Since(began) - read).Round(time.Millisecond))
 	return data.InstallRestored(tmp, path)
 }
