@@ -188,6 +188,7 @@ func (s *Server) routes() {
 	v1.Delete("/calendars/:calendarId/holds/:holdId", booker(s.byIDCommand(actor.TypeHoldRelease, "holdId", errHoldNotFound))...)
 	v1.Get("/admin/digest", admin(s.digest)...)
 	v1.Post("/admin/calendars/:calendarId/google/sync", admin(s.syncGoogle)...)
+	s.webhookRoutes(v1, admin)
 }
 
 // digest returns the index digest (applied sequence per partition, a hash
