@@ -152,7 +152,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.DurationVar(&c.webhookTimeout, "webhook-timeout", webhook.DefaultAttemptTimeout, "time limit of one webhook delivery attempt (connect, send, answer)")
 	fs.DurationVar(&c.webhookRetryBase, "webhook-retry-base", webhook.DefaultRetryBase, "wait after a webhook endpoint's first failed attempt; each further wait is 3 times the last (±10% jitter), up to --webhook-retry-cap")
 	fs.DurationVar(&c.webhookRetryCap, "webhook-retry-cap", webhook.DefaultRetryCap, "longest wait between two attempts to deliver a webhook event")
-	fs.IntVar(&c.webhookMaxAttempts, "webhook-max-attempts", webhook.DefaultMaxAttempts, "failed attempts at one event after which a webhook endpoint is disabled (the defaults spread 16 attempts over about 3.2 days)")
+	fs.IntVar(&c.webhookMaxAttempts, "webhook-max-attempts", webhook.DefaultMaxAttempts, "failed attempts at one event after which a webhook endpoint is disabled (the defaults spread 15 attempts over about 3.1 days)")
 	fs.DurationVar(&c.webhookGrace, "webhook-rotation-grace", webhook.DefaultRotationGrace, "how long a webhook endpoint's replaced secret keeps signing after a rotation")
 	if err := parseFlagsWithConfig(fs, args, "config"); err != nil {
 		return err

@@ -260,9 +260,11 @@ func (l *loop) handle(ctx context.Context, msg jetstream.Msg) {
 	}
 	for {
 		ep = l.ep.Load()
+		stopBeat := l.heartbeat(msg) // an attempt may outlast ackWait
 		a := l.send(ctx, ep, id, typ, body, attempt)
+		stopBeat()
 		if ctx.Err() != nil && !a.OK {
-			_ = msg.Nak()
+			l.nak(msg)
 			return
 		}
 		l.record(a)
@@ -284,7 +286,7 @@ func (l *loop) handle(ctx context.Context, msg jetstream.Msg) {
 			l.status.NextAttempt = nil
 			l.flush(ctx, true)
 			disabled := l.disable(ctx, reason)
-			_ = msg.Nak()
+			l.nak(msg)
 			if disabled {
 				<-ctx.Done() // the watch stops this loop once it sees the endpoint disabled
 			}
@@ -295,11 +297,31 @@ func (l *loop) handle(ctx context.Context, msg jetstream.Msg) {
 		l.status.NextAttempt = &next
 		l.flush(ctx, true)
 		if !l.hold(ctx, msg, wait) {
-			_ = msg.Nak()
+			l.nak(msg)
 			return
 		}
 		attempt++
 	}
+}
+
+// heartbeat tells NATS the event is in progress until stop is called.
+func (l *loop) heartbeat(msg jetstream.Msg) (stop func()) {
+	done := make(chan struct{})
+	exited := make(chan struct{})
+	go func() {
+		defer close(exited)
+		tick := time.NewTicker(ackWait / 3)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+				_ = msg.InProgress()
+			}
+		}
+	}()
+	return func() { close(done); <-exited }
 }
 
 // hold waits d while keeping the event assigned to this loop.
@@ -317,6 +339,18 @@ func (l *loop) hold(ctx context.Context, msg jetstream.Msg, d time.Duration) boo
 		case <-tick.C:
 			_ = msg.InProgress()
 		}
+	}
+}
+
+// nak hands the event back: the next puller gets it at once rather than
+// after AckWait.
+func (l *loop) nak(msg jetstream.Msg) {
+	// Confirmed like an ack: a plain publish can be lost when the process
+	// closes its connection right after.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if _, err := l.m.cfg.JS.Conn().RequestWithContext(ctx, msg.Reply(), []byte("-NAK")); err != nil {
+		l.m.log.Warn("webhook nak", "endpoint", l.id, "err", err)
 	}
 }
 

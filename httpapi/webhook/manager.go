@@ -43,14 +43,15 @@ const (
 	DefaultAttemptTimeout = 15 * time.Second
 	DefaultRetryBase      = 5 * time.Second
 	DefaultRetryCap       = 12 * time.Hour
-	DefaultMaxAttempts    = 16
+	DefaultMaxAttempts    = 15
 	DefaultRotationGrace  = 24 * time.Hour
 	DefaultPinnedTTL      = 5 * time.Second
 	// ackWait is how long NATS waits for an ack before redelivering: the
 	// loop says "in progress" every third of it while an event is held
-	// (in an attempt or waiting for the next), so only a dead instance
-	// lets it lapse.
-	ackWait = time.Minute
+	// (in an attempt or waiting for the next), so only an instance that
+	// died or stopped lets it lapse. It is short because a handed-back
+	// event (nak) of a pinned consumer was seen to wait for it anyway.
+	ackWait = 10 * time.Second
 )
 
 // Config configures a Manager.
@@ -74,8 +75,8 @@ type Config struct {
 	// RetryBase, RetryCap and MaxAttempts make the retry schedule: the
 	// wait after failed attempt n is RetryBase·3^(n-1), at most RetryCap,
 	// ±10% jitter; after MaxAttempts failed attempts of one event the
-	// endpoint is disabled. The defaults (5s, 12h, 16) spread 16 attempts
-	// over about 3.2 days.
+	// endpoint is disabled. The defaults (5s, 12h, 15) spread 15 attempts
+	// over about 3.1 days.
 	RetryBase, RetryCap time.Duration
 	MaxAttempts         int
 	// RotationGrace is how long a replaced secret keeps signing.
