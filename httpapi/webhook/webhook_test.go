@@ -178,7 +178,7 @@ func TestGuardDialTimeAndRedirects(t *testing.T) {
 	defer srv.Close()
 	port := srv.URL[strings.LastIndex(srv.URL, ":")+1:]
 	strict, _ := NewGuard(nil)
-	_, err := strict.Client(2*time.Second).Get("http://localhost:" + port + "/")
+	_, err := strict.Client(2 * time.Second).Get("http://localhost:" + port + "/")
 	if !errors.Is(err, ErrAddress) {
 		t.Fatalf("localhost without allow-list: %v, want %v", err, ErrAddress)
 	}
