@@ -455,3 +455,102 @@ func testLogOut() io.Writer {
 	}
 	return io.Discard
 }
+
+// TestWebhookAdmin: validation errors, disabling after the schedule with
+// the reason and attempts shown, re-enabling, rotation (both secrets sign)
+// and replay (the same ids again).
+func TestWebhookAdmin(t *testing.T) {
+	rcv := newReceiver(t)
+	wc := fastHooks()
+	wc.MaxAttempts = 3
+	h := startHooks(t, "", wc)
+	for _, tc := range []struct {
+		body any
+		code string
+	}{
+		{map[string]any{"url": "http://example.com/"}, "invalid_request"},
+		{map[string]any{"url": "https://10.0.0.1/"}, "invalid_request"},
+		{map[string]any{"url": rcv.srv.URL, "events": []string{"booking.moved"}}, "invalid_request"},
+		{map[string]any{"url": rcv.srv.URL, "evnts": []string{}}, "invalid_request"},
+		{map[string]any{"url": rcv.srv.URL, "calendars": []string{"a b"}}, "invalid_request"},
+		{"not json", "invalid_request"},
+	} {
+		r := h.do("POST", "/v1/webhooks", tc.body)
+		if r.Status != 400 || r.errorCode(t) != tc.code {
+			t.Errorf("%v: %d %s", tc.body, r.Status, r.Body)
+		}
+	}
+	if r := h.do("GET", "/v1/webhooks/wh_nope", nil); r.Status != 404 || r.errorCode(t) != "not_found" {
+		t.Errorf("unknown id: %d %s", r.Status, r.Body)
+	}
+	hook := h.createHook(map[string]any{"url": rcv.srv.URL})
+	rcv.setSecrets(hook.Secret)
+	if r := h.do("POST", "/v1/webhooks/"+hook.ID+"/replay", nil); r.Status != 400 {
+		t.Errorf("replay without from: %d", r.Status)
+	}
+	var list struct {
+		Webhooks []hookView `json:"webhooks"`
+	}
+	h.do("GET", "/v1/webhooks", nil).json(t, &list)
+	if len(list.Webhooks) != 1 || list.Webhooks[0].Secret != "" {
+		t.Fatalf("list: %+v", list)
+	}
+
+	rcv.mode.Store("500")
+	h.createCalendar("ad", "UTC")
+	queuetest.CheckFor(t, 20*time.Second, func() error {
+		if v := h.getHook(hook.ID); v.Enabled || v.DisabledReason == "" || len(v.Status.Attempts) != 3 {
+			return fmt.Errorf("not disabled yet: enabled=%v reason=%q attempts=%d", v.Enabled, v.DisabledReason, len(v.Status.Attempts))
+		}
+		return nil
+	})
+	rcv.mode.Store("ok")
+	h.mustStatus(h.do("PATCH", "/v1/webhooks/"+hook.ID, map[string]any{"enabled": true}), http.StatusOK)
+	queuetest.CheckFor(t, 20*time.Second, func() error {
+		if k := rcv.count(func(d delivery) bool { return d.Status == 200 && d.Type == "calendar.created" }); k != 1 {
+			return fmt.Errorf("%d deliveries after re-enabling", k)
+		}
+		return nil
+	})
+
+	r := h.do("POST", "/v1/webhooks/"+hook.ID+"/rotate-secret", nil)
+	h.mustStatus(r, http.StatusOK)
+	var rot hookView
+	r.json(t, &rot)
+	if rot.Secret == hook.Secret || len(rot.Secrets) != 2 || rot.Secrets[1]["expires_at"] == nil {
+		t.Fatalf("rotation: %s", r.Body)
+	}
+	rcv.setSecrets(hook.Secret, rot.Secret) // each must verify on its own
+	h.book("ad", 1)
+	queuetest.CheckFor(t, 20*time.Second, func() error {
+		if k := rcv.count(func(d delivery) bool { return d.Status == 200 && d.Signatures == 2 }); k < 1 {
+			return fmt.Errorf("no delivery with two signatures")
+		}
+		return nil
+	})
+	before := rcv.count(func(d delivery) bool { return d.Status == 200 })
+	from := time.Now().Add(-time.Hour).UTC().Format(time.RFC3339)
+	h.mustStatus(h.do("POST", "/v1/webhooks/"+hook.ID+"/replay?from="+from, nil), http.StatusAccepted)
+	queuetest.CheckFor(t, 20*time.Second, func() error {
+		if k := rcv.count(func(d delivery) bool { return d.Status == 200 }); k < 2*before {
+			return fmt.Errorf("%d deliveries after the replay, want %d", k, 2*before)
+		}
+		return nil
+	})
+	ds := rcv.deliveries()
+	ok := ds[:0]
+	for _, d := range ds {
+		if d.Status == 200 {
+			ok = append(ok, d)
+		}
+	}
+	for i := range before {
+		if ok[i].ID != ok[before+i].ID {
+			t.Errorf("replayed delivery %d has id %s, first %s", i, ok[before+i].ID, ok[i].ID)
+		}
+	}
+	h.mustStatus(h.do("DELETE", "/v1/webhooks/"+hook.ID, nil), http.StatusNoContent)
+	if r := h.do("GET", "/v1/webhooks/"+hook.ID, nil); r.Status != 404 {
+		t.Errorf("after delete: %d", r.Status)
+	}
+}
