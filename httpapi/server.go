@@ -190,6 +190,7 @@ func (s *Server) routes() {
 	v1.Post("/admin/snapshots", admin(s.takeSnapshot)...)
 	v1.Get("/admin/snapshots", admin(s.listSnapshots)...)
 	v1.Post("/admin/calendars/:calendarId/google/sync", admin(s.syncGoogle)...)
+	s.webhookRoutes(v1, admin)
 }
 
 // digest returns the index digest (applied sequence per partition, a hash

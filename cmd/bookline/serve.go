@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -17,6 +18,7 @@ import (
 	"github.com/bookline/bookline/actor"
 	"github.com/bookline/bookline/calendarsync"
 	"github.com/bookline/bookline/httpapi"
+	"github.com/bookline/bookline/httpapi/webhook"
 	"github.com/bookline/bookline/queue"
 )
 
@@ -78,6 +80,14 @@ type serveConfig struct {
 	instanceID      string
 	replicas        int
 	takeoverTimeout time.Duration
+
+	// Webhooks.
+	webhookAllowHosts  string
+	webhookTimeout     time.Duration
+	webhookRetryBase   time.Duration
+	webhookRetryCap    time.Duration
+	webhookMaxAttempts int
+	webhookGrace       time.Duration
 }
 
 const serveSummary = `Runs the booking service: HTTP API -> NATS JetStream command stream
@@ -153,6 +163,12 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&c.instanceID, "instance-id", "", "with --nats-url: this instance's unique name among the instances sharing the stream (default hostname-pid)")
 	fs.IntVar(&c.replicas, "replicas", 1, "replicas of the command and event streams when this instance creates them (3 on a 3-node NATS cluster)")
 	fs.DurationVar(&c.takeoverTimeout, "takeover-timeout", queue.DefaultTakeoverTimeout, "with --nats-url: how long the partitions of an instance that stopped pulling (dead or cut off) wait before another instance takes them over (at least 2s)")
+	fs.StringVar(&c.webhookAllowHosts, "webhook-allow-hosts", "", "comma-separated host names, IP addresses or CIDR prefixes that webhook endpoints may use over plain http and that may resolve to private, loopback or link-local addresses (refused for every other host)")
+	fs.DurationVar(&c.webhookTimeout, "webhook-timeout", webhook.DefaultAttemptTimeout, "time limit of one webhook delivery attempt (connect, send, answer)")
+	fs.DurationVar(&c.webhookRetryBase, "webhook-retry-base", webhook.DefaultRetryBase, "wait after a webhook endpoint's first failed attempt; each further wait is 3 times the last (±10% jitter), up to --webhook-retry-cap")
+	fs.DurationVar(&c.webhookRetryCap, "webhook-retry-cap", webhook.DefaultRetryCap, "longest wait between two attempts to deliver a webhook event")
+	fs.IntVar(&c.webhookMaxAttempts, "webhook-max-attempts", webhook.DefaultMaxAttempts, "failed attempts at one event after which a webhook endpoint is disabled (the defaults spread 15 attempts over about 3.1 days)")
+	fs.DurationVar(&c.webhookGrace, "webhook-rotation-grace", webhook.DefaultRotationGrace, "how long a webhook endpoint's replaced secret keeps signing after a rotation")
 	if err := parseFlagsWithConfig(fs, args, "config"); err != nil {
 		return err
 	}
@@ -177,6 +193,10 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	if err := c.checkCluster(); err != nil {
+		return err
+	}
+	guard, err := c.webhookGuard()
+	if err != nil {
 		return err
 	}
 	keys, err := c.keyring()
@@ -239,7 +259,15 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if syncer == nil {
 		return errors.New("serve: the node did not build the Google sync")
 	}
-	api := httpapi.New(apiBackend{Node: node, google: syncer}, httpapi.Config{
+	hooks, stopHooks, err := startWebhooks(node, c.webhookConfig(guard, node.Logger()))
+	if err != nil {
+		return err
+	}
+	// Before the node closes (deferred earlier, so it runs later): an
+	// event being delivered is handed back to NATS while it is still up.
+	defer stopHooks()
+	metrics.AttachWebhooks(hooks)
+	api := httpapi.New(apiBackend{Node: node, google: syncer, Manager: hooks}, httpapi.Config{
 		ReplyTimeout: c.replyTimeout,
 		BodyLimit:    c.maxBodyBytes,
 		Logger:       log,
@@ -443,4 +471,38 @@ func eventsMaxAge(d time.Duration) time.Duration {
 		return -1
 	}
 	return d
+}
+
+// webhookGuard checks the webhook flags and builds the URL guard.
+func (c *serveConfig) webhookGuard() (*webhook.Guard, error) {
+	switch {
+	case c.webhookTimeout <= 0:
+		return nil, errors.New("--webhook-timeout must be positive")
+	case c.webhookRetryBase <= 0 || c.webhookRetryCap < c.webhookRetryBase:
+		return nil, errors.New("--webhook-retry-base must be positive and at most --webhook-retry-cap")
+	case c.webhookMaxAttempts < 1:
+		return nil, errors.New("--webhook-max-attempts must be at least 1")
+	case c.webhookGrace < 0:
+		return nil, errors.New("--webhook-rotation-grace must not be negative")
+	}
+	g, err := webhook.NewGuard(strings.Split(c.webhookAllowHosts, ","))
+	if err != nil {
+		return nil, fmt.Errorf("--webhook-allow-hosts: %w", err)
+	}
+	return g, nil
+}
+
+// webhookConfig is the webhook deliveries' configuration of the flags.
+func (c *serveConfig) webhookConfig(g *webhook.Guard, log *slog.Logger) webhook.Config {
+	return webhook.Config{
+		Replicas:       c.replicas,
+		Guard:          g,
+		Logger:         log,
+		PinnedTTL:      c.takeoverTimeout,
+		AttemptTimeout: c.webhookTimeout,
+		RetryBase:      c.webhookRetryBase,
+		RetryCap:       c.webhookRetryCap,
+		MaxAttempts:    c.webhookMaxAttempts,
+		RotationGrace:  c.webhookGrace,
+	}
 }
