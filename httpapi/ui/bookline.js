@@ -47,7 +47,7 @@ bookline-booking .bl-primary { background: #1f5fc9; border-color: #1f5fc9; color
 bookline-booking .bl-primary:hover { background: #194fa8; }
 bookline-booking .bl-nav { flex: 0 0 auto; width: 44px; padding: 0; }
 bookline-booking .bl-slots { list-style: none; margin: 0; padding: 0; display: grid; grid-template-columns: repeat(auto-fill, minmax(6rem, 1fr)); gap: .5rem; }
-bookline-booking .bl-slot { width: 100%; background: #fff; border-color: #1f5fc9; color: #1f5fc9; font-weight: 600; }
+bookline-booking .bl-slot { width: 100%; white-space: nowrap; padding: .5rem .3rem; background: #fff; border-color: #1f5fc9; color: #1f5fc9; font-weight: 600; }
 bookline-booking .bl-slot:hover { background: #eaf1fd; }
 bookline-booking .bl-empty, bookline-booking .bl-muted { color: #4a5563; }
 bookline-booking .bl-alert { border-radius: 8px; padding: .75rem .9rem; margin: 0 0 1rem; background: #fff4e5; border: 1px solid #e0a04a; }
@@ -436,7 +436,7 @@ body.bl-page { margin: 0; padding: 1.5rem .5rem; background: #eef1f5; }
     }
 
     _timeLabel(t, withZone) {
-      const o = { timeZone: this._tz, hour: '2-digit', minute: '2-digit' };
+      const o = { timeZone: this._tz, hour: 'numeric', minute: '2-digit' };
       if (withZone) {
         o.timeZoneName = 'short';
       }
@@ -452,19 +452,24 @@ body.bl-page { margin: 0; padding: 1.5rem .5rem; background: #eef1f5; }
       const q = this._q;
       const seq = ++this._seq;
       q('.bl-date').value = ymd(this._date);
-      const from = startOfDay(this._date, this._tz);
+      const dayStart = startOfDay(this._date, this._tz);
       const to = startOfDay(addDays(this._date, 1), this._tz);
+      // Calendars without a minimum notice accept starts in the past; a
+      // page offers none. The next whole minute keeps the grid intact.
+      const from = Math.max(dayStart, Math.ceil(Date.now() / 60000) * 60000);
+      const min = q('.bl-date').min;
+      q('.bl-prev').disabled = !!min && ymd(this._date) <= min;
       this._slots = null;
       q('.bl-slots').replaceChildren();
       q('.bl-slots').setAttribute('aria-busy', 'true');
       q('.bl-empty').hidden = true;
-      this._announce('Loading times for ' + this._dayLabel(from) + '…');
+      this._announce('Loading times for ' + this._dayLabel(dayStart) + '…');
       const qs = new URLSearchParams({
         from: new Date(from).toISOString(), to: new Date(to).toISOString(), duration: this._duration + 'm',
       });
       let res;
       try {
-        res = await this._api('GET', '/availability?' + qs);
+        res = from >= to ? { slots: [] } : await this._api('GET', '/availability?' + qs);
       } catch (e) {
         if (seq === this._seq) {
           q('.bl-slots').removeAttribute('aria-busy');
@@ -476,11 +481,12 @@ body.bl-page { margin: 0; padding: 1.5rem .5rem; background: #eef1f5; }
         return; // a later day was asked for meanwhile
       }
       this._slots = res.slots || [];
-      this._dayFrom = from;
+      this._dayFrom = dayStart;
+      q('.bl-slots-title').textContent = 'Free times on ' + this._dayLabel(dayStart);
       this._renderSlots();
       const n = this._slots.length;
-      this._announce(n === 0 ? 'No free times on ' + this._dayLabel(from) + '.'
-        : n + (n === 1 ? ' free time' : ' free times') + ' on ' + this._dayLabel(from) + '.');
+      this._announce(n === 0 ? 'No free times on ' + this._dayLabel(dayStart) + '.'
+        : n + (n === 1 ? ' free time' : ' free times') + ' on ' + this._dayLabel(dayStart) + '.');
     }
 
     _renderSlots() {
