@@ -487,6 +487,9 @@ func TestBookingPageExpiredHold(t *testing.T) {
 	if !strings.Contains(alert, "expired") {
 		t.Fatalf("alert %q", alert)
 	}
+	if f := get(t, ctx, "the focused element", chromedp.Evaluate[string](`document.activeElement.className`)); f != "bl-retry" {
+		t.Errorf("focus on %q after the expiry, want the retry button", f)
+	}
 	run(t, ctx, "retry and confirm in time",
 		chromedp.Evaluate[chromedp.Void](`document.querySelector('bookline-booking').setAttribute('hold-ttl', '300')`),
 		chromedp.Click(chromedp.CSS(".bl-retry")),

@@ -588,8 +588,9 @@ body.bl-page { margin: 0; padding: 1.5rem .5rem; background: #eef1f5; }
     _expired() {
       clearInterval(this._timer);
       this._hold_ = null;
-      this._show('details');
+      this._show('details', false);
       this._alert('Your hold on this time expired before it was confirmed. Try again to hold it anew.', false, true);
+      this._q('.bl-retry').focus();
     }
 
     _taken() {
