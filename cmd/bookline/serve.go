@@ -49,6 +49,8 @@ type serveConfig struct {
 	maxListLimit   int
 	rateLimit      float64
 	rateBurst      int
+	pageRateLimit  float64
+	pageRateBurst  int
 	logEvery       bool
 
 	keylessRetention time.Duration
@@ -100,9 +102,11 @@ Configuration precedence: command line > environment (BOOKLINE_<NAME>) >
 flag names, e.g. {"http-addr": "0.0.0.0:8080", "rate-limit": 50,
 "api-keys-file": "/etc/bookline/keys.json"}; unknown keys are an error.
 
-API keys: a JSON array [{"name","role","sha256","calendars"}] in
+API keys: a JSON array [{"name","role","sha256","calendars","origins"}] in
 --api-keys-file or --api-keys; role "booker" (bookings and reads, limited
-to "calendars" when given) or "admin" (everything). Only the SHA-256 of a
+to "calendars" when given), "admin" (everything) or "publishable" (for
+booking pages in browsers: availability and holds on its "calendars", from
+the web pages at its "origins"; /book/<calendar>?key=<key> is its page). Only the SHA-256 of a
 key is configured: 'bookline hash-key --new' makes a key and its hash.
 Without keys the API is open, which is allowed only on a loopback
 --http-addr.`
@@ -136,6 +140,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&c.maxListLimit, "max-list-limit", httpapi.MaxListLimit, "largest page size (limit) of a booking list")
 	fs.Float64Var(&c.rateLimit, "rate-limit", 100, "requests per second allowed per API key (no limit when running open on loopback without keys); more answers 429 rate_limited with Retry-After (0 = no limit)")
 	fs.IntVar(&c.rateBurst, "rate-burst", 200, "requests a key may make at once before --rate-limit applies")
+	fs.Float64Var(&c.pageRateLimit, "page-rate-limit", 2, "requests per second allowed per client IP address with a publishable key (booking pages; such keys are public, so they are limited per client, not per key); more answers 429 rate_limited with Retry-After (0 = no limit)")
+	fs.IntVar(&c.pageRateBurst, "page-rate-burst", 40, "requests a client may make at once with a publishable key before --page-rate-limit applies")
 	fs.BoolVar(&c.logEvery, "log-every-booking", false, "send every booking and hold through the log; by default one without an Idempotency-Key that the committed index already refuses (slot taken, a rule, no such calendar) is answered from the index and not logged (no command, no outcome event)")
 
 	fs.DurationVar(&c.keylessRetention, "keyless-record-retention", 24*time.Hour, "how long, in log time (the commands' stream timestamps), the request records of writes without an Idempotency-Key and of bookline's own commands (hold expiries, Google busy time) are kept: the 202 Location of such a write can be read this long; at least 1m; 0 = forever")
@@ -282,6 +288,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		RateLimit:    c.rateLimit,
 		RateBurst:    c.rateBurst,
 
+		PageRateLimit: c.pageRateLimit,
+		PageRateBurst: c.pageRateBurst,
+
 		LogEveryBooking: c.logEvery,
 
 		KeylessRecordRetention: c.keylessRetention,
@@ -332,6 +341,10 @@ func (c *serveConfig) checkLimits() error {
 		return errors.New("--rate-limit must not be negative")
 	case c.rateLimit > 0 && c.rateBurst < 1:
 		return errors.New("--rate-burst must be at least 1")
+	case c.pageRateLimit < 0:
+		return errors.New("--page-rate-limit must not be negative")
+	case c.pageRateLimit > 0 && c.pageRateBurst < 1:
+		return errors.New("--page-rate-burst must be at least 1")
 	case c.readTimeout <= 0, c.idleTimeout <= 0, c.shutdownTimeout <= 0:
 		return errors.New("--http-read-timeout, --http-idle-timeout and --shutdown-timeout must be positive")
 	case c.writeTimeout <= c.replyTimeout:
