@@ -14,24 +14,31 @@ import (
 )
 
 func (s *Server) getCalendar(c *fiber.Ctx) error {
-	cal, err := calendarID(c)
+	out, err := s.readCalendar(c)
 	if err != nil {
 		return err
 	}
-	if err := s.syncRead(c, cal); err != nil {
-		return err
-	}
+	return s.writeCalendar(c, out)
+}
+
+// readCalendar reads the route's calendar, synced first in cluster mode.
+func (s *Server) readCalendar(c *fiber.Ctx) (data.Calendar, error) {
 	var out data.Calendar
+	cal, err := calendarID(c)
+	if err != nil {
+		return out, err
+	}
+	if err := s.syncRead(c, cal); err != nil {
+		return out, err
+	}
 	err = s.backend.View(func(tx *data.Tx) error {
 		out, err = tx.Calendar(cal)
 		return err
 	})
 	if errors.Is(err, data.ErrNotFound) {
-		return &Error{Code: actor.CodeCalendarNotFound, Message: "calendar not found"}
-	} else if err != nil {
-		return err
+		return out, &Error{Code: actor.CodeCalendarNotFound, Message: "calendar not found"}
 	}
-	return s.writeCalendar(c, out)
+	return out, err
 }
 
 func (s *Server) getBooking(c *fiber.Ctx) error {

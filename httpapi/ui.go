@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"html/template"
 	"regexp"
@@ -11,7 +10,6 @@ import (
 	"github.com/gofiber/fiber/v2"
 
 	"github.com/bookline/bookline/actor"
-	"github.com/bookline/bookline/data"
 	"github.com/bookline/bookline/httpapi/ui"
 )
 
@@ -103,21 +101,8 @@ type calendarPageResponse struct {
 }
 
 func (s *Server) calendarPage(c *fiber.Ctx) error {
-	cal, err := calendarID(c)
+	out, err := s.readCalendar(c)
 	if err != nil {
-		return err
-	}
-	if err := s.syncRead(c, cal); err != nil {
-		return err
-	}
-	var out data.Calendar
-	err = s.backend.View(func(tx *data.Tx) error {
-		out, err = tx.Calendar(cal)
-		return err
-	})
-	if errors.Is(err, data.ErrNotFound) {
-		return &Error{Code: actor.CodeCalendarNotFound, Message: "calendar not found"}
-	} else if err != nil {
 		return err
 	}
 	r := &out.Rules
