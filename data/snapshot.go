@@ -116,16 +116,15 @@ func (t *Tx) snapshotState(digest bool) (SnapshotState, error) {
 // content is not what its description says.
 var ErrSnapshotMismatch = errors.New("data: snapshot does not match its description")
 
-// PrepareRestored checks a snapshot copied to path against want (schema,
+// CheckRestored checks a snapshot copied to path against want (schema,
 // stream and applied sequences; with checkDigest also the decided state's
 // digest, which reads every page: the copy's bytes are already checked by
-// the object store's and the compression's checksums) and makes it
-// an index of this instance: the event outbox of the instance that took
-// it is dropped (those events were that instance's to publish, and are in
-// the event stream or will be) and the horizons are raised to horizon
-// (see Tx.Horizon). The file is synced before it returns.
-func PrepareRestored(path string, want SnapshotState, horizon map[int]uint64, checkDigest bool) error {
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 2 * time.Second, NoFreelistSync: true, FreelistType: bolt.FreelistMapType})
+// the object store's and the compression's checksums). It only reads:
+// bbolt rebuilds the free list of an index without a synced one on the
+// first write, which for a large index takes seconds, so the writes a
+// restored index needs (AdoptRestored) wait for the store that serves it.
+func CheckRestored(path string, want SnapshotState, checkDigest bool) error {
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 2 * time.Second, ReadOnly: true})
 	if err != nil {
 		return fmt.Errorf("data: open restored snapshot: %w", err)
 	}
@@ -151,26 +150,27 @@ func PrepareRestored(path string, want SnapshotState, horizon map[int]uint64, ch
 	case checkDigest && got.Digest != want.Digest:
 		return fmt.Errorf("%w: state digest %s, described as %s", ErrSnapshotMismatch, got.Digest, want.Digest)
 	}
-	err = db.Update(func(btx *bolt.Tx) error {
-		for _, name := range [][]byte{bucketEvents, bucketEventsAside} {
-			if btx.Bucket(name) != nil {
-				if err := btx.DeleteBucket(name); err != nil {
-					return err
-				}
-			}
-		}
-		tx := &Tx{tx: btx}
-		for p, h := range horizon {
-			if err := tx.RaiseHorizon(p, h); err != nil {
+	return nil
+}
+
+// AdoptRestored makes a restored snapshot an index of this instance: the
+// event outbox of the instance that took it is dropped (those events were
+// that instance's to publish, and are in the event stream or will be) and
+// the horizons are raised to horizon (see Tx.Horizon).
+func (t *Tx) AdoptRestored(horizon map[int]uint64) error {
+	for _, name := range [][]byte{bucketEvents, bucketEventsAside} {
+		if t.tx.Bucket(name) != nil {
+			if err := t.tx.DeleteBucket(name); err != nil {
 				return err
 			}
 		}
-		return nil
-	})
-	if err != nil {
-		return err
 	}
-	return db.Sync()
+	for p, h := range horizon {
+		if err := t.RaiseHorizon(p, h); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // InstallRestored moves a prepared snapshot copy at from to the index path

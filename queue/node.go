@@ -366,8 +366,10 @@ func (n *Node) restoreIfEmpty(ctx context.Context, cfg NodeConfig) error {
 	} else {
 		n.log.Error("NO USABLE SNAPSHOT: rebuilding the index from the whole command stream", "snapshots", len(list))
 	}
-	n.Store, err = data.OpenWith(path, opts)
-	return err
+	if n.Store, err = data.OpenWith(path, opts); err != nil || !ok {
+		return err
+	}
+	return n.Store.Commit(func(tx *data.Tx) error { return tx.AdoptRestored(si.Horizon) })
 }
 
 // restoreBehind replaces an index whose history the command stream no

@@ -169,7 +169,7 @@ func ListSnapshots(ctx context.Context, js jetstream.JetStream) ([]SnapshotInfo,
 }
 
 func listSnapshots(ctx context.Context, obs jetstream.ObjectStore) ([]SnapshotInfo, error) {
-	objs, err := obs.List(ctx)
+	objs, err := listObjects(ctx, obs)
 	if errors.Is(err, jetstream.ErrNoObjectsFound) {
 		return nil, nil
 	}
@@ -190,6 +190,17 @@ func listSnapshots(ctx context.Context, obs jetstream.ObjectStore) ([]SnapshotIn
 	}
 	slices.SortFunc(out, func(a, b SnapshotInfo) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil
+}
+
+// listObjects lists the bucket's objects. Without a deadline nats.go gives
+// the listing 5 s, which a server busy storing a large upload can exceed.
+func listObjects(ctx context.Context, obs jetstream.ObjectStore) ([]*jetstream.ObjectInfo, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+	}
+	return obs.List(ctx)
 }
 
 // snapshotter takes the node's snapshots, keeps the newest, and trims the
@@ -452,7 +463,7 @@ func (s *snapshotter) prune(ctx context.Context) error {
 		s.log.Info("old snapshot deleted", "name", list[0].Name)
 		list = list[1:]
 	}
-	objs, err := s.obs.List(ctx)
+	objs, err := listObjects(ctx, s.obs)
 	if err != nil {
 		if errors.Is(err, jetstream.ErrNoObjectsFound) {
 			return nil
@@ -584,7 +595,9 @@ func restoreCandidate(ctx context.Context, stream jetstream.Stream, info *jetstr
 }
 
 // RestoreNewest installs the newest snapshot the command stream can
-// continue as the index file path (which must not exist). It tries older
+// continue as the index file path (which must not exist); the caller
+// opens it and commits Tx.AdoptRestored with the snapshot's horizons
+// before anything else. It tries older
 // snapshots when one cannot be read or does not match its description,
 // loudly, and returns ok=false when none could be restored.
 func RestoreNewest(ctx context.Context, js jetstream.JetStream, path string, log *slog.Logger) (SnapshotInfo, bool, error) {
@@ -630,43 +643,67 @@ func RestoreNewestWhere(ctx context.Context, js jetstream.JetStream, path string
 	return SnapshotInfo{}, false, nil
 }
 
-// partReader reads a snapshot's parts one after the other.
+// partReader reads a snapshot's parts in order, fetching up to
+// partsAhead of them at once: one object read is one ordered consumer,
+// and reading several overlaps their round trips.
 type partReader struct {
-	ctx  context.Context
-	obs  jetstream.ObjectStore
-	si   SnapshotInfo
-	next int
-	cur  jetstream.ObjectResult
+	parts chan chan partData
+	stop  chan struct{}
+	cur   []byte
+	done  bool
+}
+
+const partsAhead = 4
+
+type partData struct {
+	b   []byte
+	err error
+}
+
+func newPartReader(ctx context.Context, obs jetstream.ObjectStore, si SnapshotInfo) *partReader {
+	r := &partReader{parts: make(chan chan partData, partsAhead), stop: make(chan struct{})}
+	go func() {
+		defer close(r.parts)
+		for i := 0; i < si.Parts; i++ {
+			out := make(chan partData, 1)
+			select {
+			case r.parts <- out:
+			case <-r.stop:
+				return
+			}
+			go func() {
+				b, err := obs.GetBytes(ctx, partName(si.Name, i))
+				if err != nil {
+					err = fmt.Errorf("part %d: %w", i, err)
+				}
+				out <- partData{b, err}
+			}()
+		}
+	}()
+	return r
 }
 
 func (r *partReader) Read(b []byte) (int, error) {
-	for {
-		if r.cur == nil {
-			if r.next == r.si.Parts {
-				return 0, io.EOF
-			}
-			obj, err := r.obs.Get(r.ctx, partName(r.si.Name, r.next))
-			if err != nil {
-				return 0, fmt.Errorf("part %d: %w", r.next, err)
-			}
-			r.cur, r.next = obj, r.next+1
+	for len(r.cur) == 0 {
+		next, ok := <-r.parts
+		if !ok {
+			return 0, io.EOF
 		}
-		n, err := r.cur.Read(b)
-		if err == io.EOF {
-			r.cur.Close()
-			r.cur = nil
-			if n > 0 {
-				return n, nil
-			}
-			continue
+		d := <-next
+		if d.err != nil {
+			return 0, d.err
 		}
-		return n, err
+		r.cur = d.b
 	}
+	n := copy(b, r.cur)
+	r.cur = r.cur[n:]
+	return n, nil
 }
 
 func (r *partReader) close() {
-	if r.cur != nil {
-		r.cur.Close()
+	if !r.done {
+		r.done = true
+		close(r.stop)
 	}
 }
 
@@ -685,17 +722,20 @@ func restoreOne(ctx context.Context, obs jetstream.ObjectStore, si SnapshotInfo,
 	}
 	// The object store checks each part's SHA-256 at its end, S2 each
 	// block's checksum.
-	parts := &partReader{ctx: ctx, obs: obs, si: si}
+	parts := newPartReader(ctx, obs, si)
 	defer parts.close()
-	var src io.Reader = parts
-	if si.Compression == "s2" {
-		src = s2.NewReader(parts)
-	} else if si.Compression != "" {
+	var n int64
+	bw := bufio.NewWriterSize(f, 1<<20)
+	switch si.Compression {
+	case "s2":
+		n, err = s2.NewReader(parts).DecodeConcurrent(bw, 2)
+	case "":
+		n, err = io.Copy(bw, parts)
+	default:
 		err = fmt.Errorf("unknown compression %q", si.Compression)
 	}
-	var n int64
 	if err == nil {
-		n, err = io.Copy(f, src)
+		err = bw.Flush()
 	}
 	if err == nil && n != si.Size {
 		err = fmt.Errorf("%d bytes in %d parts, described as %d", n, si.Parts, si.Size)
@@ -710,7 +750,7 @@ func restoreOne(ctx context.Context, obs jetstream.ObjectStore, si SnapshotInfo,
 		return fmt.Errorf("read snapshot: %w", err)
 	}
 	read := time.Since(began)
-	if err := data.PrepareRestored(tmp, si.SnapshotState, si.Horizon, false); err != nil {
+	if err := data.CheckRestored(tmp, si.SnapshotState, false); err != nil {
 		return err
 	}
 	log.Info("snapshot read and checked", "snapshot", si.Name, "read", read.Round(time.Millisecond),
