@@ -328,7 +328,7 @@ func TestExternalEventBlocksBooking(t *testing.T) {
 	fake.PutEvent(g, calendar.Event{Summary: "free", Start: s, End: e, Transparency: "transparent"})
 	s, e = ev(14)
 	fake.PutEvent(g, calendar.Event{Id: "0123456789abcdefghijklmnop", Summary: "mirror", Start: s, End: e,
-		ExtendedProperties: &calendar.EventExtendedProperties{Private: map[string]string{calendarsync.PropBookingID: "0123456789abcdefghijklmnop"}}})
+		ExtendedProperties: &calendar.EventExtendedProperties{Private: map[string]string{calendarsync.PropBookingID: "0123456789abcdefghijklmnop", calendarsync.PropCalendarID: "room"}}})
 
 	code, out = do("POST", "/v1/admin/calendars/room/google/sync", "")
 	if code != 200 {

@@ -95,6 +95,7 @@ type linkState struct {
 	syncToken   string        // guarded by busy
 	tokenFor    string        // Google calendar the token belongs to
 	lastFull    time.Time
+	windowEnd   time.Time // end of the read window of the last full read
 	pausedUntil time.Time
 }
 
