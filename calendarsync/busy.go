@@ -42,19 +42,24 @@ func (s *Syncer) goBusyAll(ctx context.Context) {
 		return nil
 	})
 	for _, c := range cals {
-		l := s.link(c.ID)
-		if !l.busy.TryLock() {
-			continue // the previous read is still running
-		}
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			defer l.busy.Unlock()
-			if _, err := s.busyLocked(ctx, c, l); err != nil && ctx.Err() == nil {
-				s.log.Warn("reading busy time from google", "calendar", c.ID, "err", err)
-			}
-		}()
+		s.goBusyOne(ctx, c, s.link(c.ID))
 	}
+}
+
+// goBusyOne reads calendar c's busy time in the background, unless a read
+// of it is running.
+func (s *Syncer) goBusyOne(ctx context.Context, c data.Calendar, l *linkState) {
+	if !l.busy.TryLock() {
+		return // the previous read is still running
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer l.busy.Unlock()
+		if _, err := s.busyLocked(ctx, c, l); err != nil && ctx.Err() == nil {
+			s.log.Warn("reading busy time from google", "calendar", c.ID, "err", err)
+		}
+	}()
 }
 
 // SyncBusy reads calendar cal's busy time from Google now and sends the
@@ -87,15 +92,24 @@ func (s *Syncer) SyncBusy(ctx context.Context, cal string) (data.BusySyncResult,
 
 // busyLocked reads one calendar's busy time; l.busy is held.
 func (s *Syncer) busyLocked(ctx context.Context, c data.Calendar, l *linkState) (res data.BusySyncResult, err error) {
+	s.mu.Lock()
+	s.busyKnown[c.ID] = true
+	s.mu.Unlock()
 	defer func() {
 		if err != nil && ctx.Err() == nil {
 			act, reason := classify(err)
 			s.failed(c.ID, reason)
-			if act == actDegrade || act == actNotFound {
+			switch act {
+			case actDegrade, actNotFound:
 				s.degrade(c.ID, reason, err)
+			case actThrottle:
+				s.throttle(c.ID, err)
 			}
 		}
 	}()
+	if !s.waitThrottle(ctx) {
+		return res, ctx.Err()
+	}
 	svc, err := s.service(ctx)
 	if err != nil {
 		return res, err
@@ -396,4 +410,82 @@ func eventTime(d *calendar.EventDateTime, loc *time.Location) (time.Time, bool) 
 	}
 	t, err := time.ParseInLocation(time.DateOnly, d.Date, loc)
 	return t, err == nil
+}
+
+// goSweep clears, through the log, the busy blocks of calendars whose busy
+// time is no longer read (unlinked, or sync_busy turned off): busy.clear
+// of every live block imported from Google. A calendar linked to another
+// Google calendar is read again at once (its full read clears the old
+// calendar's blocks). all: every calendar (at start); else those whose
+// busy time this process read. At most one sweep runs at a time.
+func (s *Syncer) goSweep(ctx context.Context, all bool) {
+	if !s.sweeping.CompareAndSwap(false, true) {
+		return
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer s.sweeping.Store(false)
+		var ids []string
+		if all {
+			_ = s.store.View(func(tx *data.Tx) error { ids = tx.CalendarIDs(); return nil })
+		} else {
+			s.mu.Lock()
+			for id := range s.busyKnown {
+				ids = append(ids, id)
+			}
+			s.mu.Unlock()
+		}
+		for _, id := range ids {
+			if ctx.Err() != nil {
+				return
+			}
+			s.sweepOne(ctx, id)
+		}
+	}()
+}
+
+func (s *Syncer) sweepOne(ctx context.Context, cal string) {
+	var c data.Calendar
+	var blocks []data.BusyBlock
+	if err := s.store.View(func(tx *data.Tx) (err error) {
+		if c, err = tx.Calendar(cal); err != nil {
+			return err
+		}
+		blocks, err = tx.BusyBlocks(cal)
+		return err
+	}); err != nil {
+		return
+	}
+	l := s.link(cal)
+	if c.Google != nil && c.Google.SyncBusy {
+		if !l.busy.TryLock() {
+			return
+		}
+		moved := l.tokenFor != "" && l.tokenFor != c.Google.CalendarID
+		l.busy.Unlock()
+		if moved {
+			s.goBusyOne(ctx, c, l)
+		}
+		return
+	}
+	if !l.busy.TryLock() {
+		return
+	}
+	defer l.busy.Unlock()
+	l.syncToken, l.tokenFor = "", ""
+	for _, b := range blocks {
+		if b.Cleared || !strings.HasPrefix(b.ID, BlockPrefix) {
+			continue
+		}
+		if err := s.publish(ctx, busyCommand(cal, actor.TypeBusyClear, b.ID, data.Interval{}, b.Seq)); err != nil {
+			if ctx.Err() == nil {
+				s.log.Warn("clearing the busy time of an unlinked calendar", "calendar", cal, "err", err)
+			}
+			return
+		}
+	}
+	s.mu.Lock()
+	delete(s.busyKnown, cal)
+	s.mu.Unlock()
 }

@@ -33,6 +33,9 @@ func TestClassify(t *testing.T) {
 		{gerr(429, "rateLimitExceeded"), actRetry, ReasonRateLimited},
 		{gerr(403, "rateLimitExceeded"), actRetry, ReasonRateLimited},
 		{gerr(403, "userRateLimitExceeded"), actRetry, ReasonRateLimited},
+		{gerr(403, "quotaExceeded"), actThrottle, ReasonQuotaExceeded},
+		{gerr(403, "dailyLimitExceeded"), actThrottle, ReasonQuotaExceeded},
+		{gerr(429, "quotaExceeded"), actThrottle, ReasonQuotaExceeded},
 		{gerr(403, "forbidden"), actDegrade, ReasonForbidden},
 		{gerr(403, "insufficientPermissions"), actDegrade, ReasonForbidden},
 		{gerr(401, "authError"), actDegrade, ReasonUnauthorized},
@@ -73,7 +76,7 @@ func TestBlockIDAndEventID(t *testing.T) {
 	if !actor.ValidBlockID(id) {
 		t.Fatalf("block id %q invalid", id)
 	}
-	ev := EventFor(&fakeBooking)
+	ev := EventFor(&fakeBooking, nil)
 	if !regexp.MustCompile(`^[0-9a-v]{5,}$`).MatchString(ev.Id) || len(ev.Id) > 1024 {
 		t.Fatalf("event id %q is not base32hex 5-1024", ev.Id)
 	}

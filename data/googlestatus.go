@@ -13,9 +13,14 @@ import (
 type GoogleStatus struct {
 	CalendarID string `json:"calendar_id"`
 	SyncBusy   bool   `json:"sync_busy"`
-	// Status is "ok" or "degraded", with Reason.
-	Status string `json:"status"`
-	Reason string `json:"reason,omitempty"`
+	// Status is "ok", "degraded" (the link needs fixing) or "throttled"
+	// (Google's usage quota is spent until ThrottledUntil), with Reason.
+	Status         string     `json:"status"`
+	Reason         string     `json:"reason,omitempty"`
+	ThrottledUntil *time.Time `json:"throttled_until,omitempty"`
+	// DeadLetters counts the mirror operations set aside after Google
+	// refused them repeatedly (see the admin dead-letter routes).
+	DeadLetters int `json:"dead_letters"`
 	// Pending is the number of mirror operations not yet in Google
 	// (counted up to 10000).
 	Pending  int        `json:"pending"`
