@@ -35,8 +35,9 @@ var ErrCredentials = errors.New("calendarsync: credentials")
 // token: {"type": "authorized_user", "client_id", "client_secret",
 // "refresh_token"} (as written by gcloud), or a downloaded client secret
 // file ({"installed": {...}} or {"web": {...}}) with a top-level
-// "refresh_token" added.
-func CredentialsFile(path, subject string) ServiceFunc {
+// "refresh_token" added. opts are added to the client's options (tests
+// point it at a fake).
+func CredentialsFile(path, subject string, opts ...option.ClientOption) ServiceFunc {
 	return func(ctx context.Context) (*calendar.Service, error) {
 		b, err := os.ReadFile(path)
 		if err != nil {
@@ -47,13 +48,22 @@ func CredentialsFile(path, subject string) ServiceFunc {
 			return nil, err
 		}
 		hc := oauth2.NewClient(context.WithValue(context.Background(), oauth2.HTTPClient, &http.Client{Timeout: time.Minute}), ts)
-		return calendar.NewService(ctx, option.WithHTTPClient(hc))
+		return calendar.NewService(ctx, append([]option.ClientOption{option.WithHTTPClient(hc)}, opts...)...)
 	}
 }
 
+// RefreshTimeout bounds one token refresh (the token endpoint's answer):
+// the Syncer's calls share one token source, so a refresh that hangs
+// would stall every calendar.
+const RefreshTimeout = 30 * time.Second
+
 // TokenSource builds the OAuth2 token source of a credentials file (see
-// CredentialsFile).
+// CredentialsFile); each refresh is bounded by RefreshTimeout.
 func TokenSource(b []byte, subject string) (oauth2.TokenSource, error) {
+	return tokenSource(b, subject, RefreshTimeout)
+}
+
+func tokenSource(b []byte, subject string, timeout time.Duration) (oauth2.TokenSource, error) {
 	var head struct {
 		Type         string          `json:"type"`
 		ClientID     string          `json:"client_id"`
@@ -66,7 +76,9 @@ func TokenSource(b []byte, subject string) (oauth2.TokenSource, error) {
 	if err := json.Unmarshal(b, &head); err != nil {
 		return nil, fmt.Errorf("%w: not JSON: %v", ErrCredentials, err)
 	}
-	bg := context.Background()
+	// The token source keeps this context for every refresh; its HTTP
+	// client's timeout is what bounds them.
+	bg := context.WithValue(context.Background(), oauth2.HTTPClient, &http.Client{Timeout: timeout})
 	switch {
 	case head.Type == "service_account":
 		cfg, err := google.JWTConfigFromJSON(b, Scopes...)

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"regexp"
 	"testing"
 	"time"
@@ -116,3 +117,31 @@ func must[T any](v T, err error) T {
 }
 
 var fakeBooking = bookingForTest()
+
+// TestTokenRefreshIsBounded: a token endpoint that never answers fails the
+// refresh instead of hanging every calendar.
+func TestTokenRefreshIsBounded(t *testing.T) {
+	hang := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-hang:
+		case <-r.Context().Done():
+		}
+	}))
+	defer srv.Close()
+	defer close(hang)
+	ts, err := tokenSource([]byte(`{"type":"authorized_user","client_id":"c","client_secret":"s","refresh_token":"r","token_uri":"`+srv.URL+`"}`), "", 100*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { _, err := ts.Token(); done <- err }()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("a hung refresh returned a token")
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the refresh is not bounded")
+	}
+}

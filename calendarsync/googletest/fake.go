@@ -84,6 +84,7 @@ type Server struct {
 	faultRate float64
 	faults    []Fault
 	denyAll   *Fault // answered to every request while set
+	token     string // when set, requests need "Authorization: Bearer <token>"
 	delay     time.Duration
 
 	requests atomic.Int64
@@ -175,6 +176,15 @@ func (s *Server) Channels(id string) []string {
 
 // Notifications counts the push notifications delivered (answered 2xx).
 func (s *Server) Notifications() int64 { return s.notified.Load() }
+
+// RequireToken makes every request without the access token tok answer
+// 401 authError, as Google does with an expired or revoked token ("" =
+// no check).
+func (s *Server) RequireToken(tok string) {
+	s.mu.Lock()
+	s.token = tok
+	s.mu.Unlock()
+}
 
 // SetDelay delays every answer by d (0 = none).
 func (s *Server) SetDelay(d time.Duration) {
@@ -378,7 +388,12 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	f := s.pickFault(r.Method)
 	delay := s.delay
+	tok := s.token
 	s.mu.Unlock()
+	if tok != "" && r.Header.Get("Authorization") != "Bearer "+tok {
+		writeError(w, 401, "authError", "Invalid Credentials")
+		return
+	}
 	if f != nil {
 		s.injected.Add(1)
 		delay += f.Delay
