@@ -66,7 +66,7 @@ var fingerprintedV1 = []string{
 // requested: a retry under another retention is the same request. A
 // link's event title and visibility shape the Google mirror only, never a
 // decision.
-var notFingerprinted = []string{"calendar.google.event_title", "calendar.google.visibility", "record_ttl_seconds", "request_id", "v"}
+var notFingerprinted = []string{"calendar.google.check_freebusy", "calendar.google.event_title", "calendar.google.visibility", "record_ttl_seconds", "request_id", "v"}
 
 // TestFingerprintFieldsV1: the fingerprint body is exactly the schema 1
 // field set, and every field a command can carry is either in it or

@@ -48,16 +48,29 @@ func (s *Syncer) goBusyAll(ctx context.Context) {
 
 // goBusyOne reads calendar c's busy time in the background, unless a read
 // of it is running.
+// A read asked for while one runs is made once more after it (a change
+// notified during a read may have come too late for it).
 func (s *Syncer) goBusyOne(ctx context.Context, c data.Calendar, l *linkState) {
 	if !l.busy.TryLock() {
-		return // the previous read is still running
+		l.again.Store(true)
+		return
 	}
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
 		defer l.busy.Unlock()
-		if _, err := s.busyLocked(ctx, c, l); err != nil && ctx.Err() == nil {
-			s.log.Warn("reading busy time from google", "calendar", c.ID, "err", err)
+		for {
+			l.again.Store(false)
+			if _, err := s.busyLocked(ctx, c, l); err != nil && ctx.Err() == nil {
+				s.log.Warn("reading busy time from google", "calendar", c.ID, "err", err)
+			}
+			if !l.again.Load() || ctx.Err() != nil {
+				return
+			}
+			if err := s.store.View(func(tx *data.Tx) (err error) { c, err = tx.Calendar(c.ID); return err }); err != nil ||
+				c.Google == nil || !c.Google.SyncBusy {
+				return
+			}
 		}
 	}()
 }

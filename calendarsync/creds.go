@@ -16,9 +16,15 @@ import (
 )
 
 // Scopes bookline asks for: calendar.events lets it write the mirrored
-// events and read the events it turns into busy time. (freebusy.query would
-// need calendar.freebusy or calendar.readonly instead.)
+// events, read the events it turns into busy time and watch them for
+// changes (events.watch). freebusy.query needs more: FreeBusyScopes.
 var Scopes = []string{calendar.CalendarEventsScope}
+
+// FreeBusyScopes are Scopes and calendar.events.freebusy, for links with
+// check_freebusy (freebusy.query). A service account's domain-wide
+// delegation must grant every scope asked for, so it is asked for only
+// when configured (bookline serve --google-freebusy).
+var FreeBusyScopes = []string{calendar.CalendarEventsScope, calendar.CalendarEventsFreebusyScope}
 
 // ServiceFunc returns a Google Calendar client. The Syncer calls it again
 // after an authorization failure, so an implementation that reads its
@@ -38,12 +44,17 @@ var ErrCredentials = errors.New("calendarsync: credentials")
 // "refresh_token" added. opts are added to the client's options (tests
 // point it at a fake).
 func CredentialsFile(path, subject string, opts ...option.ClientOption) ServiceFunc {
+	return CredentialsFileScopes(path, subject, Scopes, opts...)
+}
+
+// CredentialsFileScopes is CredentialsFile asking for scopes.
+func CredentialsFileScopes(path, subject string, scopes []string, opts ...option.ClientOption) ServiceFunc {
 	return func(ctx context.Context) (*calendar.Service, error) {
 		b, err := os.ReadFile(path)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %v", ErrCredentials, err)
 		}
-		ts, err := TokenSource(b, subject)
+		ts, err := tokenSource(b, subject, RefreshTimeout, scopes)
 		if err != nil {
 			return nil, err
 		}
@@ -60,10 +71,10 @@ const RefreshTimeout = 30 * time.Second
 // TokenSource builds the OAuth2 token source of a credentials file (see
 // CredentialsFile); each refresh is bounded by RefreshTimeout.
 func TokenSource(b []byte, subject string) (oauth2.TokenSource, error) {
-	return tokenSource(b, subject, RefreshTimeout)
+	return tokenSource(b, subject, RefreshTimeout, Scopes)
 }
 
-func tokenSource(b []byte, subject string, timeout time.Duration) (oauth2.TokenSource, error) {
+func tokenSource(b []byte, subject string, timeout time.Duration, scopes []string) (oauth2.TokenSource, error) {
 	var head struct {
 		Type         string          `json:"type"`
 		ClientID     string          `json:"client_id"`
@@ -81,7 +92,7 @@ func tokenSource(b []byte, subject string, timeout time.Duration) (oauth2.TokenS
 	bg := context.WithValue(context.Background(), oauth2.HTTPClient, &http.Client{Timeout: timeout})
 	switch {
 	case head.Type == "service_account":
-		cfg, err := google.JWTConfigFromJSON(b, Scopes...)
+		cfg, err := google.JWTConfigFromJSON(b, scopes...)
 		if err != nil {
 			return nil, fmt.Errorf("%w: service account: %v", ErrCredentials, err)
 		}
@@ -95,13 +106,13 @@ func tokenSource(b []byte, subject string, timeout time.Duration) (oauth2.TokenS
 		if head.TokenURI != "" {
 			ep.TokenURL = head.TokenURI
 		}
-		cfg := &oauth2.Config{ClientID: head.ClientID, ClientSecret: head.ClientSecret, Endpoint: ep, Scopes: Scopes}
+		cfg := &oauth2.Config{ClientID: head.ClientID, ClientSecret: head.ClientSecret, Endpoint: ep, Scopes: scopes}
 		return cfg.TokenSource(bg, &oauth2.Token{RefreshToken: head.RefreshToken}), nil
 	case head.Installed != nil || head.Web != nil:
 		if head.RefreshToken == "" {
 			return nil, fmt.Errorf("%w: an OAuth client file needs a top-level refresh_token", ErrCredentials)
 		}
-		cfg, err := google.ConfigFromJSON(b, Scopes...)
+		cfg, err := google.ConfigFromJSON(b, scopes...)
 		if err != nil {
 			return nil, fmt.Errorf("%w: oauth client: %v", ErrCredentials, err)
 		}

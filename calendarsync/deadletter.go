@@ -1,13 +1,14 @@
 package calendarsync
 
 import (
-	"errors"
+	"fmt"
 
 	"github.com/bookline/bookline/data"
 )
 
-// ErrNoDeadLetter: the calendar has no dead letter of that sequence.
-var ErrNoDeadLetter = errors.New("calendarsync: no such dead letter")
+// ErrNoDeadLetter: the calendar has no dead letter of that sequence (it
+// is a data.ErrNotFound).
+var ErrNoDeadLetter = fmt.Errorf("%w: no such dead letter", data.ErrNotFound)
 
 // DeadLetters lists calendar cal's dead letters (up to max).
 func (s *Syncer) DeadLetters(cal string, max int) ([]data.DeadLetter, error) {

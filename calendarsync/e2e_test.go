@@ -55,6 +55,26 @@ func (n node) SyncGoogle(ctx context.Context, calID string) (data.BusySyncResult
 	return n.google.SyncBusy(ctx, calID)
 }
 
+func (n node) CheckGoogleBooking(ctx context.Context, calID string, iv data.Interval) error {
+	return n.google.CheckBooking(ctx, calID, iv)
+}
+
+func (n node) GoogleDeadLetters(calID string, max int) ([]data.DeadLetter, error) {
+	return n.google.DeadLetters(calID, max)
+}
+
+func (n node) RetryGoogleDeadLetter(calID string, seq uint64, sub uint32) error {
+	return n.google.RetryDeadLetter(calID, seq, sub)
+}
+
+func (n node) DropGoogleDeadLetter(calID string, seq uint64, sub uint32) error {
+	return n.google.DropDeadLetter(calID, seq, sub)
+}
+
+func (n node) GoogleNotification(channelID, token, state string) error {
+	return n.google.Notification(channelID, token, state)
+}
+
 func startNode(t testing.TB, dir string, gc calendarsync.Config) node {
 	t.Helper()
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))

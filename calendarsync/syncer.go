@@ -62,6 +62,18 @@ type Config struct {
 	// Google's per-user quota (about 600/min) (default 500; negative: no
 	// limit).
 	RequestsPerMinute int
+	// WebhookURL, when set, is the public URL of the API's Google
+	// notification route (POST /v1/google/notifications): busy-synced
+	// calendars get push channels (events.watch) whose notifications make
+	// their busy time be read at once. Polling goes on as the fallback.
+	WebhookURL string
+	// ChannelTTL is the lifetime asked for push channels (default 24h);
+	// they are renewed at four fifths of it. WatchCheckEvery is how often
+	// channels are checked (made, renewed, stopped) (default 1m).
+	ChannelTTL, WatchCheckEvery time.Duration
+	// FreeBusyTimeout bounds the freebusy.query made before a booking of a
+	// calendar whose link asks for it (default 3s).
+	FreeBusyTimeout time.Duration
 	// Batch is how many outbox entries are read at a time (default 64).
 	Batch  int
 	Logger *slog.Logger
@@ -88,6 +100,9 @@ func (c *Config) defaults() {
 	def(&c.PauseMax, 10*time.Minute)
 	def(&c.QuotaPauseBase, 15*time.Minute)
 	def(&c.QuotaPauseMax, 2*time.Hour)
+	def(&c.ChannelTTL, 24*time.Hour)
+	def(&c.WatchCheckEvery, time.Minute)
+	def(&c.FreeBusyTimeout, 3*time.Second)
 	if c.EntryAttempts <= 0 {
 		c.EntryAttempts = 5
 	}
@@ -127,6 +142,13 @@ type linkState struct {
 	lastFull    time.Time
 	windowEnd   time.Time // end of the read window of the last full read
 	pausedUntil time.Time
+	again       atomic.Bool // a change was notified during a read: read once more
+	// push is the state of the calendar's push channel (PushActive,
+	// PushPolling, "" without one); watchRetryAt and watchFails pace new
+	// watch attempts after failures.
+	push         string
+	watchRetryAt time.Time
+	watchFails   int
 }
 
 // Syncer runs the mirror and the busy-time import. Create it with New and
@@ -152,6 +174,12 @@ type Syncer struct {
 	busyKnown map[string]bool
 	sweeping  atomic.Bool
 	limiter   *rate.Limiter
+	// Push channels by id and by calendar; runCtx is Run's context, for
+	// the reads notifications start.
+	chanByID  map[string]*pushChannel
+	chanByCal map[string]*pushChannel
+	watching  atomic.Bool
+	runCtx    context.Context
 }
 
 // New creates a Syncer on the index store; publish sends busy commands.
@@ -164,7 +192,8 @@ func New(cfg Config, store *data.Store, publish Publisher) *Syncer {
 		lim = rate.NewLimiter(rate.Limit(float64(cfg.RequestsPerMinute)/60), max(1, cfg.RequestsPerMinute/10))
 	}
 	return &Syncer{cfg: cfg, store: store, publish: publish, log: cfg.Logger.With("component", "calendarsync"),
-		kick: make(chan struct{}, 1), links: map[string]*linkState{}, running: map[string]bool{}, busyKnown: map[string]bool{}, limiter: lim}
+		kick: make(chan struct{}, 1), links: map[string]*linkState{}, running: map[string]bool{}, busyKnown: map[string]bool{}, limiter: lim,
+		chanByID: map[string]*pushChannel{}, chanByCal: map[string]*pushChannel{}}
 }
 
 // RateLimit is the limit of Google calls per second of all calendars.
@@ -187,8 +216,18 @@ func (s *Syncer) Run(ctx context.Context) {
 		<-ctx.Done()
 		return
 	}
+	s.mu.Lock()
+	s.runCtx = ctx
+	s.mu.Unlock()
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
+	var watchC <-chan time.Time
+	if s.cfg.WebhookURL != "" {
+		wt := time.NewTicker(s.cfg.WatchCheckEvery)
+		defer wt.Stop()
+		watchC = wt.C
+		s.goWatchAll(ctx)
+	}
 	var busyC <-chan time.Time
 	if s.cfg.BusyInterval > 0 {
 		bt := time.NewTicker(s.cfg.BusyInterval)
@@ -207,6 +246,8 @@ func (s *Syncer) Run(ctx context.Context) {
 		case <-tick.C:
 		case <-busyC:
 			s.goBusyAll(ctx)
+		case <-watchC:
+			s.goWatchAll(ctx)
 		}
 	}
 }
@@ -245,6 +286,7 @@ func (s *Syncer) Status(cal string, link *data.GoogleLink) data.GoogleStatus {
 	} else if until := s.throttledUntil; s.cfg.Now().Before(until) {
 		st.Status, st.Reason, st.ThrottledUntil = StatusThrottled, s.throttleReason, &until
 	}
+	st.Push = l.push
 	if !l.lastSync.IsZero() {
 		t := l.lastSync
 		st.LastSync = &t

@@ -130,7 +130,7 @@ func TestTokenRefreshIsBounded(t *testing.T) {
 	}))
 	defer srv.Close()
 	defer close(hang)
-	ts, err := tokenSource([]byte(`{"type":"authorized_user","client_id":"c","client_secret":"s","refresh_token":"r","token_uri":"`+srv.URL+`"}`), "", 100*time.Millisecond)
+	ts, err := tokenSource([]byte(`{"type":"authorized_user","client_id":"c","client_secret":"s","refresh_token":"r","token_uri":"`+srv.URL+`"}`), "", 100*time.Millisecond, Scopes)
 	if err != nil {
 		t.Fatal(err)
 	}

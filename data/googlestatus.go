@@ -23,7 +23,10 @@ type GoogleStatus struct {
 	DeadLetters int `json:"dead_letters"`
 	// Pending is the number of mirror operations not yet in Google
 	// (counted up to 10000).
-	Pending  int        `json:"pending"`
+	Pending int `json:"pending"`
+	// Push is the state of the push channel: "active", "polling" (the
+	// watch failed) or absent (no webhook URL configured).
+	Push     string     `json:"push,omitempty"`
 	LastSync *time.Time `json:"last_sync"`
 	// Failures counts failed Google calls since start, by reason.
 	Failures map[string]uint64 `json:"failures,omitempty"`
@@ -42,3 +45,17 @@ var (
 	ErrNotLinked     = errors.New("calendar is not linked to Google")
 	ErrNoCredentials = errors.New("no Google credentials configured")
 )
+
+// Errors of a Google push notification.
+var (
+	ErrUnknownChannel = errors.New("unknown notification channel")
+	ErrChannelToken   = errors.New("wrong notification channel token")
+)
+
+// BeyondBusyWindowError: a booking reaches past the span whose busy time
+// is read from Google, so it cannot be checked against it.
+type BeyondBusyWindowError struct{ Until time.Time }
+
+func (e *BeyondBusyWindowError) Error() string {
+	return "busy time is read from Google up to " + e.Until.UTC().Format(time.RFC3339) + " only"
+}

@@ -141,6 +141,9 @@ func (s *Server) submit(c *fiber.Ctx, cmd *actor.Command) error {
 	if reply, ok := s.refused(c, cmd); ok {
 		return s.writeReply(c, reply)
 	}
+	if err := s.checkGoogle(c, cmd); err != nil {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(actor.WithTraceID(context.Background(), requestIDOf(c)), s.cfg.ReplyTimeout)
 	defer cancel()
 	if reply, ok, err := s.unscopedRecord(ctx, c, cmd); err != nil {

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"net/url"
 	"os"
 	"time"
 
@@ -65,6 +66,8 @@ type serveConfig struct {
 	googleCredentials  string
 	googleSubject      string
 	googleSyncInterval time.Duration
+	googleWebhookURL   string
+	googleFreeBusy     bool
 
 	// Cluster mode: several instances on one NATS cluster.
 	instanceID      string
@@ -134,6 +137,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 	fs.StringVar(&c.googleCredentials, "google-credentials", "", "Google credentials JSON file for calendars linked to Google: a service-account key, or an OAuth client with a refresh token (type authorized_user); re-read after auth failures. Empty: linked calendars report degraded \"no credentials\"")
 	fs.StringVar(&c.googleSubject, "google-subject", "", "with a service-account key: the user to impersonate (domain-wide delegation)")
+	fs.StringVar(&c.googleWebhookURL, "google-webhook-url", "", "public https URL of this API's POST /v1/google/notifications: busy-synced calendars get Google push channels, so new Google events block within seconds (polling goes on as the fallback)")
+	fs.BoolVar(&c.googleFreeBusy, "google-freebusy", false, "ask for the calendar.events.freebusy scope too, for links with check_freebusy (a service account's domain-wide delegation must grant it)")
 	fs.DurationVar(&c.googleSyncInterval, "google-sync-interval", 5*time.Minute, "how often busy time is read from linked Google calendars (0 = only on demand: POST /v1/admin/calendars/{id}/google/sync)")
 	fs.StringVar(&c.instanceID, "instance-id", "", "with --nats-url: this instance's unique name among the instances sharing the stream (default hostname-pid)")
 	fs.IntVar(&c.replicas, "replicas", 1, "replicas of the command and event streams when this instance creates them (3 on a 3-node NATS cluster)")
@@ -156,6 +161,12 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if err := c.checkCluster(); err != nil {
 		return err
+	}
+	if u := c.googleWebhookURL; u != "" {
+		// Google delivers notifications to https addresses only.
+		if pu, err := url.Parse(u); err != nil || pu.Scheme != "https" || pu.Host == "" {
+			return fmt.Errorf("--google-webhook-url %q: want an https URL of POST /v1/google/notifications", u)
+		}
 	}
 	keys, err := c.keyring()
 	if err != nil {
@@ -212,6 +223,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if syncer == nil {
 		return errors.New("serve: the node did not build the Google sync")
 	}
+	metrics.AttachGoogle(syncer.DeadLetterCount)
 	api := httpapi.New(apiBackend{Node: node, google: syncer}, httpapi.Config{
 		ReplyTimeout: c.replyTimeout,
 		BodyLimit:    c.maxBodyBytes,
@@ -384,12 +396,16 @@ func startPprof(addr string, log *slog.Logger) (stop func(), err error) {
 
 // googleConfig is the Google Calendar sync configuration of the flags.
 func (c *serveConfig) googleConfig() calendarsync.Config {
-	gc := calendarsync.Config{BusyInterval: c.googleSyncInterval}
+	gc := calendarsync.Config{BusyInterval: c.googleSyncInterval, WebhookURL: c.googleWebhookURL}
 	if c.googleSyncInterval <= 0 {
 		gc.BusyInterval = -1 // on demand only
 	}
 	if c.googleCredentials != "" {
-		gc.Service = calendarsync.CredentialsFile(c.googleCredentials, c.googleSubject)
+		scopes := calendarsync.Scopes
+		if c.googleFreeBusy {
+			scopes = calendarsync.FreeBusyScopes
+		}
+		gc.Service = calendarsync.CredentialsFileScopes(c.googleCredentials, c.googleSubject, scopes)
 	}
 	return gc
 }
