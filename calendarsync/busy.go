@@ -472,6 +472,9 @@ func (s *Syncer) sweepOne(ctx context.Context, cal string) {
 	}
 	l := s.link(cal)
 	if c.Google != nil && c.Google.SyncBusy {
+		s.mu.Lock()
+		s.busyKnown[cal] = true // watched for an unlink from now on
+		s.mu.Unlock()
 		if !l.busy.TryLock() {
 			return
 		}

@@ -261,3 +261,29 @@ func TestEventPrivacy(t *testing.T) {
 		t.Fatalf("templated event %+v", ev)
 	}
 }
+
+// TestUnlinkAfterRestartClearsBusyTime: a calendar whose busy time was
+// read before a restart, and is unlinked after it, loses its blocks too.
+func TestUnlinkAfterRestartClearsBusyTime(t *testing.T) {
+	fake := googletest.New(t)
+	const g = "restart@example.com"
+	fake.AddCalendar(g)
+	dir := t.TempDir()
+	n := startNode(t, dir, fastRetries(fake.Service))
+	link(t, n, "rs", g, true)
+	s, e := slot(2)
+	fake.PutEvent(g, calendar.Event{Summary: "busy", Start: dt(s), End: dt(e)})
+	syncBusy(t, n, "rs")
+	stopNode(t, n)
+	n = startNode(t, dir, fastRetries(fake.Service))
+	defer stopNode(t, n)
+	// Whether the sweep at start runs before the unlink or after it,
+	// the blocks go.
+	upsert(t, n, "rs", actor.CalendarSpec{Timezone: "UTC"})
+	queuetest.CheckFor(t, 20*time.Second, func() error {
+		if b := liveBlocks(t, n, "rs"); len(b) > 0 {
+			return fmt.Errorf("blocks %v", b)
+		}
+		return nil
+	})
+}
