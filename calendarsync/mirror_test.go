@@ -127,6 +127,7 @@ func TestQuotaExceededThrottles(t *testing.T) {
 	fake.AddCalendar(g)
 	gc := fastRetries(fake.Service)
 	gc.QuotaPauseBase, gc.QuotaPauseMax = 50*time.Millisecond, 100*time.Millisecond
+	gc.RequestsPerMinute = 0 // the default
 	reasons := make(chan string, 100)
 	gc.OnFailure = func(r string) { reasons <- r }
 	n := startNode(t, t.TempDir(), gc)

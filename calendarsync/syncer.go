@@ -516,9 +516,23 @@ func (e *entryError) Unwrap() error { return e.err }
 func (s *Syncer) mirrorOne(ctx context.Context, e data.SyncEntry, link *data.GoogleLink) (bool, string) {
 	retry, pause, attempts := 0, 0, 0
 	l := s.link(e.Calendar)
-	for ctx.Err() == nil {
+	for try := 0; ctx.Err() == nil; try++ {
 		if !s.waitThrottle(ctx) {
 			return false, ""
+		}
+		if try > 0 {
+			// The link may have changed while this operation waited.
+			link = nil
+			_ = s.store.View(func(tx *data.Tx) error {
+				if c, err := tx.Calendar(e.Calendar); err == nil {
+					link = c.Google
+				}
+				return nil
+			})
+			if link == nil || link.CalendarID != e.GoogleCalendar {
+				s.log.Info("google link changed; queued mirror operation cancelled", "calendar", e.Calendar, "booking", e.Booking.ID, "seq", e.Seq)
+				return true, ""
+			}
 		}
 		err := s.applyOnce(ctx, e, link)
 		if err == nil {

@@ -114,7 +114,7 @@ const googleCheckTimeout = 10 * time.Second
 
 // checkGoogle runs the backend's Google check of a booking, hold or
 // reschedule before it is sent.
-func (s *Server) checkGoogle(c *fiber.Ctx, cmd *actor.Command) error {
+func (s *Server) checkGoogle(cmd *actor.Command) error {
 	g, ok := s.backend.(GoogleBookingChecker)
 	if !ok {
 		return nil
@@ -128,7 +128,8 @@ func (s *Server) checkGoogle(c *fiber.Ctx, cmd *actor.Command) error {
 	default:
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(c.Context(), googleCheckTimeout)
+	// Not c.Context(): fasthttp reuses it once the handler returns.
+	ctx, cancel := context.WithTimeout(context.Background(), googleCheckTimeout)
 	defer cancel()
 	var beyond *data.BeyondBusyWindowError
 	if err := g.CheckGoogleBooking(ctx, cmd.CalendarID, iv); errors.As(err, &beyond) {

@@ -141,7 +141,7 @@ func (s *Server) submit(c *fiber.Ctx, cmd *actor.Command) error {
 	if reply, ok := s.refused(c, cmd); ok {
 		return s.writeReply(c, reply)
 	}
-	if err := s.checkGoogle(c, cmd); err != nil {
+	if err := s.checkGoogle(cmd); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(actor.WithTraceID(context.Background(), requestIDOf(c)), s.cfg.ReplyTimeout)

@@ -437,6 +437,11 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 	calID := parts[1]
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if r.Context().Err() != nil {
+		// The client gave up while this request waited for the lock: it
+		// is not applied, so a retry cannot be overtaken by it.
+		return
+	}
 	evs := s.cals[calID]
 	if evs == nil {
 		writeError(w, 404, "notFound", "calendar not found")
