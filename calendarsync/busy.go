@@ -108,6 +108,7 @@ func (s *Syncer) busyLocked(ctx context.Context, c data.Calendar, l *linkState) 
 	s.mu.Lock()
 	s.busyKnown[c.ID] = true
 	s.mu.Unlock()
+	l.attempted = true
 	defer func() {
 		if err != nil && ctx.Err() == nil {
 			act, reason := classify(err)
@@ -478,7 +479,9 @@ func (s *Syncer) sweepOne(ctx context.Context, cal string) {
 		if !l.busy.TryLock() {
 			return
 		}
-		moved := l.tokenFor != "" && l.tokenFor != c.Google.CalendarID
+		// Linked to another Google calendar, or newly linked while
+		// polling is on: read it now rather than at the next poll.
+		moved := l.tokenFor != "" && l.tokenFor != c.Google.CalendarID || !l.attempted && s.cfg.BusyInterval > 0
 		l.busy.Unlock()
 		if moved {
 			s.goBusyOne(ctx, c, l)

@@ -140,6 +140,7 @@ type linkState struct {
 	syncToken   string        // guarded by busy
 	tokenFor    string        // Google calendar the token belongs to
 	lastFull    time.Time
+	attempted   bool      // a busy read was tried (guarded by busy)
 	windowEnd   time.Time // end of the read window of the last full read
 	pausedUntil time.Time
 	again       atomic.Bool // a change was notified during a read: read once more
