@@ -26,8 +26,12 @@ func upsertCalendar(tx *data.Tx, d *Decoded) (Reply, error) {
 	}
 	// Rules apply to decisions from now on; existing bookings stay.
 	c.Name, c.Timezone, c.Rules, c.UpdatedAt = spec.Name, spec.Timezone, spec.Rules, d.At
+	old := c.Google
 	c.Google = spec.Google
 	if err := tx.PutCalendar(c); err != nil {
+		return Reply{}, err
+	}
+	if err := backfill(tx, d, old, c.Google); err != nil {
 		return Reply{}, err
 	}
 	r := d.accept()

@@ -63,8 +63,10 @@ var fingerprintedV1 = []string{
 // notFingerprinted are the command's fields outside the fingerprint: the
 // envelope, and informational fields added under schema 1. A request's
 // record retention is the publisher's setting, not part of what is
-// requested: a retry under another retention is the same request.
-var notFingerprinted = []string{"record_ttl_seconds", "request_id", "v"}
+// requested: a retry under another retention is the same request. A
+// link's event title and visibility shape the Google mirror only, never a
+// decision.
+var notFingerprinted = []string{"calendar.google.check_freebusy", "calendar.google.event_title", "calendar.google.visibility", "record_ttl_seconds", "request_id", "v"}
 
 // TestFingerprintFieldsV1: the fingerprint body is exactly the schema 1
 // field set, and every field a command can carry is either in it or

@@ -33,6 +33,40 @@ func mirrorLinked(tx *data.Tx, d *Decoded, op byte, bk *data.Booking) error {
 	return mirror(tx, d, cal.Google, op, bk)
 }
 
+// backfill queues, when a calendar is newly linked (or linked to another
+// Google calendar), the creation of an event for every confirmed booking
+// that has not ended at the command's log time, in start order: the new
+// Google calendar then holds what the calendar still has ahead, as if it
+// had been linked from the start. Operations already queued for the old
+// Google calendar are cancelled by the sync (their calendar no longer
+// matches the link). Like every mirror operation, only a live decision
+// queues them, never a replay; they change no decision.
+func backfill(tx *data.Tx, d *Decoded, old, link *data.GoogleLink) error {
+	if !d.mirror || link == nil || old != nil && old.CalendarID == link.CalendarID {
+		return nil
+	}
+	var ids []string
+	if err := tx.ForEachConfirmed(d.Cmd.CalendarID, func(id string, iv data.Interval) error {
+		if iv.End.After(d.At) {
+			ids = append(ids, id)
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	for i, id := range ids {
+		bk, err := tx.Booking(d.Cmd.CalendarID, id)
+		if err != nil {
+			return err
+		}
+		if err := tx.PutSync(data.SyncEntry{Calendar: d.Cmd.CalendarID, Seq: d.Seq, Sub: uint32(i + 1), Op: data.SyncCreate,
+			GoogleCalendar: link.CalendarID, Booking: bk}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // setBusy records (busy.set) or removes (busy.clear) an external busy
 // block. Blocks are facts from outside: setting one that overlaps existing
 // bookings is accepted (they stay); it refuses later bookings only.

@@ -42,19 +42,37 @@ func (s *Syncer) goBusyAll(ctx context.Context) {
 		return nil
 	})
 	for _, c := range cals {
-		l := s.link(c.ID)
-		if !l.busy.TryLock() {
-			continue // the previous read is still running
-		}
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			defer l.busy.Unlock()
+		s.goBusyOne(ctx, c, s.link(c.ID))
+	}
+}
+
+// goBusyOne reads calendar c's busy time in the background, unless a read
+// of it is running.
+// A read asked for while one runs is made once more after it (a change
+// notified during a read may have come too late for it).
+func (s *Syncer) goBusyOne(ctx context.Context, c data.Calendar, l *linkState) {
+	if !l.busy.TryLock() {
+		l.again.Store(true)
+		return
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer l.busy.Unlock()
+		for {
+			l.again.Store(false)
 			if _, err := s.busyLocked(ctx, c, l); err != nil && ctx.Err() == nil {
 				s.log.Warn("reading busy time from google", "calendar", c.ID, "err", err)
 			}
-		}()
-	}
+			if !l.again.Load() || ctx.Err() != nil {
+				return
+			}
+			if err := s.store.View(func(tx *data.Tx) (err error) { c, err = tx.Calendar(c.ID); return err }); err != nil ||
+				c.Google == nil || !c.Google.SyncBusy {
+				return
+			}
+		}
+	}()
 }
 
 // SyncBusy reads calendar cal's busy time from Google now and sends the
@@ -87,35 +105,38 @@ func (s *Syncer) SyncBusy(ctx context.Context, cal string) (data.BusySyncResult,
 
 // busyLocked reads one calendar's busy time; l.busy is held.
 func (s *Syncer) busyLocked(ctx context.Context, c data.Calendar, l *linkState) (res data.BusySyncResult, err error) {
+	s.mu.Lock()
+	s.busyKnown[c.ID] = true
+	s.mu.Unlock()
+	l.attempted = true
 	defer func() {
 		if err != nil && ctx.Err() == nil {
 			act, reason := classify(err)
 			s.failed(c.ID, reason)
-			if act == actDegrade || act == actNotFound {
+			switch act {
+			case actDegrade, actNotFound:
 				s.degrade(c.ID, reason, err)
+			case actThrottle:
+				s.throttle(c.ID, err)
 			}
 		}
 	}()
+	if !s.waitThrottle(ctx) {
+		return res, ctx.Err()
+	}
 	svc, err := s.service(ctx)
 	if err != nil {
 		return res, err
 	}
 	g := c.Google.CalendarID
 	now := s.cfg.Now()
-	horizon := s.cfg.Horizon
-	if c.HorizonDays > 0 {
-		horizon = time.Duration(c.HorizonDays) * 24 * time.Hour
-	}
-	window := data.Interval{Start: now.Add(-24 * time.Hour), End: now.Add(horizon)}
-	loc, err := zones.Load(c.Timezone)
-	if err != nil {
-		loc = time.UTC
-	}
-	res.Full = l.syncToken == "" || l.tokenFor != g || now.Sub(l.lastFull) > s.cfg.FullResyncEvery
+	window := s.readWindow(&c, now)
+	res.Full = l.syncToken == "" || l.tokenFor != g || now.Sub(l.lastFull) > s.cfg.FullResyncEvery ||
+		l.windowEnd.Before(window.End)
 	var items []*calendar.Event
-	var next string
+	var next, tz string
 	if !res.Full {
-		items, next, err = s.listEvents(ctx, svc, g, l.syncToken, window)
+		items, next, tz, err = s.listEvents(ctx, svc, g, l.syncToken, window)
 		if act, _ := classify(err); err != nil && act == actGone {
 			s.log.Info("google sync token expired; full resync", "calendar", c.ID)
 			res.Full, err = true, nil
@@ -124,10 +145,18 @@ func (s *Syncer) busyLocked(ctx context.Context, c data.Calendar, l *linkState) 
 		}
 	}
 	if res.Full {
-		if items, next, err = s.listEvents(ctx, svc, g, "", window); err != nil {
+		if items, next, tz, err = s.listEvents(ctx, svc, g, "", window); err != nil {
 			return res, err
 		}
 	}
+	// All-day events are days of the Google calendar's zone.
+	loc, err := zones.Load(tz)
+	if tz == "" || err != nil {
+		if loc, err = zones.Load(c.Timezone); err != nil {
+			loc = time.UTC
+		}
+	}
+	pad := padding{before: time.Duration(c.BufferAfterMinutes) * time.Minute, after: time.Duration(c.BufferBeforeMinutes) * time.Minute}
 	res.Events = len(items)
 	var blocks []data.BusyBlock
 	if err := s.store.View(func(tx *data.Tx) (err error) {
@@ -143,18 +172,25 @@ func (s *Syncer) busyLocked(ctx context.Context, c data.Calendar, l *linkState) 
 	seen := map[string]bool{}
 	var cmds []*actor.Command
 	for _, ev := range items {
-		id := BlockID(g, ev.Id)
-		seen[id] = true
-		cur, known := have[id]
-		live := known && !cur.Cleared
-		if iv, busy := busyInterval(ev, loc, window); busy {
-			if !live || !cur.Start.Equal(iv.Start) || !cur.End.Equal(iv.End) {
-				cmds = append(cmds, busyCommand(c.ID, actor.TypeBusySet, id, iv, cur.Seq))
-				res.Set++
+		var ivs []data.Interval
+		if busyEvent(ev, c.ID) {
+			ivs = busyIntervals(ev, loc, window, pad)
+		}
+		for k := 0; k < maxChunks; k++ {
+			id := chunkID(g, ev.Id, k)
+			cur, known := have[id]
+			live := known && !cur.Cleared
+			if k < len(ivs) {
+				seen[id] = true
+				iv := ivs[k]
+				if !live || !cur.Start.Equal(iv.Start) || !cur.End.Equal(iv.End) {
+					cmds = append(cmds, busyCommand(c.ID, actor.TypeBusySet, id, iv, cur.Seq))
+					res.Set++
+				}
+			} else if live {
+				cmds = append(cmds, busyCommand(c.ID, actor.TypeBusyClear, id, data.Interval{}, cur.Seq))
+				res.Cleared++
 			}
-		} else if live {
-			cmds = append(cmds, busyCommand(c.ID, actor.TypeBusyClear, id, data.Interval{}, cur.Seq))
-			res.Cleared++
 		}
 	}
 	if res.Full {
@@ -174,7 +210,7 @@ func (s *Syncer) busyLocked(ctx context.Context, c data.Calendar, l *linkState) 
 	// the log.
 	l.syncToken, l.tokenFor = next, g
 	if res.Full {
-		l.lastFull = now
+		l.lastFull, l.windowEnd = now, window.End
 	}
 	s.succeeded(c.ID)
 	return res, nil
@@ -198,11 +234,13 @@ func busyCommand(cal, typ, id string, iv data.Interval, prevSeq uint64) *actor.C
 // listEvents reads every page of events.list: a full read over window when
 // token is empty (timeMin/timeMax are allowed only there), else the changes
 // since token. It returns the items and the next sync token.
-func (s *Syncer) listEvents(ctx context.Context, svc *calendar.Service, g, token string, window data.Interval) ([]*calendar.Event, string, error) {
-	var items []*calendar.Event
+func (s *Syncer) listEvents(ctx context.Context, svc *calendar.Service, g, token string, window data.Interval) (items []*calendar.Event, next, tz string, err error) {
 	page := ""
 	for {
-		call := svc.Events.List(g).SingleEvents(true).MaxResults(250)
+		// Recurring events are read as their instances (singleEvents), so
+		// that each instance, its exceptions and cancelled occurrences are
+		// blocks of their own. 2500 is the largest page Google gives.
+		call := svc.Events.List(g).SingleEvents(true).MaxResults(2500)
 		if token != "" {
 			call = call.SyncToken(token)
 		} else {
@@ -217,11 +255,14 @@ func (s *Syncer) listEvents(ctx context.Context, svc *calendar.Service, g, token
 			return err
 		})
 		if err != nil {
-			return nil, "", err
+			return nil, "", "", err
 		}
 		items = append(items, out.Items...)
+		if out.TimeZone != "" {
+			tz = out.TimeZone
+		}
 		if out.NextPageToken == "" {
-			return items, out.NextSyncToken, nil
+			return items, out.NextSyncToken, tz, nil
 		}
 		page = out.NextPageToken
 	}
@@ -248,38 +289,131 @@ func retry(ctx context.Context, s *Syncer, _ string, fn func(context.Context) er
 	return err
 }
 
-// busyInterval returns the busy interval of a Google event: opaque,
-// not cancelled, not declined by the calendar's owner, not one of
-// bookline's own mirrors, and reaching into window.
-func busyInterval(ev *calendar.Event, loc *time.Location, window data.Interval) (data.Interval, bool) {
-	if ev.Status == "cancelled" || ev.Transparency == "transparent" {
-		return data.Interval{}, false
+// maxChunks bounds the blocks one event becomes: a block lasts at most
+// actor.MaxBusyDuration and the read window at most MaxHorizonDays plus a
+// few days.
+const maxChunks = (actor.MaxHorizonDays+30)/366 + 1
+
+// chunkID is the block id of part k of a Google event (the first part has
+// the event's plain block id).
+func chunkID(g, eventID string, k int) string {
+	if k == 0 {
+		return BlockID(g, eventID)
 	}
-	if ev.ExtendedProperties != nil && ev.ExtendedProperties.Private[PropBookingID] != "" {
-		return data.Interval{}, false
+	return BlockID(g, eventID+"\x00"+strconv.Itoa(k))
+}
+
+// readWindow is the span of busy time read for calendar c: from the start
+// of yesterday (UTC) to as far as a booking accepted now may reach (the
+// calendar's horizon_days or, without one, Config.Horizon, plus its longest
+// booking and its buffer after), rounded up to a whole day. Both ends move
+// once a day, so that an event clipped to the window is not set again at
+// every read.
+func (s *Syncer) readWindow(c *data.Calendar, now time.Time) data.Interval {
+	horizon := s.cfg.Horizon
+	if c.HorizonDays > 0 {
+		horizon = time.Duration(c.HorizonDays) * 24 * time.Hour
+	}
+	longest := actor.MaxBookingDuration
+	if c.MaxDurationMinutes > 0 {
+		longest = time.Duration(c.MaxDurationMinutes) * time.Minute
+	}
+	day := 24 * time.Hour
+	end := now.UTC().Add(horizon + longest + time.Duration(c.BufferAfterMinutes)*time.Minute)
+	return data.Interval{Start: now.UTC().Truncate(day).Add(-day), End: end.Truncate(day).Add(day)}
+}
+
+// BookableUntil is the end of the span whose busy time is read for
+// calendar c at now: a booking ending later cannot be checked against
+// Google. ok is false when c's busy time is not read.
+func (s *Syncer) BookableUntil(c *data.Calendar, now time.Time) (end time.Time, ok bool) {
+	if c.Google == nil || !c.Google.SyncBusy {
+		return time.Time{}, false
+	}
+	return s.readWindow(c, now).End, true
+}
+
+// padding widens a busy interval: a booking's buffers may not overlap busy
+// time, so the block reaches back by the buffer after a booking and
+// forward by the buffer before one.
+type padding struct{ before, after time.Duration }
+
+// busyEvent is the policy of which Google events make calendar cal busy:
+//   - cancelled events (and cancelled instances of a series) never;
+//   - workingLocation and birthday events never (they say where or what,
+//     not that the time is taken);
+//   - outOfOffice and focusTime events always, whatever their
+//     transparency;
+//   - other events when opaque, unless the calendar's owner declined them
+//     (an attendee with self); tentative events, tentative answers and
+//     invitations not answered yet count as busy, as in Google's own
+//     free/busy;
+//   - bookline's mirrors of cal's own bookings never (they are bookings
+//     already); mirrors of other bookline calendars linked to the same
+//     Google calendar are busy time like any event.
+func busyEvent(ev *calendar.Event, cal string) bool {
+	if ev.Status == "cancelled" {
+		return false
+	}
+	if ev.ExtendedProperties != nil && ev.ExtendedProperties.Private[PropBookingID] != "" &&
+		ev.ExtendedProperties.Private[PropCalendarID] == cal {
+		return false
+	}
+	switch ev.EventType {
+	case "workingLocation", "birthday":
+		return false
+	case "outOfOffice", "focusTime":
+		return true
+	}
+	if ev.Transparency == "transparent" {
+		return false
 	}
 	for _, a := range ev.Attendees {
 		if a != nil && a.Self && a.ResponseStatus == "declined" {
-			return data.Interval{}, false
+			return false
 		}
 	}
+	return true
+}
+
+// busyIntervals returns the busy blocks of a busy Google event: its span,
+// padded, clipped to window (an event that began long ago blocks what is
+// left of it), cut into parts of at most actor.MaxBusyDuration.
+func busyIntervals(ev *calendar.Event, loc *time.Location, window data.Interval, pad padding) []data.Interval {
 	start, ok1 := eventTime(ev.Start, loc)
 	end, ok2 := eventTime(ev.End, loc)
 	if !ok1 || !ok2 || !start.Before(end) {
-		return data.Interval{}, false
+		return nil
 	}
-	if end.Sub(start) > actor.MaxBusyDuration {
-		end = start.Add(actor.MaxBusyDuration)
+	iv := data.Interval{Start: start.Add(-pad.before).UTC(), End: end.Add(pad.after).UTC()}
+	if !iv.Overlaps(window) {
+		return nil
 	}
-	iv := data.Interval{Start: start.UTC(), End: end.UTC()}
-	if !iv.Overlaps(window) || iv.Start.Year() < actor.MinYear || iv.End.Year() > actor.MaxYear {
-		return data.Interval{}, false
+	if iv.Start.Before(window.Start) {
+		iv.Start = window.Start
 	}
-	return iv, true
+	if iv.End.After(window.End) {
+		iv.End = window.End
+	}
+	if iv.Start.Year() < actor.MinYear || iv.End.Year() > actor.MaxYear {
+		return nil
+	}
+	var out []data.Interval
+	for a := iv.Start; a.Before(iv.End) && len(out) < maxChunks; a = a.Add(actor.MaxBusyDuration) {
+		out = append(out, data.Interval{Start: a, End: minTime(a.Add(actor.MaxBusyDuration), iv.End)})
+	}
+	return out
 }
 
-// eventTime reads a Google event time; all-day dates are midnight in the
-// bookline calendar's time zone.
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
+// eventTime reads a Google event time; all-day dates are midnight in loc,
+// the Google calendar's time zone.
 func eventTime(d *calendar.EventDateTime, loc *time.Location) (time.Time, bool) {
 	if d == nil {
 		return time.Time{}, false
@@ -290,4 +424,87 @@ func eventTime(d *calendar.EventDateTime, loc *time.Location) (time.Time, bool) 
 	}
 	t, err := time.ParseInLocation(time.DateOnly, d.Date, loc)
 	return t, err == nil
+}
+
+// goSweep clears, through the log, the busy blocks of calendars whose busy
+// time is no longer read (unlinked, or sync_busy turned off): busy.clear
+// of every live block imported from Google. A calendar linked to another
+// Google calendar is read again at once (its full read clears the old
+// calendar's blocks). all: every calendar (at start); else those whose
+// busy time this process read. At most one sweep runs at a time.
+func (s *Syncer) goSweep(ctx context.Context, all bool) {
+	if !s.sweeping.CompareAndSwap(false, true) {
+		return
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer s.sweeping.Store(false)
+		var ids []string
+		if all {
+			_ = s.store.View(func(tx *data.Tx) error { ids = tx.CalendarIDs(); return nil })
+		} else {
+			s.mu.Lock()
+			for id := range s.busyKnown {
+				ids = append(ids, id)
+			}
+			s.mu.Unlock()
+		}
+		for _, id := range ids {
+			if ctx.Err() != nil {
+				return
+			}
+			s.sweepOne(ctx, id)
+		}
+	}()
+}
+
+func (s *Syncer) sweepOne(ctx context.Context, cal string) {
+	var c data.Calendar
+	var blocks []data.BusyBlock
+	if err := s.store.View(func(tx *data.Tx) (err error) {
+		if c, err = tx.Calendar(cal); err != nil {
+			return err
+		}
+		blocks, err = tx.BusyBlocks(cal)
+		return err
+	}); err != nil {
+		return
+	}
+	l := s.link(cal)
+	if c.Google != nil && c.Google.SyncBusy {
+		s.mu.Lock()
+		s.busyKnown[cal] = true // watched for an unlink from now on
+		s.mu.Unlock()
+		if !l.busy.TryLock() {
+			return
+		}
+		// Linked to another Google calendar, or newly linked while
+		// polling is on: read it now rather than at the next poll.
+		moved := l.tokenFor != "" && l.tokenFor != c.Google.CalendarID || !l.attempted && s.cfg.BusyInterval > 0
+		l.busy.Unlock()
+		if moved {
+			s.goBusyOne(ctx, c, l)
+		}
+		return
+	}
+	if !l.busy.TryLock() {
+		return
+	}
+	defer l.busy.Unlock()
+	l.syncToken, l.tokenFor = "", ""
+	for _, b := range blocks {
+		if b.Cleared || !strings.HasPrefix(b.ID, BlockPrefix) {
+			continue
+		}
+		if err := s.publish(ctx, busyCommand(cal, actor.TypeBusyClear, b.ID, data.Interval{}, b.Seq)); err != nil {
+			if ctx.Err() == nil {
+				s.log.Warn("clearing the busy time of an unlinked calendar", "calendar", cal, "err", err)
+			}
+			return
+		}
+	}
+	s.mu.Lock()
+	delete(s.busyKnown, cal)
+	s.mu.Unlock()
 }

@@ -33,10 +33,12 @@ func slot(i int) (time.Time, time.Time) {
 	return s, s.Add(time.Hour)
 }
 
-// fastRetries keeps the sync's backoffs short for tests.
+// fastRetries keeps the sync's backoffs short for tests, without the
+// shared rate limit (the fault test makes thousands of calls).
 func fastRetries(svc calendarsync.ServiceFunc) calendarsync.Config {
 	return calendarsync.Config{Service: svc, BusyInterval: -1, CallTimeout: 300 * time.Millisecond,
-		RetryBase: time.Millisecond, RetryMax: 20 * time.Millisecond, PauseBase: 20 * time.Millisecond, PauseMax: 100 * time.Millisecond}
+		RetryBase: time.Millisecond, RetryMax: 20 * time.Millisecond, PauseBase: 20 * time.Millisecond, PauseMax: 100 * time.Millisecond,
+		RequestsPerMinute: -1}
 }
 
 // node is a queue node with the Google sync following its writers, wired
@@ -53,6 +55,26 @@ func (n node) GoogleStatus(calID string, link *data.GoogleLink) data.GoogleStatu
 
 func (n node) SyncGoogle(ctx context.Context, calID string) (data.BusySyncResult, error) {
 	return n.google.SyncBusy(ctx, calID)
+}
+
+func (n node) CheckGoogleBooking(ctx context.Context, calID string, iv data.Interval) error {
+	return n.google.CheckBooking(ctx, calID, iv)
+}
+
+func (n node) GoogleDeadLetters(calID string, max int) ([]data.DeadLetter, error) {
+	return n.google.DeadLetters(calID, max)
+}
+
+func (n node) RetryGoogleDeadLetter(calID string, seq uint64, sub uint32) error {
+	return n.google.RetryDeadLetter(calID, seq, sub)
+}
+
+func (n node) DropGoogleDeadLetter(calID string, seq uint64, sub uint32) error {
+	return n.google.DropDeadLetter(calID, seq, sub)
+}
+
+func (n node) GoogleNotification(channelID, token, state string) error {
+	return n.google.Notification(channelID, token, state)
 }
 
 func startNode(t testing.TB, dir string, gc calendarsync.Config) node {
@@ -176,7 +198,14 @@ func compareMirror(t testing.TB, n node, fake *googletest.Server, cal, googleCal
 	if err != nil {
 		t.Fatal(err)
 	}
-	for id := range events {
+	for id, ev := range events {
+		// Events of other bookline calendars linked to the same Google
+		// calendar, and the user's own, are not this calendar's.
+		if p := ev.ExtendedProperties; p != nil && p.Private[calendarsync.PropCalendarID] != "" && p.Private[calendarsync.PropCalendarID] != cal {
+			continue
+		} else if p == nil || p.Private[calendarsync.PropBookingID] == "" {
+			continue
+		}
 		if !seen[id] {
 			t.Errorf("event %s matches no booking", id)
 		}
@@ -190,6 +219,13 @@ func compareMirror(t testing.TB, n node, fake *googletest.Server, cal, googleCal
 // 409, a change whose answer is lost, slower than the client timeout); the
 // node is restarted in the middle with work still queued. Once the outbox
 // drains, Google holds exactly the confirmed bookings.
+//
+// Around it: a second bookline calendar (bob, busy-synced) is linked to
+// the same Google calendar, whose zone is Los Angeles and which holds
+// all-day events; a third (carol) is unlinked three quarters through.
+// At the end bob's busy time is exactly alice's confirmed bookings plus
+// the all-day days of Los Angeles, without bob's own; carol's busy time
+// is gone and nothing of carol's after the unlink reached Google.
 func TestMirrorExactUnderFaultsAcrossRestart(t *testing.T) {
 	fake := googletest.New(t)
 	const g = "team@example.com"
@@ -201,6 +237,51 @@ func TestMirrorExactUnderFaultsAcrossRestart(t *testing.T) {
 	gc := fastRetries(fake.Service)
 	n := startNode(t, dir, gc)
 	link(t, n, "alice", g, false)
+	link(t, n, "bob", g, true)
+	const g2 = "carol@example.com"
+	fake.AddCalendar(g2)
+	link(t, n, "carol", g2, true)
+	fake.SetTimeZone(g, "America/Los_Angeles")
+	la, _ := time.LoadLocation("America/Los_Angeles")
+	var allDay []data.Interval
+	for _, d := range []int{88, 89} { // after every booking of the test
+		day := day0.AddDate(0, 0, d)
+		fake.PutEvent(g, calendar.Event{Summary: "offsite", Start: &calendar.EventDateTime{Date: day.Format(time.DateOnly)},
+			End: &calendar.EventDateTime{Date: day.AddDate(0, 0, 1).Format(time.DateOnly)}})
+		allDay = append(allDay, data.Interval{Start: time.Date(day.Year(), day.Month(), day.Day(), 0, 0, 0, 0, la).UTC(),
+			End: time.Date(day.Year(), day.Month(), day.Day()+1, 0, 0, 0, 0, la).UTC()})
+	}
+	s2, e2 := slot(20)
+	fake.PutEvent(g2, calendar.Event{Summary: "carol busy", Start: dt(s2), End: dt(e2)})
+	queuetest.CheckFor(t, 60*time.Second, func() error {
+		if _, err := n.SyncGoogle(context.Background(), "carol"); err != nil {
+			return err
+		}
+		if len(liveBlocks(t, n, "carol")) != 1 {
+			return fmt.Errorf("carol has no busy block")
+		}
+		return nil
+	})
+	var bobLive []string
+	carolBefore := map[string]bool{} // carol's bookings made while linked
+	unlinked := false
+	side := func(op int) {
+		switch {
+		case op%4 == 0: // bob: hours 2000-2099, apart from alice's
+			s, e := slot(2000 + op/4%100)
+			if r := book(t, n, "bob", s, e); r.Outcome == actor.OutcomeAccepted {
+				bobLive = append(bobLive, r.Booking.ID)
+			}
+		case op%4 == 1 && len(bobLive) > 3:
+			submit(t, n, &actor.Command{Type: actor.TypeBookingCancel, CalendarID: "bob", BookingID: bobLive[0]})
+			bobLive = bobLive[1:]
+		case op%4 == 2: // carol: hours 2100-2199
+			s, e := slot(2100 + op/4%100)
+			if r := book(t, n, "carol", s, e); r.Outcome == actor.OutcomeAccepted && !unlinked {
+				carolBefore[r.Booking.ID] = true
+			}
+		}
+	}
 
 	rng := rand.New(rand.NewPCG(7, 7))
 	var live []string         // confirmed booking ids
@@ -215,6 +296,11 @@ func TestMirrorExactUnderFaultsAcrossRestart(t *testing.T) {
 	}
 	const ops = 400
 	for op := 0; op < ops; op++ {
+		side(op)
+		if op == 3*ops/4 {
+			upsert(t, n, "carol", actor.CalendarSpec{Timezone: "UTC"})
+			unlinked = true
+		}
 		if op == ops/2 {
 			if pending(t, n, "alice") == 0 {
 				t.Log("note: outbox empty at the restart")
@@ -278,13 +364,51 @@ func TestMirrorExactUnderFaultsAcrossRestart(t *testing.T) {
 	if confirmed != len(live) {
 		t.Fatalf("%d confirmed bookings in the index, the test made %d", confirmed, len(live))
 	}
+	queuetest.CheckFor(t, 120*time.Second, func() error {
+		if p := pending(t, n, "bob") + pending(t, n, "carol"); p > 0 {
+			return fmt.Errorf("%d sync operations pending", p)
+		}
+		return nil
+	})
+	if c := compareMirror(t, n, fake, "bob", g); c != len(bobLive) {
+		t.Fatalf("bob: %d confirmed, the test kept %d", c, len(bobLive))
+	}
+	// Bob's busy time: alice's confirmed bookings and the all-day events
+	// of the Los Angeles calendar, none of bob's own.
+	want := append([]data.Interval(nil), allDay...)
+	_ = n.Store.View(func(tx *data.Tx) error {
+		return tx.ForEachConfirmed("alice", func(_ string, iv data.Interval) error { want = append(want, iv); return nil })
+	})
+	sort.Slice(want, func(i, j int) bool { return want[i].Start.Before(want[j].Start) })
+	queuetest.CheckFor(t, 60*time.Second, func() error {
+		if _, err := n.SyncGoogle(context.Background(), "bob"); err != nil {
+			return err
+		}
+		got := liveBlocks(t, n, "bob")
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			return fmt.Errorf("bob's busy blocks: %d, want %d", len(got), len(want))
+		}
+		return nil
+	})
+	// Carol after the unlink: no busy time, nothing new in Google.
+	queuetest.CheckFor(t, 60*time.Second, func() error {
+		if b := liveBlocks(t, n, "carol"); len(b) > 0 {
+			return fmt.Errorf("carol still has busy blocks %v", b)
+		}
+		return nil
+	})
+	for id, ev := range fake.Events(g2) {
+		if ev.ExtendedProperties != nil && !carolBefore[id] {
+			t.Errorf("carol's booking %s reached Google after the unlink", id)
+		}
+	}
 	req, writes, injected := fake.Stats()
 	st := n.GoogleStatus("alice", &data.GoogleLink{CalendarID: g})
 	t.Logf("%d confirmed, %d events; fake: %d requests, %d writes, %d injected faults; status %+v", confirmed, len(fake.Events(g)), req, writes, injected, st)
 	if injected == 0 || len(st.Failures) == 0 {
 		t.Fatalf("no faults were injected or seen")
 	}
-	if st.Status != calendarsync.StatusOK {
+	if st.Status != calendarsync.StatusOK || st.DeadLetters != 0 {
 		t.Fatalf("status %+v", st)
 	}
 	stopNode(t, n)
@@ -328,7 +452,7 @@ func TestExternalEventBlocksBooking(t *testing.T) {
 	fake.PutEvent(g, calendar.Event{Summary: "free", Start: s, End: e, Transparency: "transparent"})
 	s, e = ev(14)
 	fake.PutEvent(g, calendar.Event{Id: "0123456789abcdefghijklmnop", Summary: "mirror", Start: s, End: e,
-		ExtendedProperties: &calendar.EventExtendedProperties{Private: map[string]string{calendarsync.PropBookingID: "0123456789abcdefghijklmnop"}}})
+		ExtendedProperties: &calendar.EventExtendedProperties{Private: map[string]string{calendarsync.PropBookingID: "0123456789abcdefghijklmnop", calendarsync.PropCalendarID: "room"}}})
 
 	code, out = do("POST", "/v1/admin/calendars/room/google/sync", "")
 	if code != 200 {

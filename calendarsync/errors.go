@@ -20,11 +20,13 @@ const (
 	actNotFound               // 404 (meaning depends on the call)
 	actConflict               // 409 duplicate
 	actGone                   // 410
+	actThrottle               // usage quota spent: every call waits long
 )
 
 // Failure reasons (metric labels; stable).
 const (
 	ReasonRateLimited      = "rate_limited"
+	ReasonQuotaExceeded    = "quota_exceeded"
 	ReasonServerError      = "server_error"
 	ReasonTimeout          = "timeout"
 	ReasonNetwork          = "network"
@@ -68,9 +70,11 @@ func classify(err error) (action, string) {
 		switch {
 		case ge.Code == http.StatusUnauthorized:
 			return actDegrade, ReasonUnauthorized
+		case reason == "quotaExceeded" || reason == "dailyLimitExceeded":
+			return actThrottle, ReasonQuotaExceeded
 		case ge.Code == http.StatusTooManyRequests:
 			return actRetry, ReasonRateLimited
-		case ge.Code == http.StatusForbidden && (reason == "rateLimitExceeded" || reason == "userRateLimitExceeded" || reason == "quotaExceeded"):
+		case ge.Code == http.StatusForbidden && (reason == "rateLimitExceeded" || reason == "userRateLimitExceeded"):
 			return actRetry, ReasonRateLimited
 		case ge.Code == http.StatusForbidden:
 			return actDegrade, ReasonForbidden

@@ -6,11 +6,15 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"golang.org/x/time/rate"
 	"google.golang.org/api/calendar/v3"
+	"google.golang.org/api/googleapi"
 
 	"github.com/bookline/bookline/actor"
 	"github.com/bookline/bookline/data"
@@ -43,6 +47,33 @@ type Config struct {
 	// (defaults 1m, 10m).
 	RetryBase, RetryMax time.Duration
 	PauseBase, PauseMax time.Duration
+	// QuotaPauseBase and QuotaPauseMax bound the wait after Google
+	// answered quotaExceeded or dailyLimitExceeded (defaults 15m, 2h; a
+	// longer Retry-After wins). Those are usage limits of the credential:
+	// every call waits, not only the calendar's.
+	QuotaPauseBase, QuotaPauseMax time.Duration
+	// EntryAttempts is how often one mirror operation is tried when Google
+	// refuses it for a reason of its own (not of the link: a 400, a 403 on
+	// an event its owner deleted, a duplicate that is not there) before it
+	// is set aside as a dead letter and the calendar's next operations go
+	// on (default 5).
+	EntryAttempts int
+	// RequestsPerMinute bounds the calls of all calendars together, under
+	// Google's per-user quota (about 600/min) (default 500; negative: no
+	// limit).
+	RequestsPerMinute int
+	// WebhookURL, when set, is the public URL of the API's Google
+	// notification route (POST /v1/google/notifications): busy-synced
+	// calendars get push channels (events.watch) whose notifications make
+	// their busy time be read at once. Polling goes on as the fallback.
+	WebhookURL string
+	// ChannelTTL is the lifetime asked for push channels (default 24h);
+	// they are renewed at four fifths of it. WatchCheckEvery is how often
+	// channels are checked (made, renewed, stopped) (default 1m).
+	ChannelTTL, WatchCheckEvery time.Duration
+	// FreeBusyTimeout bounds the freebusy.query made before a booking of a
+	// calendar whose link asks for it (default 3s).
+	FreeBusyTimeout time.Duration
 	// Batch is how many outbox entries are read at a time (default 64).
 	Batch  int
 	Logger *slog.Logger
@@ -67,6 +98,17 @@ func (c *Config) defaults() {
 	def(&c.RetryMax, 30*time.Second)
 	def(&c.PauseBase, time.Minute)
 	def(&c.PauseMax, 10*time.Minute)
+	def(&c.QuotaPauseBase, 15*time.Minute)
+	def(&c.QuotaPauseMax, 2*time.Hour)
+	def(&c.ChannelTTL, 24*time.Hour)
+	def(&c.WatchCheckEvery, time.Minute)
+	def(&c.FreeBusyTimeout, 3*time.Second)
+	if c.EntryAttempts <= 0 {
+		c.EntryAttempts = 5
+	}
+	if c.RequestsPerMinute == 0 {
+		c.RequestsPerMinute = 500
+	}
 	if c.Batch <= 0 {
 		c.Batch = 64
 	}
@@ -82,6 +124,9 @@ func (c *Config) defaults() {
 const (
 	StatusOK       = "ok"
 	StatusDegraded = "degraded"
+	// StatusThrottled: Google's usage quota is spent; every call waits
+	// until throttled_until.
+	StatusThrottled = "throttled"
 )
 
 // linkState is the in-memory state of one bookline calendar's link.
@@ -95,7 +140,16 @@ type linkState struct {
 	syncToken   string        // guarded by busy
 	tokenFor    string        // Google calendar the token belongs to
 	lastFull    time.Time
+	attempted   bool      // a busy read was tried (guarded by busy)
+	windowEnd   time.Time // end of the read window of the last full read
 	pausedUntil time.Time
+	again       atomic.Bool // a change was notified during a read: read once more
+	// push is the state of the calendar's push channel (PushActive,
+	// PushPolling, "" without one); watchRetryAt and watchFails pace new
+	// watch attempts after failures.
+	push         string
+	watchRetryAt time.Time
+	watchFails   int
 }
 
 // Syncer runs the mirror and the busy-time import. Create it with New and
@@ -112,14 +166,39 @@ type Syncer struct {
 	running map[string]bool // calendars with a drainer
 	svc     *calendar.Service
 	wg      sync.WaitGroup
+	// throttledUntil: no call before it (quota spent); quotaN counts the
+	// quota answers in a row.
+	throttledUntil time.Time
+	throttleReason string
+	quotaN         int
+	// busyKnown: calendars whose busy time was read (checked for unlink).
+	busyKnown map[string]bool
+	sweeping  atomic.Bool
+	limiter   *rate.Limiter
+	// Push channels by id and by calendar; runCtx is Run's context, for
+	// the reads notifications start.
+	chanByID  map[string]*pushChannel
+	chanByCal map[string]*pushChannel
+	watching  atomic.Bool
+	runCtx    context.Context
 }
 
 // New creates a Syncer on the index store; publish sends busy commands.
 func New(cfg Config, store *data.Store, publish Publisher) *Syncer {
 	cfg.defaults()
+	lim := rate.NewLimiter(rate.Inf, 0)
+	if cfg.RequestsPerMinute > 0 {
+		// A burst of a tenth of a minute's calls: smooth enough for Google,
+		// quick for an on-demand sync.
+		lim = rate.NewLimiter(rate.Limit(float64(cfg.RequestsPerMinute)/60), max(1, cfg.RequestsPerMinute/10))
+	}
 	return &Syncer{cfg: cfg, store: store, publish: publish, log: cfg.Logger.With("component", "calendarsync"),
-		kick: make(chan struct{}, 1), links: map[string]*linkState{}, running: map[string]bool{}}
+		kick: make(chan struct{}, 1), links: map[string]*linkState{}, running: map[string]bool{}, busyKnown: map[string]bool{}, limiter: lim,
+		chanByID: map[string]*pushChannel{}, chanByCal: map[string]*pushChannel{}}
 }
+
+// RateLimit is the limit of Google calls per second of all calendars.
+func (s *Syncer) RateLimit() float64 { return float64(s.limiter.Limit()) }
 
 // Notify tells the Syncer that sync operations were committed. It never
 // blocks (it is called on the writers' path).
@@ -138,8 +217,18 @@ func (s *Syncer) Run(ctx context.Context) {
 		<-ctx.Done()
 		return
 	}
+	s.mu.Lock()
+	s.runCtx = ctx
+	s.mu.Unlock()
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
+	var watchC <-chan time.Time
+	if s.cfg.WebhookURL != "" {
+		wt := time.NewTicker(s.cfg.WatchCheckEvery)
+		defer wt.Stop()
+		watchC = wt.C
+		s.goWatchAll(ctx)
+	}
 	var busyC <-chan time.Time
 	if s.cfg.BusyInterval > 0 {
 		bt := time.NewTicker(s.cfg.BusyInterval)
@@ -147,8 +236,10 @@ func (s *Syncer) Run(ctx context.Context) {
 		busyC = bt.C
 		s.goBusyAll(ctx)
 	}
+	s.goSweep(ctx, true)
 	for {
 		s.startDrainers(ctx)
+		s.goSweep(ctx, false)
 		select {
 		case <-ctx.Done():
 			return
@@ -156,6 +247,8 @@ func (s *Syncer) Run(ctx context.Context) {
 		case <-tick.C:
 		case <-busyC:
 			s.goBusyAll(ctx)
+		case <-watchC:
+			s.goWatchAll(ctx)
 		}
 	}
 }
@@ -176,7 +269,12 @@ func (s *Syncer) link(cal string) *linkState {
 // Status reports the state of calendar cal's link.
 func (s *Syncer) Status(cal string, link *data.GoogleLink) data.GoogleStatus {
 	st := data.GoogleStatus{CalendarID: link.CalendarID, SyncBusy: link.SyncBusy, Status: StatusOK}
-	_ = s.store.View(func(tx *data.Tx) error { st.Pending = tx.SyncDepth(cal, 10000); return nil })
+	_ = s.store.View(func(tx *data.Tx) error {
+		st.Pending = tx.SyncDepth(cal, 10000)
+		d, _ := tx.DeadLetters(cal, 10000)
+		st.DeadLetters = len(d)
+		return nil
+	})
 	if s.cfg.Service == nil {
 		st.Status, st.Reason = StatusDegraded, "no credentials"
 		return st
@@ -186,7 +284,10 @@ func (s *Syncer) Status(cal string, link *data.GoogleLink) data.GoogleStatus {
 	defer s.mu.Unlock()
 	if l.degraded {
 		st.Status, st.Reason = StatusDegraded, l.reason
+	} else if until := s.throttledUntil; s.cfg.Now().Before(until) {
+		st.Status, st.Reason, st.ThrottledUntil = StatusThrottled, s.throttleReason, &until
 	}
+	st.Push = l.push
 	if !l.lastSync.IsZero() {
 		t := l.lastSync
 		st.LastSync = &t
@@ -208,6 +309,37 @@ func (s *Syncer) succeeded(cal string) {
 		s.log.Info("google link works again", "calendar", cal)
 	}
 	l.degraded, l.reason, l.lastSync = false, "", s.cfg.Now()
+	s.quotaN = 0
+}
+
+// throttle makes every call wait after a quota answer: at least the
+// Retry-After Google gave, else a long backoff (usage limits reset over
+// minutes to a day, retrying early only spends more of them).
+func (s *Syncer) throttle(cal string, err error) {
+	s.mu.Lock()
+	d := backoff(s.quotaN, s.cfg.QuotaPauseBase, s.cfg.QuotaPauseMax)
+	s.quotaN++
+	var ge *googleapi.Error
+	if errors.As(err, &ge) && ge.Header != nil {
+		if secs, perr := strconv.Atoi(ge.Header.Get("Retry-After")); perr == nil && secs > 0 {
+			d = time.Duration(secs) * time.Second
+		}
+	}
+	until := s.cfg.Now().Add(d)
+	if until.After(s.throttledUntil) {
+		s.throttledUntil = until
+	}
+	s.throttleReason = ReasonQuotaExceeded + ": " + err.Error()
+	s.mu.Unlock()
+	s.log.Warn("google quota exceeded; every call waits", "calendar", cal, "for", d, "err", err)
+}
+
+// waitThrottle waits out a quota pause; false when ctx ended.
+func (s *Syncer) waitThrottle(ctx context.Context) bool {
+	s.mu.Lock()
+	d := s.throttledUntil.Sub(s.cfg.Now())
+	s.mu.Unlock()
+	return d <= 0 || sleep(ctx, d, nil)
 }
 
 func (s *Syncer) failed(cal, reason string) {
@@ -314,7 +446,11 @@ func (s *Syncer) startDrainers(ctx context.Context) {
 func (s *Syncer) drain(ctx context.Context, cal string) {
 	for ctx.Err() == nil {
 		var entries []data.SyncEntry
+		var link *data.GoogleLink
 		err := s.store.View(func(tx *data.Tx) (err error) {
+			if c, err := tx.Calendar(cal); err == nil {
+				link = c.Google
+			}
 			entries, err = tx.PendingSync(cal, s.cfg.Batch)
 			return err
 		})
@@ -325,50 +461,109 @@ func (s *Syncer) drain(ctx context.Context, cal string) {
 		if len(entries) == 0 {
 			return
 		}
-		var done []uint64
+		var done []data.SyncEntry
+		flush := func() bool {
+			if len(done) == 0 {
+				return true
+			}
+			err := s.store.Commit(func(tx *data.Tx) error { return tx.DeleteSyncEntries(done) })
+			done = nil
+			return err == nil
+		}
 		for _, e := range entries {
-			if !s.mirrorOne(ctx, e) {
+			if link == nil || link.CalendarID != e.GoogleCalendar {
+				// Unlinked, or linked to another Google calendar since:
+				// the operation is cancelled, the old calendar is left as
+				// it is.
+				s.log.Info("google link changed; queued mirror operation cancelled", "calendar", cal, "booking", e.Booking.ID, "seq", e.Seq, "google_calendar", e.GoogleCalendar)
+				done = append(done, e)
+				continue
+			}
+			ok, dead := s.mirrorOne(ctx, e, link)
+			if !ok {
 				break
 			}
-			done = append(done, e.Seq)
-			if len(done) == 16 {
-				if err := s.store.Commit(func(tx *data.Tx) error { return tx.DeleteSync(cal, done) }); err != nil {
+			if dead != "" {
+				if !flush() {
 					return
 				}
-				done = nil
+				d := data.DeadLetter{Entry: e, Reason: dead, Attempts: s.cfg.EntryAttempts, At: s.cfg.Now().UTC()}
+				if err := s.store.Commit(func(tx *data.Tx) error { return tx.PutDeadLetter(d) }); err != nil {
+					return
+				}
+				s.log.Error("google refused a mirror operation again and again; set aside as a dead letter", "calendar", cal, "booking", e.Booking.ID, "seq", e.Seq, "reason", dead)
+				continue
 			}
-		}
-		if len(done) > 0 {
-			if err := s.store.Commit(func(tx *data.Tx) error { return tx.DeleteSync(cal, done) }); err != nil {
+			done = append(done, e)
+			if len(done) == 16 && !flush() {
 				return
 			}
+		}
+		if !flush() {
+			return
 		}
 	}
 }
 
-// mirrorOne applies one operation, retrying until it is done or ctx ends
-// (false).
-func (s *Syncer) mirrorOne(ctx context.Context, e data.SyncEntry) bool {
-	retry, pause := 0, 0
+// entryError marks a failure of one operation that says nothing about the
+// link (the calendar's other operations may well succeed).
+type entryError struct{ err error }
+
+func (e *entryError) Error() string { return e.err.Error() }
+func (e *entryError) Unwrap() error { return e.err }
+
+// mirrorOne applies one operation, retrying until it is done (true, ""),
+// given up as a dead letter (true, reason) or ctx ends (false).
+func (s *Syncer) mirrorOne(ctx context.Context, e data.SyncEntry, link *data.GoogleLink) (bool, string) {
+	retry, pause, attempts := 0, 0, 0
 	l := s.link(e.Calendar)
-	for ctx.Err() == nil {
-		err := s.applyOnce(ctx, e)
+	for try := 0; ctx.Err() == nil; try++ {
+		if !s.waitThrottle(ctx) {
+			return false, ""
+		}
+		if try > 0 {
+			// The link may have changed while this operation waited.
+			link = nil
+			_ = s.store.View(func(tx *data.Tx) error {
+				if c, err := tx.Calendar(e.Calendar); err == nil {
+					link = c.Google
+				}
+				return nil
+			})
+			if link == nil || link.CalendarID != e.GoogleCalendar {
+				s.log.Info("google link changed; queued mirror operation cancelled", "calendar", e.Calendar, "booking", e.Booking.ID, "seq", e.Seq)
+				return true, ""
+			}
+		}
+		err := s.applyOnce(ctx, e, link)
 		if err == nil {
 			s.succeeded(e.Calendar)
-			return true
+			return true, ""
 		}
 		if ctx.Err() != nil {
-			return false
+			return false, ""
 		}
 		act, reason := classify(err)
 		if act == actNotFound {
 			act = actDegrade
 		}
+		var ee *entryError
+		if errors.As(err, &ee) {
+			act = actDrop
+		}
 		s.failed(e.Calendar, reason)
 		switch act {
 		case actDrop:
-			s.log.Error("google refused a mirror operation; skipped", "calendar", e.Calendar, "booking", e.Booking.ID, "seq", e.Seq, "err", err)
-			return true
+			attempts++
+			if attempts >= s.cfg.EntryAttempts {
+				return true, reason + ": " + err.Error()
+			}
+			s.log.Warn("google refused a mirror operation; retrying it", "calendar", e.Calendar, "booking", e.Booking.ID, "seq", e.Seq, "attempt", attempts, "err", err)
+			if !sleep(ctx, backoff(attempts, s.cfg.RetryBase, s.cfg.RetryMax), nil) {
+				return false, ""
+			}
+		case actThrottle:
+			s.throttle(e.Calendar, err)
 		case actDegrade:
 			s.degrade(e.Calendar, reason, err)
 			d := backoff(pause, s.cfg.PauseBase, s.cfg.PauseMax)
@@ -377,17 +572,17 @@ func (s *Syncer) mirrorOne(ctx context.Context, e data.SyncEntry) bool {
 			l.pausedUntil = s.cfg.Now().Add(d)
 			s.mu.Unlock()
 			if !sleep(ctx, d, l.wake) {
-				return false
+				return false, ""
 			}
 		default:
 			s.log.Debug("google call failed; retrying", "calendar", e.Calendar, "reason", reason, "err", err)
 			if !sleep(ctx, backoff(retry, s.cfg.RetryBase, s.cfg.RetryMax), nil) {
-				return false
+				return false, ""
 			}
 			retry++
 		}
 	}
-	return false
+	return false, ""
 }
 
 // Private extended properties of mirrored events.
@@ -396,44 +591,78 @@ const (
 	PropCalendarID = "bookline_calendar_id"
 )
 
-// EventFor is the Google event mirroring booking bk (its id is the
+// Defaults of a link's event title and visibility: a mirrored event tells
+// whoever can see the calendar that the time is booked, and no more.
+const (
+	DefaultEventTitle = "Booked"
+	DefaultVisibility = "private"
+)
+
+// EventTitle fills a link's title template: {customer}, {calendar} (the
+// bookline calendar id) and {booking} (the booking id) are replaced.
+func EventTitle(tmpl string, bk *data.Booking) string {
+	if tmpl == "" {
+		tmpl = DefaultEventTitle
+	}
+	return strings.NewReplacer("{customer}", bk.Customer, "{calendar}", bk.CalendarID, "{booking}", bk.ID).Replace(tmpl)
+}
+
+// EventFor is the Google event mirroring booking bk on link (its id is the
 // booking id: 26 characters of base32hex, a valid client-chosen event id).
-func EventFor(bk *data.Booking) *calendar.Event {
+// Title and visibility are the link's (default: "Booked", private); the
+// description names the booking only.
+func EventFor(bk *data.Booking, link *data.GoogleLink) *calendar.Event {
+	vis := DefaultVisibility
+	var tmpl string
+	if link != nil {
+		tmpl = link.EventTitle
+		if link.Visibility != "" {
+			vis = link.Visibility
+		}
+	}
 	return &calendar.Event{
 		Id:           bk.ID,
-		Summary:      bk.Customer,
+		Summary:      EventTitle(tmpl, bk),
 		Description:  "bookline booking " + bk.ID + " on calendar " + bk.CalendarID,
 		Start:        &calendar.EventDateTime{DateTime: bk.Start.UTC().Format(time.RFC3339), TimeZone: "UTC"},
 		End:          &calendar.EventDateTime{DateTime: bk.End.UTC().Format(time.RFC3339), TimeZone: "UTC"},
 		Status:       "confirmed",
 		Transparency: "opaque",
+		Visibility:   vis,
 		ExtendedProperties: &calendar.EventExtendedProperties{Private: map[string]string{
 			PropBookingID: bk.ID, PropCalendarID: bk.CalendarID,
 		}},
 	}
 }
 
+// callCtx bounds one Google call, after the shared rate limiter let it
+// through.
 func (s *Syncer) callCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	_ = s.limiter.Wait(ctx) // an ended ctx fails the call itself
 	return context.WithTimeout(ctx, s.cfg.CallTimeout)
 }
 
 // errInconsistent: Google said duplicate but has no such event (retried).
 var errInconsistent = errors.New("calendarsync: insert answered duplicate but the event is not there")
 
-func (s *Syncer) applyOnce(ctx context.Context, e data.SyncEntry) error {
+func (s *Syncer) applyOnce(ctx context.Context, e data.SyncEntry, link *data.GoogleLink) error {
 	svc, err := s.service(ctx)
 	if err != nil {
 		return err
 	}
-	ev := EventFor(&e.Booking)
+	ev := EventFor(&e.Booking, link)
 	g := e.GoogleCalendar
 	switch e.Op {
 	case data.SyncDelete:
 		c, cancel := s.callCtx(ctx)
-		defer cancel()
 		err := svc.Events.Delete(g, ev.Id).Context(c).Do()
-		if act, _ := classify(err); err != nil && (act == actNotFound || act == actGone) {
-			return nil // already deleted (or never created)
+		cancel()
+		if act, _ := classify(err); err != nil && act == actGone {
+			return nil // already deleted
+		} else if err != nil && act == actNotFound {
+			// Google answers 404 for a missing event and for a calendar
+			// that is gone or no longer shared: only the first is done.
+			return s.calendarReadable(ctx, svc, g)
 		}
 		return err
 	case data.SyncUpdate:
@@ -452,10 +681,30 @@ func (s *Syncer) applyOnce(ctx context.Context, e data.SyncEntry) error {
 	}
 }
 
+// patch changes the event. Google answers 403 to a change of an event its
+// owner deleted in the UI; that 403 is about the event, not the link.
 func (s *Syncer) patch(ctx context.Context, svc *calendar.Service, g string, ev *calendar.Event) error {
 	c, cancel := s.callCtx(ctx)
-	defer cancel()
 	_, err := svc.Events.Patch(g, ev.Id, ev).Context(c).Do()
+	cancel()
+	if act, reason := classify(err); err == nil || act != actDegrade || reason != ReasonForbidden {
+		return err
+	}
+	c, cancel = s.callCtx(ctx)
+	got, gerr := svc.Events.Get(g, ev.Id).Context(c).Do()
+	cancel()
+	if gerr == nil && got.Status == "cancelled" {
+		return &entryError{fmt.Errorf("the event was deleted in Google and cannot be changed: %w", err)}
+	}
+	return err
+}
+
+// calendarReadable tells a missing event from a missing calendar: nil when
+// the calendar answers a one-event list.
+func (s *Syncer) calendarReadable(ctx context.Context, svc *calendar.Service, g string) error {
+	c, cancel := s.callCtx(ctx)
+	defer cancel()
+	_, err := svc.Events.List(g).MaxResults(1).Context(c).Do()
 	return err
 }
 
@@ -473,7 +722,7 @@ func (s *Syncer) insert(ctx context.Context, svc *calendar.Service, g string, ev
 	got, err := svc.Events.Get(g, ev.Id).Context(c).Do()
 	cancel()
 	if act, _ := classify(err); err != nil && (act == actNotFound || act == actGone) {
-		return errInconsistent
+		return &entryError{errInconsistent}
 	} else if err != nil {
 		return err
 	}

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"regexp"
 	"testing"
 	"time"
@@ -33,6 +34,9 @@ func TestClassify(t *testing.T) {
 		{gerr(429, "rateLimitExceeded"), actRetry, ReasonRateLimited},
 		{gerr(403, "rateLimitExceeded"), actRetry, ReasonRateLimited},
 		{gerr(403, "userRateLimitExceeded"), actRetry, ReasonRateLimited},
+		{gerr(403, "quotaExceeded"), actThrottle, ReasonQuotaExceeded},
+		{gerr(403, "dailyLimitExceeded"), actThrottle, ReasonQuotaExceeded},
+		{gerr(429, "quotaExceeded"), actThrottle, ReasonQuotaExceeded},
 		{gerr(403, "forbidden"), actDegrade, ReasonForbidden},
 		{gerr(403, "insufficientPermissions"), actDegrade, ReasonForbidden},
 		{gerr(401, "authError"), actDegrade, ReasonUnauthorized},
@@ -73,7 +77,7 @@ func TestBlockIDAndEventID(t *testing.T) {
 	if !actor.ValidBlockID(id) {
 		t.Fatalf("block id %q invalid", id)
 	}
-	ev := EventFor(&fakeBooking)
+	ev := EventFor(&fakeBooking, nil)
 	if !regexp.MustCompile(`^[0-9a-v]{5,}$`).MatchString(ev.Id) || len(ev.Id) > 1024 {
 		t.Fatalf("event id %q is not base32hex 5-1024", ev.Id)
 	}
@@ -113,3 +117,31 @@ func must[T any](v T, err error) T {
 }
 
 var fakeBooking = bookingForTest()
+
+// TestTokenRefreshIsBounded: a token endpoint that never answers fails the
+// refresh instead of hanging every calendar.
+func TestTokenRefreshIsBounded(t *testing.T) {
+	hang := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-hang:
+		case <-r.Context().Done():
+		}
+	}))
+	defer srv.Close()
+	defer close(hang)
+	ts, err := tokenSource([]byte(`{"type":"authorized_user","client_id":"c","client_secret":"s","refresh_token":"r","token_uri":"`+srv.URL+`"}`), "", 100*time.Millisecond, Scopes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { _, err := ts.Token(); done <- err }()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("a hung refresh returned a token")
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the refresh is not bounded")
+	}
+}

@@ -13,12 +13,20 @@ import (
 type GoogleStatus struct {
 	CalendarID string `json:"calendar_id"`
 	SyncBusy   bool   `json:"sync_busy"`
-	// Status is "ok" or "degraded", with Reason.
-	Status string `json:"status"`
-	Reason string `json:"reason,omitempty"`
+	// Status is "ok", "degraded" (the link needs fixing) or "throttled"
+	// (Google's usage quota is spent until ThrottledUntil), with Reason.
+	Status         string     `json:"status"`
+	Reason         string     `json:"reason,omitempty"`
+	ThrottledUntil *time.Time `json:"throttled_until,omitempty"`
+	// DeadLetters counts the mirror operations set aside after Google
+	// refused them repeatedly (see the admin dead-letter routes).
+	DeadLetters int `json:"dead_letters"`
 	// Pending is the number of mirror operations not yet in Google
 	// (counted up to 10000).
-	Pending  int        `json:"pending"`
+	Pending int `json:"pending"`
+	// Push is the state of the push channel: "active", "polling" (the
+	// watch failed) or absent (no webhook URL configured).
+	Push     string     `json:"push,omitempty"`
 	LastSync *time.Time `json:"last_sync"`
 	// Failures counts failed Google calls since start, by reason.
 	Failures map[string]uint64 `json:"failures,omitempty"`
@@ -37,3 +45,17 @@ var (
 	ErrNotLinked     = errors.New("calendar is not linked to Google")
 	ErrNoCredentials = errors.New("no Google credentials configured")
 )
+
+// Errors of a Google push notification.
+var (
+	ErrUnknownChannel = errors.New("unknown notification channel")
+	ErrChannelToken   = errors.New("wrong notification channel token")
+)
+
+// BeyondBusyWindowError: a booking reaches past the span whose busy time
+// is read from Google, so it cannot be checked against it.
+type BeyondBusyWindowError struct{ Until time.Time }
+
+func (e *BeyondBusyWindowError) Error() string {
+	return "busy time is read from Google up to " + e.Until.UTC().Format(time.RFC3339) + " only"
+}

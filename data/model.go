@@ -40,6 +40,17 @@ type GoogleLink struct {
 	CalendarID string `json:"calendar_id"`
 	// SyncBusy imports the calendar's busy time as busy blocks.
 	SyncBusy bool `json:"sync_busy,omitempty"`
+	// EventTitle is the template of mirrored events' titles ({customer},
+	// {calendar}, {booking}); empty means "Booked". Visibility is theirs:
+	// "private" (when empty), "default", "public" or "confidential".
+	// Neither changes any decision.
+	EventTitle string `json:"event_title,omitempty"`
+	Visibility string `json:"visibility,omitempty"`
+	// CheckFreeBusy (with SyncBusy) has Google's free/busy read before
+	// each booking sent through the API, and what is busy enters the log
+	// as busy blocks before the booking is decided (needs the
+	// calendar.events.freebusy scope, --google-freebusy).
+	CheckFreeBusy bool `json:"check_freebusy,omitempty"`
 }
 
 // Rules are a calendar's booking rules; the zero value accepts any

@@ -25,7 +25,10 @@ const (
 type SyncEntry struct {
 	Calendar string // bookline calendar id
 	Seq      uint64 // stream sequence of the deciding command
-	Op       byte
+	// Sub orders several operations queued by one command (the backfill
+	// of a new link); 0 for the others.
+	Sub uint32
+	Op  byte
 	// GoogleCalendar is the linked Google calendar id when it was decided.
 	GoogleCalendar string
 	Booking        Booking // the booking as decided
@@ -33,11 +36,26 @@ type SyncEntry struct {
 
 const syncVersion = 1
 
-func syncKey(cal string, seq uint64) []byte {
-	k := make([]byte, 0, len(cal)+9)
+func syncKey(cal string, seq uint64) []byte { return syncSubKey(cal, seq, 0) }
+
+// syncSubKey is the key of an entry: cal ++ 0 ++ seq, and ++ sub when sub
+// is not 0 (so that the keys of earlier builds stay as they were).
+func syncSubKey(cal string, seq uint64, sub uint32) []byte {
+	k := make([]byte, 0, len(cal)+13)
 	k = append(k, cal...)
 	k = append(k, 0)
-	return binary.BigEndian.AppendUint64(k, seq)
+	k = binary.BigEndian.AppendUint64(k, seq)
+	if sub != 0 {
+		k = binary.BigEndian.AppendUint32(k, sub)
+	}
+	return k
+}
+
+func encodeSync(e *SyncEntry) []byte {
+	v := make([]byte, 0, 200+len(e.Booking.Customer)+len(e.Booking.Metadata))
+	v = append(v, syncVersion, e.Op)
+	v = AppendString(v, e.GoogleCalendar)
+	return AppendBooking(v, &e.Booking)
 }
 
 // PutSync queues a mirror operation.
@@ -46,20 +64,19 @@ func (t *Tx) PutSync(e SyncEntry) error {
 	if err != nil {
 		return err
 	}
-	v := make([]byte, 0, 200+len(e.Booking.Customer)+len(e.Booking.Metadata))
-	v = append(v, syncVersion, e.Op)
-	v = AppendString(v, e.GoogleCalendar)
-	v = AppendBooking(v, &e.Booking)
-	return b.Put(syncKey(e.Calendar, e.Seq), v)
+	return b.Put(syncSubKey(e.Calendar, e.Seq, e.Sub), encodeSync(&e))
 }
 
 func decodeSync(k, v []byte) (SyncEntry, error) {
 	var e SyncEntry
 	i := bytes.IndexByte(k, 0)
-	if i < 0 || len(k) != i+9 {
+	if i < 0 || len(k) != i+9 && len(k) != i+13 {
 		return e, fmt.Errorf("data: malformed sync key %x", k)
 	}
 	e.Calendar, e.Seq = string(k[:i]), binary.BigEndian.Uint64(k[i+1:])
+	if len(k) == i+13 {
+		e.Sub = binary.BigEndian.Uint32(k[i+9:])
+	}
 	r := NewReader(v)
 	if r.Byte() != syncVersion {
 		return e, ErrCorrupt
@@ -139,6 +156,27 @@ func (t *Tx) DeleteSync(cal string, seqs []uint64) error {
 		}
 	}
 	return nil
+}
+
+// DeleteSyncEntries removes the given operations (by calendar, sequence
+// and sub).
+func (t *Tx) DeleteSyncEntries(es []SyncEntry) error {
+	b := t.tx.Bucket(bucketSync)
+	if b == nil {
+		return nil
+	}
+	for _, e := range es {
+		if err := b.Delete(syncSubKey(e.Calendar, e.Seq, e.Sub)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// SyncQueued reports whether operation e is still queued.
+func (t *Tx) SyncQueued(e SyncEntry) bool {
+	b := t.tx.Bucket(bucketSync)
+	return b != nil && b.Get(syncSubKey(e.Calendar, e.Seq, e.Sub)) != nil
 }
 
 // dropSync removes every queued operation of cal.

@@ -57,6 +57,7 @@ var statusOf = map[string]int{
 	CodeForbidden:                  http.StatusForbidden,
 	CodeRateLimited:                http.StatusTooManyRequests,
 	CodeRangeTooLarge:              http.StatusBadRequest,
+	CodeBeyondBusyWindow:           http.StatusUnprocessableEntity,
 }
 
 // Error is an API error: a stable code, a message safe to show, and for

@@ -3,6 +3,7 @@ package httpapi
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"time"
 
@@ -80,4 +81,191 @@ func (s *Server) syncGoogle(c *fiber.Ctx) error {
 		out["google"] = g.GoogleStatus(cal, link)
 	}
 	return c.JSON(out)
+}
+
+// GoogleBookingChecker is implemented by backends whose Google sync looks
+// at a booking before it is sent (calendarsync.Syncer.CheckBooking): a
+// *data.BeyondBusyWindowError refuses it (422 beyond_busy_window).
+type GoogleBookingChecker interface {
+	CheckGoogleBooking(ctx context.Context, calID string, iv data.Interval) error
+}
+
+// GoogleDeadLetters is implemented by backends whose Google sync keeps dead
+// letters (mirror operations set aside after repeated refusals).
+type GoogleDeadLetters interface {
+	GoogleDeadLetters(calID string, max int) ([]data.DeadLetter, error)
+	RetryGoogleDeadLetter(calID string, seq uint64, sub uint32) error
+	DropGoogleDeadLetter(calID string, seq uint64, sub uint32) error
+}
+
+// GoogleNotifier is implemented by backends that take Google push
+// notifications (data.ErrUnknownChannel, data.ErrChannelToken refuse one).
+type GoogleNotifier interface {
+	GoogleNotification(channelID, token, state string) error
+}
+
+// CodeBeyondBusyWindow: the interval reaches past the span whose busy time
+// is read from the linked Google calendar.
+const CodeBeyondBusyWindow = "beyond_busy_window"
+
+// googleCheckTimeout bounds the check before a booking (a free/busy read
+// has its own, shorter bound).
+const googleCheckTimeout = 10 * time.Second
+
+// checkGoogle runs the backend's Google check of a booking, hold or
+// reschedule before it is sent.
+func (s *Server) checkGoogle(cmd *actor.Command) error {
+	g, ok := s.backend.(GoogleBookingChecker)
+	if !ok {
+		return nil
+	}
+	var iv data.Interval
+	switch {
+	case cmd.Booking != nil:
+		iv = data.Interval{Start: cmd.Booking.Start, End: cmd.Booking.End}
+	case cmd.Reschedule != nil:
+		iv = data.Interval{Start: cmd.Reschedule.Start, End: cmd.Reschedule.End}
+	default:
+		return nil
+	}
+	// Not c.Context(): fasthttp reuses it once the handler returns.
+	ctx, cancel := context.WithTimeout(context.Background(), googleCheckTimeout)
+	defer cancel()
+	var beyond *data.BeyondBusyWindowError
+	if err := g.CheckGoogleBooking(ctx, cmd.CalendarID, iv); errors.As(err, &beyond) {
+		return &Error{Code: CodeBeyondBusyWindow, Message: "the booking ends after " + beyond.Until.UTC().Format(time.RFC3339) +
+			": busy time of the linked Google calendar is read up to there only (set horizon_days to read further)"}
+	}
+	return nil
+}
+
+type deadLetterView struct {
+	ID             string    `json:"id"`
+	Op             string    `json:"op"`
+	BookingID      string    `json:"booking_id"`
+	GoogleCalendar string    `json:"google_calendar"`
+	Reason         string    `json:"reason"`
+	Attempts       int       `json:"attempts"`
+	At             time.Time `json:"at"`
+}
+
+// deadLetterID names a dead letter in routes: its sequence, and ".sub"
+// when it has one.
+func deadLetterID(e *data.SyncEntry) string {
+	id := strconv.FormatUint(e.Seq, 10)
+	if e.Sub != 0 {
+		id += "." + strconv.FormatUint(uint64(e.Sub), 10)
+	}
+	return id
+}
+
+func parseDeadLetterID(s string) (seq uint64, sub uint32, ok bool) {
+	a, b, hasSub := strings.Cut(s, ".")
+	seq, err := strconv.ParseUint(a, 10, 64)
+	if err != nil || seq == 0 {
+		return 0, 0, false
+	}
+	if hasSub {
+		v, err := strconv.ParseUint(b, 10, 32)
+		if err != nil || v == 0 {
+			return 0, 0, false
+		}
+		sub = uint32(v)
+	}
+	return seq, sub, true
+}
+
+var opNames = map[byte]string{data.SyncCreate: "create", data.SyncUpdate: "update", data.SyncDelete: "delete"}
+
+// MaxDeadLetters bounds the list of dead letters a calendar shows.
+const MaxDeadLetters = 1000
+
+func (s *Server) deadLetters() (GoogleDeadLetters, error) {
+	g, ok := s.backend.(GoogleDeadLetters)
+	if !ok {
+		return nil, &Error{Code: CodeUnavailable, Message: "google sync is not available in this process"}
+	}
+	return g, nil
+}
+
+// listDeadLetters lists a calendar's dead letters.
+func (s *Server) listDeadLetters(c *fiber.Ctx) error {
+	cal, err := calendarID(c)
+	if err != nil {
+		return err
+	}
+	g, err := s.deadLetters()
+	if err != nil {
+		return err
+	}
+	list, err := g.GoogleDeadLetters(cal, MaxDeadLetters)
+	if err != nil {
+		return err
+	}
+	out := make([]deadLetterView, 0, len(list))
+	for _, d := range list {
+		out = append(out, deadLetterView{ID: deadLetterID(&d.Entry), Op: opNames[d.Entry.Op], BookingID: d.Entry.Booking.ID,
+			GoogleCalendar: d.Entry.GoogleCalendar, Reason: d.Reason, Attempts: d.Attempts, At: d.At})
+	}
+	return c.JSON(fiber.Map{"calendar_id": cal, "dead_letters": out})
+}
+
+// retryDeadLetter (retry true) puts a dead letter back in the outbox, as
+// its booking is now; dropDeadLetter forgets it.
+func (s *Server) deadLetterAction(retry bool) fiber.Handler {
+	return func(c *fiber.Ctx) error {
+		cal, err := calendarID(c)
+		if err != nil {
+			return err
+		}
+		cal = strings.Clone(cal)
+		id := strings.Clone(c.Params("letterId"))
+		seq, sub, ok := parseDeadLetterID(id)
+		if !ok {
+			return &Error{Code: CodeNotFound, Message: "dead letter not found"}
+		}
+		g, err := s.deadLetters()
+		if err != nil {
+			return err
+		}
+		if retry {
+			err = g.RetryGoogleDeadLetter(cal, seq, sub)
+		} else {
+			err = g.DropGoogleDeadLetter(cal, seq, sub)
+		}
+		switch {
+		case errors.Is(err, data.ErrNotFound):
+			return &Error{Code: CodeNotFound, Message: "dead letter not found"}
+		case err != nil:
+			return err
+		}
+		action := "dropped"
+		if retry {
+			action = "retried"
+		}
+		return c.JSON(fiber.Map{"calendar_id": cal, "id": id, "result": action})
+	}
+}
+
+// googleNotification takes a Google push notification: the channel id and
+// token headers must name a channel this process made. Google reads
+// nothing from the answer but its status.
+func (s *Server) googleNotification(c *fiber.Ctx) error {
+	g, ok := s.backend.(GoogleNotifier)
+	if !ok {
+		return &Error{Code: CodeNotFound, Message: "no Google push channels in this process"}
+	}
+	id, tok, state := c.Get("X-Goog-Channel-ID"), c.Get("X-Goog-Channel-Token"), c.Get("X-Goog-Resource-State")
+	if id == "" || state == "" {
+		return invalid(actor.FieldError{Field: "X-Goog-Channel-ID", Message: "a Google notification carries X-Goog-Channel-ID and X-Goog-Resource-State"})
+	}
+	switch err := g.GoogleNotification(strings.Clone(id), strings.Clone(tok), strings.Clone(state)); {
+	case errors.Is(err, data.ErrUnknownChannel):
+		return &Error{Code: CodeNotFound, Message: "unknown channel"}
+	case errors.Is(err, data.ErrChannelToken):
+		return &Error{Code: CodeForbidden, Message: "wrong channel token"}
+	case err != nil:
+		return err
+	}
+	return c.JSON(fiber.Map{"ok": true})
 }

@@ -36,7 +36,8 @@ type Metrics struct {
 	snapshotSize prometheus.Gauge
 	snapshotAt   prometheus.Gauge
 
-	attach sync.Once
+	attach       sync.Once
+	attachGoogle sync.Once
 }
 
 // OutboxDepthCap bounds how many outbox entries a scrape counts.
@@ -79,7 +80,7 @@ func NewMetrics() *Metrics {
 	}, []string{"reason"})
 	m.syncFails = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "bookline_calendar_sync_failures_total",
-		Help: "Failed Google Calendar calls of the sync, by reason (rate_limited, server_error, timeout, network, unauthorized, invalid_grant, forbidden, calendar_not_found, credentials, bad_request, other).",
+		Help: "Failed Google Calendar calls of the sync, by reason (rate_limited, quota_exceeded, server_error, timeout, network, unauthorized, invalid_grant, forbidden, calendar_not_found, credentials, bad_request, other).",
 	}, []string{"reason"})
 	m.logSync = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "bookline_log_sync_duration_seconds",
@@ -279,6 +280,18 @@ func b2f(b bool) float64 {
 		return 1
 	}
 	return 0
+}
+
+// AttachGoogle registers the gauge of the Google sync's dead letters,
+// read from deadLetters at each scrape (counted up to OutboxDepthCap).
+// Only the first call has an effect.
+func (m *Metrics) AttachGoogle(deadLetters func(max int) int) {
+	m.attachGoogle.Do(func() {
+		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "bookline_calendar_sync_dead_letters",
+			Help: "Google mirror operations set aside after Google refused them repeatedly (all calendars; see GET /v1/admin/calendars/{id}/google/dead-letters).",
+		}, func() float64 { return float64(deadLetters(OutboxDepthCap)) }))
+	})
 }
 
 // CalendarSyncFailed counts a failed Google Calendar call (the process

@@ -206,6 +206,11 @@ func (s *Server) routes() {
 	v1.Get("/admin/snapshots", admin(s.listSnapshots)...)
 	v1.Post("/admin/calendars/:calendarId/google/sync", admin(s.syncGoogle)...)
 	s.webhookRoutes(v1, admin)
+	v1.Get("/admin/calendars/:calendarId/google/dead-letters", admin(s.listDeadLetters)...)
+	v1.Post("/admin/calendars/:calendarId/google/dead-letters/:letterId/retry", admin(s.deadLetterAction(true))...)
+	v1.Delete("/admin/calendars/:calendarId/google/dead-letters/:letterId", admin(s.deadLetterAction(false))...)
+	// Google cannot send an API key: the channel token is the check.
+	v1.Post("/google/notifications", s.rateLimit, s.googleNotification)
 }
 
 // digest returns the index digest (applied sequence per partition, a hash

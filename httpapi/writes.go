@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"time"
+	"unicode/utf8"
 
 	"github.com/gofiber/fiber/v2"
 
@@ -22,11 +24,30 @@ type calendarRequest struct {
 	Google *data.GoogleLink `json:"google"`
 }
 
+// MaxEventTitleLen bounds a link's event title template.
+const MaxEventTitleLen = 200
+
 func (s *Server) putCalendar(c *fiber.Ctx) error {
 	var req calendarRequest
 	cal, reqID, err := writeRequest(c, &req)
 	if err != nil {
 		return err
+	}
+	if g := req.Google; g != nil {
+		// The writer ignores these (they change no decision); the API
+		// keeps out what the mirror could not use.
+		var bad []actor.FieldError
+		switch g.Visibility {
+		case "", "default", "public", "private", "confidential":
+		default:
+			bad = append(bad, actor.FieldError{Field: "google.visibility", Message: "must be default, public, private or confidential"})
+		}
+		if n := utf8.RuneCountInString(g.EventTitle); n > MaxEventTitleLen || !utf8.ValidString(g.EventTitle) {
+			bad = append(bad, actor.FieldError{Field: "google.event_title", Message: fmt.Sprintf("must be valid UTF-8, at most %d characters", MaxEventTitleLen)})
+		}
+		if len(bad) > 0 {
+			return invalid(bad...)
+		}
 	}
 	cmd := &actor.Command{V: actor.SchemaVersion, Type: actor.TypeCalendarUpsert, RequestID: reqID, CalendarID: cal,
 		Calendar: &actor.CalendarSpec{Name: req.Name, Timezone: req.Timezone, Rules: req.Rules, Google: req.Google}}
@@ -119,6 +140,9 @@ func (s *Server) submit(c *fiber.Ctx, cmd *actor.Command) error {
 	}
 	if reply, ok := s.refused(c, cmd); ok {
 		return s.writeReply(c, reply)
+	}
+	if err := s.checkGoogle(cmd); err != nil {
+		return err
 	}
 	ctx, cancel := context.WithTimeout(actor.WithTraceID(context.Background(), requestIDOf(c)), s.cfg.ReplyTimeout)
 	defer cancel()

@@ -30,6 +30,8 @@ type Fault struct {
 	After bool
 	// Delay before answering (a slow response; the client may time out).
 	Delay time.Duration
+	// RetryAfter, when set, is sent as the Retry-After header (seconds).
+	RetryAfter int
 }
 
 // Common faults.
@@ -42,11 +44,25 @@ var (
 	LostResponse    = Fault{Status: 500, Reason: "backendError", After: true}
 	Conflict        = Fault{Status: 409, Reason: "duplicate"}
 	Unauthorized    = Fault{Status: 401, Reason: "authError"}
+	// QuotaExceeded and DailyLimitExceeded are Google's usage limits
+	// (403), not short rate limits.
+	QuotaExceeded      = Fault{Status: 403, Reason: "quotaExceeded"}
+	DailyLimitExceeded = Fault{Status: 403, Reason: "dailyLimitExceeded"}
 )
 
 type stored struct {
 	ev      calendar.Event
 	version int64 // change counter at the last change
+	// userDeleted: deleted by the owner in Google's UI (DeleteEvent),
+	// not through the API; updates of it answer 403 as reported of Google.
+	userDeleted bool
+}
+
+// channel is a push notification channel registered by events.watch.
+type channel struct {
+	id, token, address, resourceID, calendar string
+	expiration                               time.Time
+	msgNo                                    int64
 }
 
 // Server is the fake. Create it with New.
@@ -55,6 +71,12 @@ type Server struct {
 
 	mu        sync.Mutex
 	cals      map[string]map[string]*stored
+	zones     map[string]string // Events.timeZone of each calendar (default UTC)
+	pageCap   int               // at most this many items per page (0: maxResults)
+	channels  map[string]*channel
+	chanTTL   time.Duration
+	notified  atomic.Int64
+	hc        *http.Client
 	version   int64 // global change counter; sync tokens name one
 	minToken  int64 // sync tokens older than this answer 410
 	queued    []queuedFault
@@ -62,6 +84,7 @@ type Server struct {
 	faultRate float64
 	faults    []Fault
 	denyAll   *Fault // answered to every request while set
+	token     string // when set, requests need "Authorization: Bearer <token>"
 	delay     time.Duration
 
 	requests atomic.Int64
@@ -77,7 +100,8 @@ type queuedFault struct {
 // New starts a fake with no calendars; AddCalendar creates them (others
 // answer 404 notFound). It is closed at the end of the test.
 func New(tb testing.TB) *Server {
-	s := &Server{cals: map[string]map[string]*stored{}, rng: rand.New(rand.NewPCG(1, 2))}
+	s := &Server{cals: map[string]map[string]*stored{}, zones: map[string]string{}, channels: map[string]*channel{},
+		chanTTL: time.Hour, hc: &http.Client{Timeout: 5 * time.Second}, rng: rand.New(rand.NewPCG(1, 2))}
 	s.srv = httptest.NewServer(http.HandlerFunc(s.serve))
 	tb.Cleanup(s.Close)
 	return s
@@ -101,6 +125,65 @@ func (s *Server) AddCalendar(id string) {
 	if s.cals[id] == nil {
 		s.cals[id] = map[string]*stored{}
 	}
+}
+
+// RemoveCalendar deletes calendar id: every later request about it answers
+// 404 notFound, as when access to it is lost.
+func (s *Server) RemoveCalendar(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.cals, id)
+}
+
+// SetTimeZone sets calendar id's time zone (Events.timeZone; the day of its
+// all-day events). The default is UTC.
+func (s *Server) SetTimeZone(id, tz string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.zones[id] = tz
+}
+
+// SetPageCap makes events.list return at most n items per page, below the
+// client's maxResults, as Google may (0: no cap besides maxResults).
+func (s *Server) SetPageCap(n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.pageCap = n
+}
+
+// SetChannelTTL sets the lifetime of push channels created from now on
+// (default 1h; a watch request's params.ttl, in seconds, shortens it).
+func (s *Server) SetChannelTTL(d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.chanTTL = d
+}
+
+// Channels returns the ids of the live (registered, unexpired, not
+// stopped) push channels of calendar id.
+func (s *Server) Channels(id string) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for _, c := range s.channels {
+		if c.calendar == id && time.Now().Before(c.expiration) {
+			out = append(out, c.id)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Notifications counts the push notifications delivered (answered 2xx).
+func (s *Server) Notifications() int64 { return s.notified.Load() }
+
+// RequireToken makes every request without the access token tok answer
+// 401 authError, as Google does with an expired or revoked token ("" =
+// no check).
+func (s *Server) RequireToken(tok string) {
+	s.mu.Lock()
+	s.token = tok
+	s.mu.Unlock()
 }
 
 // SetDelay delays every answer by d (0 = none).
@@ -177,7 +260,8 @@ func (s *Server) PutEvent(calID string, ev calendar.Event) string {
 	return ev.Id
 }
 
-// DeleteEvent marks an event cancelled, as Google does.
+// DeleteEvent marks an event cancelled, as Google does when its owner
+// deletes it in the UI: updating it later answers 403 forbidden.
 func (s *Server) DeleteEvent(calID, id string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -185,6 +269,7 @@ func (s *Server) DeleteEvent(calID, id string) {
 		ev := st.ev
 		ev.Status = "cancelled"
 		s.store(calID, ev)
+		s.cals[calID][id].userDeleted = true
 	}
 }
 
@@ -193,7 +278,47 @@ func (s *Server) store(calID string, ev calendar.Event) {
 	s.version++
 	ev.Updated = time.Now().UTC().Format(time.RFC3339Nano)
 	ev.Etag = strconv.Quote(strconv.FormatInt(s.version, 10))
+	if ev.EventType == "" {
+		ev.EventType = "default"
+	}
 	s.cals[calID][ev.Id] = &stored{ev: ev, version: s.version}
+	s.notifyLocked(calID)
+}
+
+// notifyLocked sends a push notification ("exists") to every live channel
+// of calID, off the lock; s.mu held.
+func (s *Server) notifyLocked(calID string) {
+	for _, c := range s.channels {
+		if c.calendar != calID || !time.Now().Before(c.expiration) {
+			continue
+		}
+		c.msgNo++
+		go s.deliver(*c, "exists")
+	}
+}
+
+// deliver POSTs one notification as Google does: no body, the channel in
+// X-Goog-* headers.
+func (s *Server) deliver(c channel, state string) {
+	req, err := http.NewRequest(http.MethodPost, c.address, nil)
+	if err != nil {
+		return
+	}
+	req.Header.Set("X-Goog-Channel-ID", c.id)
+	req.Header.Set("X-Goog-Channel-Token", c.token)
+	req.Header.Set("X-Goog-Channel-Expiration", c.expiration.UTC().Format(http.TimeFormat))
+	req.Header.Set("X-Goog-Resource-ID", c.resourceID)
+	req.Header.Set("X-Goog-Resource-URI", s.Endpoint()+"calendars/"+c.calendar+"/events")
+	req.Header.Set("X-Goog-Resource-State", state)
+	req.Header.Set("X-Goog-Message-Number", strconv.FormatInt(c.msgNo, 10))
+	resp, err := s.hc.Do(req)
+	if err != nil {
+		return
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode/100 == 2 {
+		s.notified.Add(1)
+	}
 }
 
 var eventIDRe = regexp.MustCompile(`^[0-9a-v]+$`)
@@ -205,7 +330,14 @@ func validEventID(id string) bool {
 }
 
 func writeError(w http.ResponseWriter, status int, reason, msg string) {
+	writeErrorAfter(w, status, reason, msg, 0)
+}
+
+func writeErrorAfter(w http.ResponseWriter, status int, reason, msg string, retryAfter int) {
 	w.Header().Set("Content-Type", "application/json")
+	if retryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(retryAfter))
+	}
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]any{
 		"code": status, "message": msg,
@@ -256,7 +388,12 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	f := s.pickFault(r.Method)
 	delay := s.delay
+	tok := s.token
 	s.mu.Unlock()
+	if tok != "" && r.Header.Get("Authorization") != "Bearer "+tok {
+		writeError(w, 401, "authError", "Invalid Credentials")
+		return
+	}
 	if f != nil {
 		s.injected.Add(1)
 		delay += f.Delay
@@ -265,7 +402,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if f != nil && f.Status != 0 && !f.After {
-		writeError(w, f.Status, f.Reason, "injected fault")
+		writeErrorAfter(w, f.Status, f.Reason, "injected fault", f.RetryAfter)
 		return
 	}
 	if f != nil && f.After {
@@ -288,6 +425,10 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 		s.freeBusy(w, r)
 		return
 	}
+	if path == "channels/stop" && r.Method == http.MethodPost {
+		s.stopChannel(w, r)
+		return
+	}
 	parts := strings.Split(path, "/")
 	if len(parts) < 3 || parts[0] != "calendars" || parts[2] != "events" || len(parts) > 4 {
 		writeError(w, 404, "notFound", "not found")
@@ -296,6 +437,11 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 	calID := parts[1]
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if r.Context().Err() != nil {
+		// The client gave up while this request waited for the lock: it
+		// is not applied, so a retry cannot be overtaken by it.
+		return
+	}
 	evs := s.cals[calID]
 	if evs == nil {
 		writeError(w, 404, "notFound", "calendar not found")
@@ -313,6 +459,10 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := parts[3]
+	if id == "watch" && r.Method == http.MethodPost {
+		s.watch(w, r, calID)
+		return
+	}
 	st := evs[id]
 	switch r.Method {
 	case http.MethodGet:
@@ -324,6 +474,10 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 	case http.MethodPatch, http.MethodPut:
 		if st == nil {
 			writeError(w, 404, "notFound", "event not found")
+			return
+		}
+		if st.userDeleted {
+			writeError(w, 403, "forbidden", "Forbidden")
 			return
 		}
 		body, _ := io.ReadAll(r.Body)
@@ -422,6 +576,100 @@ func Interval(ev *calendar.Event) (start, end time.Time, ok bool) {
 	return start, end, ok1 && ok2
 }
 
+// maxInstances bounds the expansion of a recurrence without COUNT or
+// UNTIL when the request gives no timeMax.
+const maxInstances = 730
+
+// instances expands a recurring event (RRULE FREQ=DAILY or WEEKLY, with
+// INTERVAL, COUNT or UNTIL) into its instances, as singleEvents=true
+// does: ids are the event id, "_" and the instance's original start
+// (YYYYMMDDTHHMMSSZ, or YYYYMMDD for all-day events), recurringEventId is
+// the series. Instances starting at or after tmax (when set) are left out.
+func instances(ev *calendar.Event, tmax time.Time) []calendar.Event {
+	var rule string
+	for _, r := range ev.Recurrence {
+		if v, ok := strings.CutPrefix(r, "RRULE:"); ok {
+			rule = v
+		}
+	}
+	start, end, ok := Interval(ev)
+	if rule == "" || !ok {
+		return []calendar.Event{*ev}
+	}
+	step, count, until := 24*time.Hour, 0, time.Time{}
+	interval := 1
+	for _, kv := range strings.Split(rule, ";") {
+		k, v, _ := strings.Cut(kv, "=")
+		switch k {
+		case "FREQ":
+			if v == "WEEKLY" {
+				step = 7 * 24 * time.Hour
+			}
+		case "COUNT":
+			count, _ = strconv.Atoi(v)
+		case "INTERVAL":
+			if n, err := strconv.Atoi(v); err == nil && n > 0 {
+				interval = n
+			}
+		case "UNTIL":
+			until, _ = time.Parse("20060102T150405Z", v)
+			if until.IsZero() {
+				until, _ = time.Parse("20060102", v)
+			}
+		}
+	}
+	step *= time.Duration(interval)
+	allDay := ev.Start.Date != ""
+	var out []calendar.Event
+	for i := 0; ; i++ {
+		a := start.Add(time.Duration(i) * step)
+		switch {
+		case count > 0 && i >= count, !until.IsZero() && a.After(until), !tmax.IsZero() && !a.Before(tmax),
+			count == 0 && until.IsZero() && tmax.IsZero() && i >= maxInstances:
+			return out
+		}
+		b := a.Add(end.Sub(start))
+		in := *ev
+		in.Recurrence = nil
+		in.RecurringEventId = ev.Id
+		if allDay {
+			in.Id = ev.Id + "_" + a.Format("20060102")
+			in.Start = &calendar.EventDateTime{Date: a.Format(time.DateOnly)}
+			in.End = &calendar.EventDateTime{Date: b.Format(time.DateOnly)}
+			in.OriginalStartTime = &calendar.EventDateTime{Date: a.Format(time.DateOnly)}
+		} else {
+			in.Id = ev.Id + "_" + a.UTC().Format("20060102T150405Z")
+			in.Start = &calendar.EventDateTime{DateTime: a.Format(time.RFC3339), TimeZone: ev.Start.TimeZone}
+			in.End = &calendar.EventDateTime{DateTime: b.Format(time.RFC3339), TimeZone: ev.End.TimeZone}
+			in.OriginalStartTime = &calendar.EventDateTime{DateTime: a.Format(time.RFC3339)}
+		}
+		out = append(out, in)
+	}
+}
+
+// deletedView is what incremental sync shows of a cancelled event: only
+// its id (and, for an instance, its series and original start), as the
+// documentation guarantees and no more.
+func deletedView(ev *calendar.Event) calendar.Event {
+	return calendar.Event{Kind: "calendar#event", Id: ev.Id, Status: "cancelled", RecurringEventId: ev.RecurringEventId, OriginalStartTime: ev.OriginalStartTime}
+}
+
+// withSelf marks the attendee who is the calendar itself (Google sets
+// self on the requester's own entry).
+func withSelf(ev calendar.Event, calID string) calendar.Event {
+	if len(ev.Attendees) == 0 {
+		return ev
+	}
+	as := make([]*calendar.EventAttendee, len(ev.Attendees))
+	for i, a := range ev.Attendees {
+		c := *a
+		c.Self = strings.EqualFold(c.Email, calID)
+		as[i] = &c
+	}
+	ev.Attendees = as
+	return ev
+}
+
 func (s *Server) list(w http.ResponseWriter, r *http.Request, calID string, evs map[string]*stored) {
 	q := r.URL.Query()
 	syncToken := q.Get("syncToken")
@@ -457,28 +705,64 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request, calID string, evs 
 	if v := q.Get("timeMax"); v != "" {
 		tmax, _ = time.Parse(time.RFC3339, v)
 	}
+	single := q.Get("singleEvents") == "true"
 	showDeleted := q.Get("showDeleted") == "true" || since >= 0
 	var items []calendar.Event
-	for _, st := range evs {
-		if since >= 0 && st.version <= since {
-			continue
+	add := func(ev calendar.Event, changed bool) {
+		if since >= 0 && !changed {
+			return
 		}
-		if st.ev.Status == "cancelled" && !showDeleted {
-			continue
-		}
-		if start, end, ok := Interval(&st.ev); ok && since < 0 {
-			if (!tmin.IsZero() && !end.After(tmin)) || (!tmax.IsZero() && !start.Before(tmax)) {
-				continue
+		if ev.Status == "cancelled" {
+			if !showDeleted {
+				return
+			}
+			if since >= 0 {
+				ev = deletedView(&ev)
 			}
 		}
-		items = append(items, st.ev)
+		if start, end, ok := Interval(&ev); ok && since < 0 {
+			if (!tmin.IsZero() && !end.After(tmin)) || (!tmax.IsZero() && !start.Before(tmax)) {
+				return
+			}
+		}
+		items = append(items, withSelf(ev, calID))
+	}
+	for _, st := range evs {
+		ev := st.ev
+		if single && ev.RecurringEventId != "" && evs[ev.RecurringEventId] != nil {
+			continue // an exception: listed with its series
+		}
+		if !single || len(ev.Recurrence) == 0 {
+			add(ev, st.version > since)
+			continue
+		}
+		for _, in := range instances(&ev, tmax) {
+			changed := st.version > since
+			if ex := evs[in.Id]; ex != nil {
+				changed = changed || ex.version > since
+				in = ex.ev
+			}
+			if ev.Status == "cancelled" {
+				in.Status = "cancelled"
+			}
+			add(in, changed)
+		}
 	}
 	sort.Slice(items, func(i, j int) bool { return items[i].Id < items[j].Id })
+	// maxResults: default 250, never more than 2500; the page may hold
+	// fewer.
 	max := 250
-	if v, err := strconv.Atoi(q.Get("maxResults")); err == nil && v > 0 && v < max {
-		max = v
+	if v, err := strconv.Atoi(q.Get("maxResults")); err == nil && v > 0 {
+		max = min(v, 2500)
 	}
-	out := calendar.Events{Kind: "calendar#events"}
+	if s.pageCap > 0 {
+		max = min(max, s.pageCap)
+	}
+	tz := s.zones[calID]
+	if tz == "" {
+		tz = "UTC"
+	}
+	out := calendar.Events{Kind: "calendar#events", TimeZone: tz}
 	if offset > len(items) {
 		offset = len(items)
 	}
@@ -493,6 +777,51 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request, calID string, evs 
 		out.Items = append(out.Items, &page[i])
 	}
 	writeJSON(w, out)
+}
+
+// watch registers a push channel on calID's events (events.watch).
+func (s *Server) watch(w http.ResponseWriter, r *http.Request, calID string) {
+	var ch calendar.Channel
+	if err := json.NewDecoder(r.Body).Decode(&ch); err != nil {
+		writeError(w, 400, "badRequest", "invalid JSON")
+		return
+	}
+	if ch.Id == "" || ch.Type != "web_hook" || !strings.HasPrefix(ch.Address, "http") {
+		writeError(w, 400, "invalid", "channel id, type web_hook and an address are required")
+		return
+	}
+	if s.channels[ch.Id] != nil {
+		writeError(w, 400, "channelIdNotUnique", "Channel id not unique")
+		return
+	}
+	ttl := s.chanTTL
+	if v, err := strconv.Atoi(ch.Params["ttl"]); err == nil && v > 0 && time.Duration(v)*time.Second < ttl {
+		ttl = time.Duration(v) * time.Second
+	}
+	c := &channel{id: ch.Id, token: ch.Token, address: ch.Address, calendar: calID,
+		resourceID: fmt.Sprintf("res%08d", len(s.channels)+1), expiration: time.Now().Add(ttl)}
+	s.channels[ch.Id] = c
+	go s.deliver(*c, "sync") // Google confirms a new channel with a "sync" message
+	writeJSON(w, calendar.Channel{Kind: "api#channel", Id: c.id, ResourceId: c.resourceID, Token: c.token,
+		ResourceUri: s.Endpoint() + "calendars/" + calID + "/events", Expiration: c.expiration.UnixMilli()})
+}
+
+// stopChannel stops a channel (channels.stop): id and resourceId must match.
+func (s *Server) stopChannel(w http.ResponseWriter, r *http.Request) {
+	var ch calendar.Channel
+	if err := json.NewDecoder(r.Body).Decode(&ch); err != nil {
+		writeError(w, 400, "badRequest", "invalid JSON")
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.channels[ch.Id]
+	if c == nil || c.resourceID != ch.ResourceId {
+		writeError(w, 404, "notFound", "channel not found")
+		return
+	}
+	delete(s.channels, ch.Id)
+	w.WriteHeader(http.StatusNoContent)
 }
 
 func (s *Server) freeBusy(w http.ResponseWriter, r *http.Request) {
@@ -519,14 +848,19 @@ func (s *Server) freeBusy(w http.ResponseWriter, r *http.Request) {
 		type span struct{ a, b time.Time }
 		var spans []span
 		for _, st := range evs {
-			if st.ev.Status == "cancelled" || st.ev.Transparency == "transparent" {
-				continue
+			for _, ev := range instances(&st.ev, tmax) {
+				if ex := evs[ev.Id]; ex != nil && ex != st {
+					continue // an exception, counted on its own
+				}
+				if ev.Status == "cancelled" || ev.Transparency == "transparent" {
+					continue
+				}
+				a, b, ok := Interval(&ev)
+				if !ok || !a.Before(tmax) || !b.After(tmin) {
+					continue
+				}
+				spans = append(spans, span{maxT(a, tmin), minT(b, tmax)})
 			}
-			a, b, ok := Interval(&st.ev)
-			if !ok || !a.Before(tmax) || !b.After(tmin) {
-				continue
-			}
-			spans = append(spans, span{maxT(a, tmin), minT(b, tmax)})
 		}
 		sort.Slice(spans, func(i, j int) bool { return spans[i].a.Before(spans[j].a) })
 		var busy []*calendar.TimePeriod

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -77,6 +78,8 @@ type serveConfig struct {
 	googleCredentials  string
 	googleSubject      string
 	googleSyncInterval time.Duration
+	googleWebhookURL   string
+	googleFreeBusy     bool
 
 	// Cluster mode: several instances on one NATS cluster.
 	instanceID      string
@@ -158,6 +161,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 	fs.StringVar(&c.googleCredentials, "google-credentials", "", "Google credentials JSON file for calendars linked to Google: a service-account key, or an OAuth client with a refresh token (type authorized_user); re-read after auth failures. Empty: linked calendars report degraded \"no credentials\"")
 	fs.StringVar(&c.googleSubject, "google-subject", "", "with a service-account key: the user to impersonate (domain-wide delegation)")
+	fs.StringVar(&c.googleWebhookURL, "google-webhook-url", "", "public https URL of this API's POST /v1/google/notifications: busy-synced calendars get Google push channels, so new Google events block within seconds (polling goes on as the fallback)")
+	fs.BoolVar(&c.googleFreeBusy, "google-freebusy", false, "ask for the calendar.events.freebusy scope too, for links with check_freebusy (a service account's domain-wide delegation must grant it)")
 	fs.DurationVar(&c.googleSyncInterval, "google-sync-interval", 5*time.Minute, "how often busy time is read from linked Google calendars (0 = only on demand: POST /v1/admin/calendars/{id}/google/sync)")
 	fs.DurationVar(&c.snapshotInterval, "snapshot-interval", time.Hour, "take an index snapshot (to the NATS object store BOOKLINE_SNAPSHOTS) once the newest is this old and commands came since (0 = not by age); a new instance or a lost index restores the newest and applies only the stream after it")
 	fs.Uint64Var(&c.snapshotEvery, "snapshot-every", 1_000_000, "take an index snapshot once the command stream has this many messages more than the newest snapshot covers (0 = not by count); with --snapshot-interval 0 too, no periodic snapshots")
@@ -200,6 +205,12 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if err := c.checkCluster(); err != nil {
 		return err
+	}
+	if u := c.googleWebhookURL; u != "" {
+		// Google delivers notifications to https addresses only.
+		if pu, err := url.Parse(u); err != nil || pu.Scheme != "https" || pu.Host == "" {
+			return fmt.Errorf("--google-webhook-url %q: want an https URL of POST /v1/google/notifications", u)
+		}
 	}
 	guard, err := c.webhookGuard()
 	if err != nil {
@@ -273,6 +284,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	// event being delivered is handed back to NATS while it is still up.
 	defer stopHooks()
 	metrics.AttachWebhooks(hooks)
+	metrics.AttachGoogle(syncer.DeadLetterCount)
 	api := httpapi.New(apiBackend{Node: node, google: syncer, Manager: hooks}, httpapi.Config{
 		ReplyTimeout: c.replyTimeout,
 		BodyLimit:    c.maxBodyBytes,
@@ -452,12 +464,16 @@ func startPprof(addr string, log *slog.Logger) (stop func(), err error) {
 
 // googleConfig is the Google Calendar sync configuration of the flags.
 func (c *serveConfig) googleConfig() calendarsync.Config {
-	gc := calendarsync.Config{BusyInterval: c.googleSyncInterval}
+	gc := calendarsync.Config{BusyInterval: c.googleSyncInterval, WebhookURL: c.googleWebhookURL}
 	if c.googleSyncInterval <= 0 {
 		gc.BusyInterval = -1 // on demand only
 	}
 	if c.googleCredentials != "" {
-		gc.Service = calendarsync.CredentialsFile(c.googleCredentials, c.googleSubject)
+		scopes := calendarsync.Scopes
+		if c.googleFreeBusy {
+			scopes = calendarsync.FreeBusyScopes
+		}
+		gc.Service = calendarsync.CredentialsFileScopes(c.googleCredentials, c.googleSubject, scopes)
 	}
 	return gc
 }

@@ -61,3 +61,23 @@ func (b apiBackend) GoogleStatus(calID string, link *data.GoogleLink) data.Googl
 func (b apiBackend) SyncGoogle(ctx context.Context, calID string) (data.BusySyncResult, error) {
 	return b.google.SyncBusy(ctx, calID)
 }
+
+func (b apiBackend) CheckGoogleBooking(ctx context.Context, calID string, iv data.Interval) error {
+	return b.google.CheckBooking(ctx, calID, iv)
+}
+
+func (b apiBackend) GoogleDeadLetters(calID string, max int) ([]data.DeadLetter, error) {
+	return b.google.DeadLetters(calID, max)
+}
+
+func (b apiBackend) RetryGoogleDeadLetter(calID string, seq uint64, sub uint32) error {
+	return b.google.RetryDeadLetter(calID, seq, sub)
+}
+
+func (b apiBackend) DropGoogleDeadLetter(calID string, seq uint64, sub uint32) error {
+	return b.google.DropDeadLetter(calID, seq, sub)
+}
+
+func (b apiBackend) GoogleNotification(channelID, token, state string) error {
+	return b.google.Notification(channelID, token, state)
+}

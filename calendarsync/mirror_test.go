@@ -1,0 +1,290 @@
+package calendarsync_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/api/calendar/v3"
+
+	"github.com/bookline/bookline/actor"
+	"github.com/bookline/bookline/calendarsync"
+	"github.com/bookline/bookline/calendarsync/googletest"
+	"github.com/bookline/bookline/data"
+	"github.com/bookline/bookline/queue/queuetest"
+)
+
+func status(n node, cal, g string) data.GoogleStatus {
+	return n.GoogleStatus(cal, &data.GoogleLink{CalendarID: g})
+}
+
+func waitStatus(t testing.TB, n node, cal, g string, ok func(data.GoogleStatus) bool) data.GoogleStatus {
+	t.Helper()
+	var st data.GoogleStatus
+	queuetest.CheckFor(t, 20*time.Second, func() error {
+		if st = status(n, cal, g); !ok(st) {
+			return fmt.Errorf("status %+v", st)
+		}
+		return nil
+	})
+	return st
+}
+
+// TestDeleteOnAMissingCalendarIsNotDone: Google answers 404 for a missing
+// event and for a missing calendar; only the first completes a delete.
+func TestDeleteOnAMissingCalendarIsNotDone(t *testing.T) {
+	fake := googletest.New(t)
+	const g = "gone@example.com"
+	fake.AddCalendar(g)
+	n := startNode(t, t.TempDir(), fastRetries(fake.Service))
+	defer stopNode(t, n)
+	link(t, n, "gone", g, false)
+	s, e := slot(1)
+	r := book(t, n, "gone", s, e)
+	waitDrained(t, n, "gone")
+	fake.RemoveCalendar(g)
+	submit(t, n, &actor.Command{Type: actor.TypeBookingCancel, CalendarID: "gone", BookingID: r.Booking.ID})
+	waitStatus(t, n, "gone", g, func(st data.GoogleStatus) bool {
+		return st.Status == calendarsync.StatusDegraded && strings.HasPrefix(st.Reason, calendarsync.ReasonCalendarNotFound) && st.Pending == 1
+	})
+	// The calendar back (access restored): the delete goes through.
+	fake.AddCalendar(g)
+	n.google.Wake("gone")
+	waitStatus(t, n, "gone", g, func(st data.GoogleStatus) bool { return st.Status == calendarsync.StatusOK && st.Pending == 0 })
+}
+
+// TestOneBadEntryIsSetAside: an insert answered 409 whose event is not
+// there, and a change of an event its owner deleted (403), are retried a
+// few times, then set aside as dead letters; the calendar's other
+// operations go on, the link stays ok, and an admin can retry or drop them.
+func TestOneBadEntryIsSetAside(t *testing.T) {
+	fake := googletest.New(t)
+	const g = "bad@example.com"
+	fake.AddCalendar(g)
+	gc := fastRetries(fake.Service)
+	gc.EntryAttempts = 3
+	n := startNode(t, t.TempDir(), gc)
+	defer stopNode(t, n)
+	link(t, n, "bad", g, false)
+	for range 3 {
+		fake.Inject("POST", googletest.Conflict)
+	}
+	s, e := slot(1)
+	first := book(t, n, "bad", s, e)
+	s2, e2 := slot(3)
+	second := book(t, n, "bad", s2, e2)
+	st := waitStatus(t, n, "bad", g, func(st data.GoogleStatus) bool { return st.DeadLetters == 1 && st.Pending == 0 })
+	if st.Status != calendarsync.StatusOK {
+		t.Fatalf("one bad entry must not degrade the link: %+v", st)
+	}
+	if ev, ok := fake.Events(g)[second.Booking.ID]; !ok || ev.Status != "confirmed" {
+		t.Fatalf("the next booking was not mirrored: %v", ok)
+	}
+	dl, err := n.google.DeadLetters("bad", 10)
+	if err != nil || len(dl) != 1 || dl[0].Entry.Booking.ID != first.Booking.ID || !strings.Contains(dl[0].Reason, "duplicate") {
+		t.Fatalf("dead letters %+v %v", dl, err)
+	}
+	if err := n.google.RetryDeadLetter("bad", dl[0].Entry.Seq, dl[0].Entry.Sub); err != nil {
+		t.Fatal(err)
+	}
+	waitStatus(t, n, "bad", g, func(st data.GoogleStatus) bool { return st.DeadLetters == 0 && st.Pending == 0 })
+	compareMirror(t, n, fake, "bad", g)
+
+	// Deleted by its owner in Google, then the booking moves: 403.
+	fake.DeleteEvent(g, second.Booking.ID)
+	s3, e3 := slot(5)
+	if r := submit(t, n, &actor.Command{Type: actor.TypeBookingReschedule, CalendarID: "bad", BookingID: second.Booking.ID,
+		Reschedule: &actor.IntervalSpec{Start: s3, End: e3}}); r.Outcome != actor.OutcomeAccepted {
+		t.Fatal(r)
+	}
+	s4, e4 := slot(7)
+	third := book(t, n, "bad", s4, e4)
+	st = waitStatus(t, n, "bad", g, func(st data.GoogleStatus) bool { return st.DeadLetters == 1 && st.Pending == 0 })
+	if st.Status != calendarsync.StatusOK {
+		t.Fatalf("a 403 on one deleted event must not degrade the link: %+v", st)
+	}
+	if _, ok := fake.Events(g)[third.Booking.ID]; !ok {
+		t.Fatal("the booking after the refused change was not mirrored")
+	}
+	dl, _ = n.google.DeadLetters("bad", 10)
+	if err := n.google.DropDeadLetter("bad", dl[0].Entry.Seq, dl[0].Entry.Sub); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.google.DropDeadLetter("bad", dl[0].Entry.Seq, dl[0].Entry.Sub); err != calendarsync.ErrNoDeadLetter {
+		t.Fatalf("second drop: %v", err)
+	}
+	if st := status(n, "bad", g); st.DeadLetters != 0 {
+		t.Fatalf("%+v", st)
+	}
+}
+
+// TestQuotaExceededThrottles: quotaExceeded is a usage limit: the sync
+// waits (Retry-After), shows "throttled", and does not call it forbidden.
+func TestQuotaExceededThrottles(t *testing.T) {
+	fake := googletest.New(t)
+	const g = "quota@example.com"
+	fake.AddCalendar(g)
+	gc := fastRetries(fake.Service)
+	gc.QuotaPauseBase, gc.QuotaPauseMax = 50*time.Millisecond, 100*time.Millisecond
+	gc.RequestsPerMinute = 0 // the default
+	reasons := make(chan string, 100)
+	gc.OnFailure = func(r string) { reasons <- r }
+	n := startNode(t, t.TempDir(), gc)
+	defer stopNode(t, n)
+	link(t, n, "quota", g, false)
+	f := googletest.QuotaExceeded
+	f.RetryAfter = 2
+	fake.Inject("POST", f)
+	s, e := slot(1)
+	book(t, n, "quota", s, e)
+	st := waitStatus(t, n, "quota", g, func(st data.GoogleStatus) bool { return st.Status == calendarsync.StatusThrottled })
+	if !strings.HasPrefix(st.Reason, calendarsync.ReasonQuotaExceeded) || st.ThrottledUntil == nil || st.Pending != 1 {
+		t.Fatalf("status %+v", st)
+	}
+	waitStatus(t, n, "quota", g, func(st data.GoogleStatus) bool { return st.Status == calendarsync.StatusOK && st.Pending == 0 })
+	if r := <-reasons; r != calendarsync.ReasonQuotaExceeded {
+		t.Fatalf("reason %q", r)
+	}
+	if got := n.google.RateLimit(); got <= 0 || got > 10 {
+		t.Fatalf("rate limit %v/s: must stay under Google's 600/min", got)
+	}
+}
+
+// TestUnlinkClearsBusyTimeAndCancelsQueuedOperations: after an unlink the
+// busy blocks are cleared through the log and queued operations never
+// reach the old Google calendar; events already there stay.
+func TestUnlinkClearsBusyTimeAndCancelsQueuedOperations(t *testing.T) {
+	fake := googletest.New(t)
+	const g = "old@example.com"
+	fake.AddCalendar(g)
+	n := startNode(t, t.TempDir(), fastRetries(fake.Service))
+	defer stopNode(t, n)
+	link(t, n, "un", g, true)
+	s, e := slot(2)
+	fake.PutEvent(g, calendar.Event{Summary: "busy", Start: dt(s), End: dt(e)})
+	syncBusy(t, n, "un")
+	if r := book(t, n, "un", s, e); r.Code != actor.CodeExternalBusy {
+		t.Fatal(r)
+	}
+	s1, e1 := slot(4)
+	kept := book(t, n, "un", s1, e1)
+	waitDrained(t, n, "un")
+	fake.SetDenyAll(&googletest.Unavailable)
+	s2, e2 := slot(6)
+	book(t, n, "un", s2, e2)
+	if pending(t, n, "un") != 1 {
+		t.Fatal("expected a queued operation")
+	}
+	_, writes, _ := fake.Stats()
+	upsert(t, n, "un", actor.CalendarSpec{Timezone: "UTC"})
+	queuetest.CheckFor(t, 20*time.Second, func() error {
+		if b := liveBlocks(t, n, "un"); len(b) > 0 || pending(t, n, "un") > 0 {
+			return fmt.Errorf("blocks %v, pending %d", b, pending(t, n, "un"))
+		}
+		return nil
+	})
+	fake.SetDenyAll(nil)
+	if r := book(t, n, "un", s, e); r.Outcome != actor.OutcomeAccepted {
+		t.Fatalf("booking after unlink: %+v", r)
+	}
+	if _, w, _ := fake.Stats(); w != writes {
+		t.Fatalf("%d writes to the old calendar after the unlink", w-writes)
+	}
+	if ev := fake.Events(g)[kept.Booking.ID]; ev.Status != "confirmed" {
+		t.Fatalf("the event already mirrored must stay: %+v", ev)
+	}
+
+	// sync_busy turned off clears the blocks too.
+	link(t, n, "off", g, true)
+	syncBusy(t, n, "off")
+	if len(liveBlocks(t, n, "off")) == 0 {
+		t.Fatal("no block")
+	}
+	link(t, n, "off", g, false)
+	queuetest.CheckFor(t, 20*time.Second, func() error {
+		if b := liveBlocks(t, n, "off"); len(b) > 0 {
+			return fmt.Errorf("blocks %v", b)
+		}
+		return nil
+	})
+}
+
+// TestLinkBackfillsFutureBookings: linking a calendar that has bookings
+// mirrors its confirmed bookings that have not ended, in start order.
+func TestLinkBackfillsFutureBookings(t *testing.T) {
+	fake := googletest.New(t)
+	const g = "late@example.com"
+	fake.AddCalendar(g)
+	n := startNode(t, t.TempDir(), fastRetries(fake.Service))
+	defer stopNode(t, n)
+	upsert(t, n, "late", actor.CalendarSpec{Timezone: "UTC"})
+	var ids []string
+	for _, i := range []int{9, 3, 6} {
+		s, e := slot(i)
+		ids = append(ids, book(t, n, "late", s, e).Booking.ID)
+	}
+	submit(t, n, &actor.Command{Type: actor.TypeBookingCancel, CalendarID: "late", BookingID: ids[2]})
+	var queued []data.SyncEntry
+	upsert(t, n, "late", actor.CalendarSpec{Timezone: "UTC", Google: &data.GoogleLink{CalendarID: g}})
+	_ = n.Store.View(func(tx *data.Tx) (err error) { queued, err = tx.PendingSync("late", 10); return err })
+	if len(queued) > 0 && (len(queued) != 2 || queued[0].Booking.ID != ids[1] || queued[1].Booking.ID != ids[0]) {
+		t.Fatalf("backfill order %+v", queued)
+	}
+	waitDrained(t, n, "late")
+	evs := fake.Events(g)
+	if len(evs) != 2 || evs[ids[0]].Status != "confirmed" || evs[ids[1]].Status != "confirmed" {
+		t.Fatalf("events %v", evs)
+	}
+	compareMirror(t, n, fake, "late", g)
+}
+
+// TestEventPrivacy: mirrored events are private and titled neutrally by
+// default; a link may choose its title template and visibility.
+func TestEventPrivacy(t *testing.T) {
+	fake := googletest.New(t)
+	const g = "priv@example.com"
+	fake.AddCalendar(g)
+	n := startNode(t, t.TempDir(), fastRetries(fake.Service))
+	defer stopNode(t, n)
+	link(t, n, "priv", g, false)
+	s, e := slot(1)
+	a := book(t, n, "priv", s, e)
+	upsert(t, n, "tmpl", actor.CalendarSpec{Timezone: "UTC", Google: &data.GoogleLink{CalendarID: g, EventTitle: "Call with {customer}", Visibility: "default"}})
+	b := book(t, n, "tmpl", s, e)
+	waitDrained(t, n, "priv")
+	waitDrained(t, n, "tmpl")
+	evs := fake.Events(g)
+	if ev := evs[a.Booking.ID]; ev.Summary != calendarsync.DefaultEventTitle || ev.Visibility != "private" || strings.Contains(ev.Description, "customer") {
+		t.Fatalf("default event %+v", ev)
+	}
+	if ev := evs[b.Booking.ID]; ev.Summary != "Call with customer" || ev.Visibility != "default" {
+		t.Fatalf("templated event %+v", ev)
+	}
+}
+
+// TestUnlinkAfterRestartClearsBusyTime: a calendar whose busy time was
+// read before a restart, and is unlinked after it, loses its blocks too.
+func TestUnlinkAfterRestartClearsBusyTime(t *testing.T) {
+	fake := googletest.New(t)
+	const g = "restart@example.com"
+	fake.AddCalendar(g)
+	dir := t.TempDir()
+	n := startNode(t, dir, fastRetries(fake.Service))
+	link(t, n, "rs", g, true)
+	s, e := slot(2)
+	fake.PutEvent(g, calendar.Event{Summary: "busy", Start: dt(s), End: dt(e)})
+	syncBusy(t, n, "rs")
+	stopNode(t, n)
+	n = startNode(t, dir, fastRetries(fake.Service))
+	defer stopNode(t, n)
+	// Whether the sweep at start runs before the unlink or after it,
+	// the blocks go.
+	upsert(t, n, "rs", actor.CalendarSpec{Timezone: "UTC"})
+	queuetest.CheckFor(t, 20*time.Second, func() error {
+		if b := liveBlocks(t, n, "rs"); len(b) > 0 {
+			return fmt.Errorf("blocks %v", b)
+		}
+		return nil
+	})
+}

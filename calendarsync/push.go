@@ -1,0 +1,195 @@
+package calendarsync
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/hex"
+	"strconv"
+	"time"
+
+	"google.golang.org/api/calendar/v3"
+
+	"github.com/bookline/bookline/data"
+)
+
+// Push notifications (events.watch). Where a public URL of the API's
+// notification route is configured (Config.WebhookURL), every busy-synced
+// calendar gets a channel: Google POSTs there when the calendar changes,
+// and the route makes the Syncer read that calendar at once instead of at
+// the next poll. Channels live in memory: they are renewed before they
+// expire (a new channel, then the old one stopped), made again after a
+// restart (the old ones expire on their own; their notifications are
+// answered 404), and stopped when the calendar stops being busy-synced.
+// Polling goes on all the while at BusyInterval: it is the fallback when a
+// watch fails or a notification is lost.
+
+// pushChannel is a live channel of one calendar.
+type pushChannel struct {
+	cal, googleCal string
+	id, token      string
+	resourceID     string
+	expires        time.Time
+	renewAt        time.Time
+}
+
+// Push states shown in the link status.
+const (
+	PushActive  = "active"  // a channel is live
+	PushPolling = "polling" // no channel (watch failed): polling only
+)
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// goWatchAll makes or renews the channels of every busy-synced calendar
+// and stops those of calendars no longer busy-synced.
+func (s *Syncer) goWatchAll(ctx context.Context) {
+	if s.cfg.WebhookURL == "" || !s.watching.CompareAndSwap(false, true) {
+		return
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer s.watching.Store(false)
+		want := map[string]string{} // calendar -> Google calendar
+		_ = s.store.View(func(tx *data.Tx) error {
+			for _, id := range tx.CalendarIDs() {
+				if c, err := tx.Calendar(id); err == nil && c.Google != nil && c.Google.SyncBusy {
+					want[id] = c.Google.CalendarID
+				}
+			}
+			return nil
+		})
+		now := s.cfg.Now()
+		s.mu.Lock()
+		var stale []*pushChannel
+		need := map[string]string{}
+		for cal, g := range want {
+			ch := s.chanByCal[cal]
+			l := s.links[cal]
+			if ch == nil || ch.googleCal != g || !now.Before(ch.renewAt) {
+				if l == nil || !now.Before(l.watchRetryAt) {
+					need[cal] = g
+				}
+			}
+		}
+		for cal, ch := range s.chanByCal {
+			if want[cal] != ch.googleCal {
+				stale = append(stale, ch)
+			}
+		}
+		s.mu.Unlock()
+		for _, ch := range stale {
+			s.stopChannel(ctx, ch)
+		}
+		for cal, g := range need {
+			if ctx.Err() != nil {
+				return
+			}
+			s.watch(ctx, cal, g)
+		}
+	}()
+}
+
+// watch makes a new channel for cal and then stops the one it replaces.
+func (s *Syncer) watch(ctx context.Context, cal, g string) {
+	svc, err := s.service(ctx)
+	if err != nil {
+		return
+	}
+	ttl := s.cfg.ChannelTTL
+	ch := &pushChannel{cal: cal, googleCal: g, id: "bookline-" + randomHex(16), token: randomHex(24)}
+	// Known before Google confirms it: the "sync" message may come first.
+	s.mu.Lock()
+	s.chanByID[ch.id] = ch
+	s.mu.Unlock()
+	c, cancel := s.callCtx(ctx)
+	got, err := svc.Events.Watch(g, &calendar.Channel{Id: ch.id, Type: "web_hook", Address: s.cfg.WebhookURL, Token: ch.token,
+		Params: map[string]string{"ttl": strconv.Itoa(int(ttl / time.Second))}}).Context(c).Do()
+	cancel()
+	l := s.link(cal)
+	now := s.cfg.Now()
+	s.mu.Lock()
+	if err != nil {
+		delete(s.chanByID, ch.id)
+		l.watchFails++
+		l.watchRetryAt = now.Add(backoff(l.watchFails, s.cfg.RetryBase*20, s.cfg.PauseMax))
+		l.push = PushPolling
+		s.mu.Unlock()
+		if ctx.Err() == nil {
+			_, reason := classify(err)
+			s.failed(cal, reason)
+			s.log.Warn("google push channel not made; polling only", "calendar", cal, "err", err)
+		}
+		return
+	}
+	ch.resourceID = got.ResourceId
+	ch.expires = now.Add(ttl)
+	if got.Expiration > 0 {
+		ch.expires = time.UnixMilli(got.Expiration)
+	}
+	// Renew at four fifths of the lifetime, early enough to retry.
+	ch.renewAt = now.Add(ch.expires.Sub(now) * 4 / 5)
+	old := s.chanByCal[cal]
+	s.chanByCal[cal] = ch
+	l.watchFails, l.push = 0, PushActive
+	s.mu.Unlock()
+	if old != nil {
+		s.stopChannel(ctx, old)
+	}
+}
+
+// stopChannel stops a channel in Google and forgets it.
+func (s *Syncer) stopChannel(ctx context.Context, ch *pushChannel) {
+	s.mu.Lock()
+	delete(s.chanByID, ch.id)
+	if s.chanByCal[ch.cal] == ch {
+		delete(s.chanByCal, ch.cal)
+		if l := s.links[ch.cal]; l != nil {
+			l.push = ""
+		}
+	}
+	s.mu.Unlock()
+	svc, err := s.service(ctx)
+	if err != nil || ch.resourceID == "" {
+		return
+	}
+	c, cancel := s.callCtx(ctx)
+	defer cancel()
+	if err := svc.Channels.Stop(&calendar.Channel{Id: ch.id, ResourceId: ch.resourceID}).Context(c).Do(); err != nil && ctx.Err() == nil {
+		s.log.Info("stopping a google push channel failed; it expires on its own", "calendar", ch.cal, "err", err)
+	}
+}
+
+// Notification handles one push notification: the channel must be one of
+// this process's and token its token (data.ErrUnknownChannel,
+// data.ErrChannelToken otherwise). A change ("exists", "not_exists")
+// reads the calendar's busy time in the background; "sync" (the channel's
+// first message) does nothing.
+func (s *Syncer) Notification(channelID, token, state string) error {
+	s.mu.Lock()
+	ch := s.chanByID[channelID]
+	ctx := s.runCtx
+	s.mu.Unlock()
+	if ch == nil {
+		return data.ErrUnknownChannel
+	}
+	if subtle.ConstantTimeCompare([]byte(token), []byte(ch.token)) != 1 {
+		return data.ErrChannelToken
+	}
+	if state == "sync" || ctx == nil {
+		return nil
+	}
+	var c data.Calendar
+	if err := s.store.View(func(tx *data.Tx) (err error) { c, err = tx.Calendar(ch.cal); return err }); err != nil {
+		return nil // gone since; the channel is stopped at the next check
+	}
+	if c.Google != nil && c.Google.SyncBusy && c.Google.CalendarID == ch.googleCal {
+		s.goBusyOne(ctx, c, s.link(ch.cal))
+	}
+	return nil
+}
