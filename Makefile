@@ -58,5 +58,18 @@ bench-compare:
 screenshot:
 	BOOKLINE_WRITE_SCREENSHOT=1 $(GO) test -count=1 -run '^TestBookingPageAccessibleAndPhone$$' ./httpapi
 
+# Recovery from snapshots (queue/recovery_bench_test.go): an instance without
+# an index gets ready from the newest snapshot + the stream's tail, a new
+# cluster instance joins, and booking latency while a snapshot is taken.
+# Builds the data once under RECOVERY_DIR (1M bookings over 10,000 calendars
+# take about 10 minutes here); HISTORY adds commands that leave no state.
+RECOVERY_DIR ?= /tmp/bookline-recovery
+BOOKINGS ?= 1000000
+TAIL ?= 100000
+HISTORY ?= 0
+bench-recovery:
+	BOOKLINE_BENCH_DIR=$(RECOVERY_DIR) BOOKLINE_BENCH_BOOKINGS=$(BOOKINGS) BOOKLINE_BENCH_TAIL=$(TAIL) \
+	BOOKLINE_BENCH_HISTORY=$(HISTORY) $(GO) test -run='^$$' -bench='Recovery|SnapshotUnderLoad' -benchtime=3x -timeout 4h ./queue | tee bench-recovery.txt
+
 clean:
-	rm -rf bin bench.txt
+	rm -rf bin bench.txt bench-recovery.txt
