@@ -3,12 +3,15 @@ package httpapi_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/bookline/bookline/data"
 	"github.com/bookline/bookline/httpapi"
 	"github.com/bookline/bookline/queue"
+	"github.com/bookline/bookline/queue/queuetest"
 )
 
 // logged is how many commands the stream holds.
@@ -38,6 +41,19 @@ func TestRefusedFromIndex(t *testing.T) {
 	var ann booking
 	first.json(t, &ann)
 	before := h.logged()
+	// A refusal is answered from the index only once the newest commit
+	// is visible (its log synced): on a loaded machine a later commit,
+	// such as the event publisher's, may still wait for its sync.
+	waitVisible := func() {
+		t.Helper()
+		queuetest.CheckFor(t, 10*time.Second, func() error {
+			if ok, err := h.node.Store.ViewIfVisible(func(*data.Tx) error { return nil }); err != nil || !ok {
+				return fmt.Errorf("index not visible yet (%v)", err)
+			}
+			return nil
+		})
+	}
+	waitVisible()
 
 	overlap := bookingBody(base.Add(30*time.Minute), time.Hour, "bob")
 	keyless := h.do("POST", "/v1/calendars/cal/bookings", overlap)
@@ -47,6 +63,7 @@ func TestRefusedFromIndex(t *testing.T) {
 	if !bytes.Equal(keyless.Body, keyed.Body) || keyless.errorCode(t) != "slot_taken" {
 		t.Fatalf("from the index: %s\nfrom the writer: %s", keyless.Body, keyed.Body)
 	}
+	waitVisible()
 	ghost := h.do("POST", "/v1/calendars/ghost/bookings", overlap)
 	if ghost.Status != 404 || ghost.errorCode(t) != "calendar_not_found" {
 		t.Fatalf("ghost: %d %s", ghost.Status, ghost.Body)
@@ -54,12 +71,14 @@ func TestRefusedFromIndex(t *testing.T) {
 	// Holds too.
 	hold := bookingBody(base.Add(30*time.Minute), time.Hour, "cy")
 	hold["ttl"] = "2m"
+	waitVisible()
 	keylessHold := h.do("POST", "/v1/calendars/cal/holds", hold)
 	keyedHold := h.do("POST", "/v1/calendars/cal/holds", hold, "Idempotency-Key", "cy-1")
 	if keylessHold.Status != 409 || !bytes.Equal(keylessHold.Body, keyedHold.Body) {
 		t.Fatalf("hold from the index: %d %s\nfrom the writer: %d %s", keylessHold.Status, keylessHold.Body, keyedHold.Status, keyedHold.Body)
 	}
 	hold["ttl"] = "2h" // over the default maximum of an hour: the writer's 400
+	waitVisible()
 	longHold := h.do("POST", "/v1/calendars/cal/holds", hold)
 	if longHold.Status != 400 || longHold.errorCode(t) != "invalid_request" || !strings.Contains(string(longHold.Body), `"field":"ttl"`) {
 		t.Fatalf("long hold: %d %s", longHold.Status, longHold.Body)
