@@ -672,7 +672,7 @@ func newPartReader(ctx context.Context, obs jetstream.ObjectStore, si SnapshotIn
 				return
 			}
 			go func() {
-				b, err := obs.GetBytes(ctx, partName(si.Name, i))
+				b, err := readPart(ctx, obs, partName(si.Name, i), snapshotPart)
 				if err != nil {
 					err = fmt.Errorf("part %d: %w", i, err)
 				}
@@ -681,6 +681,35 @@ func newPartReader(ctx context.Context, obs jetstream.ObjectStore, si SnapshotIn
 		}
 	}()
 	return r
+}
+
+// readPart reads one object of at most limit bytes into a buffer sized
+// once (GetBytes grows one as it reads, copying and clearing it each time).
+func readPart(ctx context.Context, obs jetstream.ObjectStore, name string, limit int) ([]byte, error) {
+	obj, err := obs.Get(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	defer obj.Close()
+	info, err := obj.Info()
+	if err != nil {
+		return nil, err
+	}
+	if info.Size > uint64(limit) {
+		return nil, fmt.Errorf("%d bytes, parts have at most %d", info.Size, limit)
+	}
+	b := make([]byte, info.Size)
+	if _, err := io.ReadFull(obj, b); err != nil {
+		return nil, err
+	}
+	// The object store checks the digest when it reaches the end.
+	switch n, err := obj.Read(make([]byte, 1)); {
+	case n != 0:
+		return nil, errors.New("object longer than described")
+	case err != io.EOF:
+		return nil, err
+	}
+	return b, nil
 }
 
 func (r *partReader) Read(b []byte) (int, error) {
