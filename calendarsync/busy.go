@@ -35,7 +35,7 @@ func (s *Syncer) goBusyAll(ctx context.Context) {
 	var cals []data.Calendar
 	_ = s.store.View(func(tx *data.Tx) error {
 		for _, id := range tx.CalendarIDs() {
-			if c, err := tx.Calendar(id); err == nil && c.Google != nil && c.Google.SyncBusy {
+			if c, err := tx.Calendar(id); err == nil && c.Google != nil && c.Google.SyncBusy && s.cfg.owns(id) {
 				cals = append(cals, c)
 			}
 		}

@@ -51,7 +51,26 @@ type Config struct {
 	OnFailure func(reason string)
 	// Now is the clock (default time.Now).
 	Now func() time.Time
+	// Owns, when set, says whether this instance mirrors calendar cal and
+	// reads its busy time now (in a cluster: while it owns the calendar's
+	// partition). Others keep the calendar's queued operations until
+	// Progress says Google has them. Nil: every calendar.
+	Owns func(cal string) bool
+	// Progress, when set, shares with the other instances how far Google
+	// confirmed each calendar's operations, so that a new owner goes on
+	// from there, in order.
+	Progress Progress
 }
+
+// Progress records, for every instance to read, the stream sequence up to
+// which Google confirmed a calendar's mirror operations.
+type Progress interface {
+	MirrorConfirmed(ctx context.Context, cal string) (uint64, error)
+	ConfirmMirror(ctx context.Context, cal string, seq uint64) error
+}
+
+// owns reports whether this instance works on calendar cal now.
+func (c *Config) owns(cal string) bool { return c.Owns == nil || c.Owns(cal) }
 
 func (c *Config) defaults() {
 	def := func(d *time.Duration, v time.Duration) {
@@ -110,6 +129,9 @@ type Syncer struct {
 	mu      sync.Mutex
 	links   map[string]*linkState
 	running map[string]bool // calendars with a drainer
+	// pruned is when the queued operations of a calendar owned elsewhere
+	// were last dropped up to the confirmed sequence.
+	pruned map[string]time.Time
 	svc     *calendar.Service
 	wg      sync.WaitGroup
 }
@@ -118,7 +140,8 @@ type Syncer struct {
 func New(cfg Config, store *data.Store, publish Publisher) *Syncer {
 	cfg.defaults()
 	return &Syncer{cfg: cfg, store: store, publish: publish, log: cfg.Logger.With("component", "calendarsync"),
-		kick: make(chan struct{}, 1), links: map[string]*linkState{}, running: map[string]bool{}}
+		kick: make(chan struct{}, 1), links: map[string]*linkState{}, running: map[string]bool{},
+		pruned: map[string]time.Time{}}
 }
 
 // Notify tells the Syncer that sync operations were committed. It never
@@ -297,6 +320,23 @@ func (s *Syncer) startDrainers(ctx context.Context) {
 		if s.running[cal] {
 			continue
 		}
+		if !s.cfg.owns(cal) {
+			if s.cfg.Progress != nil && s.cfg.Now().Sub(s.pruned[cal]) >= pruneEvery {
+				s.pruned[cal] = s.cfg.Now()
+				s.running[cal] = true
+				s.wg.Add(1)
+				go func() {
+					defer s.wg.Done()
+					if _, err := s.dropConfirmed(ctx, cal); err != nil && ctx.Err() == nil {
+						s.log.Debug("dropping mirror operations confirmed elsewhere", "calendar", cal, "err", err)
+					}
+					s.mu.Lock()
+					delete(s.running, cal)
+					s.mu.Unlock()
+				}()
+			}
+			continue
+		}
 		s.running[cal] = true
 		s.wg.Add(1)
 		go func() {
@@ -309,10 +349,61 @@ func (s *Syncer) startDrainers(ctx context.Context) {
 	}
 }
 
+// pruneEvery is how often the operations of a calendar another instance
+// mirrors are dropped up to what Google confirmed.
+const pruneEvery = 5 * time.Second
+
+// dropConfirmed deletes calendar cal's queued operations up to the sequence
+// Google confirmed (Progress), which an earlier owner may have mirrored.
+func (s *Syncer) dropConfirmed(ctx context.Context, cal string) (uint64, error) {
+	if s.cfg.Progress == nil {
+		return 0, nil
+	}
+	done, err := s.cfg.Progress.MirrorConfirmed(ctx, cal)
+	if err != nil || done == 0 {
+		return done, err
+	}
+	for {
+		var seqs []uint64
+		if err := s.store.View(func(tx *data.Tx) error {
+			entries, err := tx.PendingSync(cal, 256)
+			for _, e := range entries {
+				if e.Seq <= done {
+					seqs = append(seqs, e.Seq)
+				}
+			}
+			return err
+		}); err != nil || len(seqs) == 0 {
+			return done, err
+		}
+		if err := s.store.Commit(func(tx *data.Tx) error { return tx.DeleteSync(cal, seqs) }); err != nil {
+			return done, err
+		}
+	}
+}
+
 // drain mirrors calendar cal's queued operations in order until none is
-// left or ctx ends.
+// left, ctx ends or this instance no longer owns the calendar. It starts
+// after what Google confirmed for whichever instance mirrored before.
 func (s *Syncer) drain(ctx context.Context, cal string) {
-	for ctx.Err() == nil {
+	if _, err := s.dropConfirmed(ctx, cal); err != nil {
+		s.log.Warn("reading how far google confirmed the calendar; retried", "calendar", cal, "err", err)
+		return
+	}
+	confirm := func(done []uint64) bool {
+		if err := s.store.Commit(func(tx *data.Tx) error { return tx.DeleteSync(cal, done) }); err != nil {
+			return false
+		}
+		if s.cfg.Progress != nil {
+			if err := s.cfg.Progress.ConfirmMirror(ctx, cal, done[len(done)-1]); err != nil && ctx.Err() == nil {
+				// A lagging record makes the next owner repeat
+				// operations, which are idempotent, in order.
+				s.log.Warn("recording mirror progress", "calendar", cal, "err", err)
+			}
+		}
+		return true
+	}
+	for ctx.Err() == nil && s.cfg.owns(cal) {
 		var entries []data.SyncEntry
 		err := s.store.View(func(tx *data.Tx) (err error) {
 			entries, err = tx.PendingSync(cal, s.cfg.Batch)
@@ -327,21 +418,19 @@ func (s *Syncer) drain(ctx context.Context, cal string) {
 		}
 		var done []uint64
 		for _, e := range entries {
-			if !s.mirrorOne(ctx, e) {
+			if !s.cfg.owns(cal) || !s.mirrorOne(ctx, e) {
 				break
 			}
 			done = append(done, e.Seq)
 			if len(done) == 16 {
-				if err := s.store.Commit(func(tx *data.Tx) error { return tx.DeleteSync(cal, done) }); err != nil {
+				if !confirm(done) {
 					return
 				}
 				done = nil
 			}
 		}
-		if len(done) > 0 {
-			if err := s.store.Commit(func(tx *data.Tx) error { return tx.DeleteSync(cal, done) }); err != nil {
-				return
-			}
+		if len(done) > 0 && !confirm(done) {
+			return
 		}
 	}
 }
