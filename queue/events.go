@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -84,6 +85,9 @@ type eventPublisher struct {
 	// other partitions not yet confirmed published (seq -> partition).
 	cluster *eventsCluster
 	held    map[uint64]int
+	// paused stops publishing (tests: an instance cut off from the event
+	// stream while it keeps deciding).
+	paused atomic.Bool
 }
 
 // eventsCluster is what the publisher needs in cluster mode.
@@ -205,6 +209,9 @@ func (e *eventPublisher) flushDeletes(force bool) error {
 // drainOnce publishes up to one batch of queued events and deletes the ones
 // JetStream acknowledged.
 func (e *eventPublisher) drainOnce(ctx context.Context) (int, error) {
+	if e.paused.Load() {
+		return 0, nil
+	}
 	if !e.asideDone {
 		if err := e.drainAside(ctx); err != nil {
 			return 0, err

@@ -256,8 +256,12 @@ func (m *membership) heartbeat(ctx context.Context) {
 	if !m.registered {
 		m.log.Info("registered as a member: partitions are assigned to this instance from now on")
 	}
+	first := !m.registered
 	m.registered, m.unable = true, unable
 	m.mu.Unlock()
+	if first {
+		m.reassign()
+	}
 }
 
 // reassign computes the map from the current members and tells every
@@ -290,9 +294,14 @@ func (m *membership) reassign() {
 		slices.Sort(ids)
 		m.log.Info("partition assignment", "members", ids, "assigned_here", mine)
 	}
+	// An instance pulls nothing before it registered (it has not caught
+	// up); a partition no member can decide is pulled by every member.
+	m.mu.Lock()
+	registered := m.registered
+	m.mu.Unlock()
 	for _, p := range m.parts {
 		id := assign[p.ID]
-		p.setAssigned(id == m.self || id == "")
+		p.setAssigned(registered && (id == m.self || id == ""))
 	}
 }
 
