@@ -132,8 +132,8 @@ type Syncer struct {
 	// pruned is when the queued operations of a calendar owned elsewhere
 	// were last dropped up to the confirmed sequence.
 	pruned map[string]time.Time
-	svc     *calendar.Service
-	wg      sync.WaitGroup
+	svc    *calendar.Service
+	wg     sync.WaitGroup
 }
 
 // New creates a Syncer on the index store; publish sends busy commands.
