@@ -452,7 +452,6 @@ func (p *Partition) startConsume(ctx context.Context, cons jetstream.Consumer) (
 		return s, nil
 	}
 	p.chain = deliveryChain{} // deliveries while not pulling were not seen
-	p.active.Store(true)
 	p.log.Info("pulling the partition (assigned to this instance)")
 	last, err := p.lastSeqFor(ctx, partitionFilter(p.ID))
 	if err == nil {
@@ -460,9 +459,11 @@ func (p *Partition) startConsume(ctx context.Context, cons jetstream.Consumer) (
 	}
 	if err != nil {
 		s.end()
-		p.active.Store(false)
 		return nil, err
 	}
+	// Side effects are sent from here on: the outbox holds what the
+	// previous owner may have left unsent.
+	p.active.Store(true)
 	return s, nil
 }
 
