@@ -57,7 +57,9 @@ func newGoogleLine(t *testing.T, fake *googletest.Server, instance string, mu *s
 			// An insert names its event in the body.
 			body, _ := io.ReadAll(r.Body)
 			r.Body = io.NopCloser(bytes.NewReader(body))
-			var ev struct{ ID string `json:"id"` }
+			var ev struct {
+				ID string `json:"id"`
+			}
 			_ = json.Unmarshal(body, &ev)
 			path += "/" + ev.ID
 		}
