@@ -391,6 +391,16 @@ func TestClusterRebalanceUnderLoad(t *testing.T) {
 	}
 	wg.Wait()
 	t.Logf("REBALANCE RESULT: %d requests, %d answered two ways", len(l.attempts), twice.Load())
+	// The operator's view of the map.
+	r, err := survivors[0].request("GET", "/v1/admin/cluster", nil)
+	if err != nil || r.Status != http.StatusOK {
+		t.Fatalf("cluster status: %v %d %s", err, r.Status, r.Body)
+	}
+	var st queue.ClusterStatus
+	r.json(t, &st)
+	if !st.Cluster || !slices.Equal(st.Members, []string{"r0", "r3"}) || len(st.Assignment) != clusterPartitions || len(st.Consuming) != clusterPartitions/2 {
+		t.Errorf("cluster status of %s: %s", survivors[0].id, r.Body)
+	}
 	if t.Failed() || testing.Verbose() {
 		// What each survivor did at each change of the map.
 		for _, in := range survivors {

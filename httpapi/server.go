@@ -187,6 +187,7 @@ func (s *Server) routes() {
 	v1.Post("/calendars/:calendarId/holds/:holdId/confirm", booker(s.byIDCommand(actor.TypeHoldConfirm, "holdId", errHoldNotFound))...)
 	v1.Delete("/calendars/:calendarId/holds/:holdId", booker(s.byIDCommand(actor.TypeHoldRelease, "holdId", errHoldNotFound))...)
 	v1.Get("/admin/digest", admin(s.digest)...)
+	v1.Get("/admin/cluster", admin(s.clusterStatus)...)
 	v1.Post("/admin/calendars/:calendarId/google/sync", admin(s.syncGoogle)...)
 }
 

@@ -137,7 +137,18 @@ type membership struct {
 	unable     []int
 	changed    time.Time // last change of the assignment
 	rebalances int       // changes of the assignment since start
+	// failingSince is when heartbeats of a ready instance began to fail
+	// (zero while they work); after fallbackAfter of failures the
+	// instance pulls every partition, as before there were members.
+	failingSince time.Time
+	fallback     bool
 }
+
+// fallbackAfter is how long a caught-up instance tries to register before
+// it pulls every partition instead: without the members bucket (NATS
+// permissions without $KV.bookline_members.>, say) pinning alone still
+// keeps one writer per partition, just without balance.
+func (m *membership) fallbackAfter() time.Duration { return 2 * m.ttl }
 
 // ensureMembers creates the members bucket (its TTL is the takeover
 // timeout of the first instance) or opens the existing one.
@@ -249,15 +260,35 @@ func (m *membership) heartbeat(ctx context.Context) {
 	c, cancel := context.WithTimeout(ctx, m.heartbeatEvery())
 	defer cancel()
 	if _, err := m.kv.Put(c, m.self, b); err != nil {
-		m.log.Warn("membership heartbeat", "err", err)
+		m.mu.Lock()
+		if m.fallback {
+			m.log.Debug("membership heartbeat", "err", err)
+		} else {
+			m.log.Warn("membership heartbeat", "err", err)
+		}
+		if m.failingSince.IsZero() {
+			m.failingSince = time.Now()
+		}
+		fallback := !m.registered && !m.fallback && time.Since(m.failingSince) >= m.fallbackAfter()
+		if fallback {
+			m.fallback = true
+		}
+		m.mu.Unlock()
+		if fallback {
+			m.log.Error("MEMBERSHIP UNAVAILABLE: cannot register in the members bucket; pulling every partition "+
+				"(one writer per partition still holds, without balance). Allow publishing to $KV."+MembersBucket+".> and $KV."+ProgressBucket+".>",
+				"err", err)
+			m.reassign()
+		}
 		return
 	}
 	m.mu.Lock()
+	m.failingSince = time.Time{}
 	if !m.registered {
 		m.log.Info("registered as a member: partitions are assigned to this instance from now on")
 	}
 	first := !m.registered
-	m.registered, m.unable = true, unable
+	m.registered, m.unable, m.fallback = true, unable, false
 	m.mu.Unlock()
 	if first {
 		m.reassign()
@@ -297,11 +328,11 @@ func (m *membership) reassign() {
 	// An instance pulls nothing before it registered (it has not caught
 	// up); a partition no member can decide is pulled by every member.
 	m.mu.Lock()
-	registered := m.registered
+	registered, fallback := m.registered, m.fallback
 	m.mu.Unlock()
 	for _, p := range m.parts {
 		id := assign[p.ID]
-		p.setAssigned(registered && (id == m.self || id == ""))
+		p.setAssigned(fallback || registered && (id == m.self || id == ""))
 	}
 }
 
@@ -324,6 +355,7 @@ func (m *membership) leave() {
 
 // ClusterStatus is what an instance knows of the cluster.
 type ClusterStatus struct {
+	Cluster  bool   `json:"cluster"` // always true: cluster mode
 	Instance string `json:"instance"`
 	// Registered: this instance caught up and takes partitions.
 	Registered bool     `json:"registered"`
@@ -350,7 +382,7 @@ func (n *Node) ClusterStatus(ctx context.Context) (st ClusterStatus, ok bool, er
 	}
 	m := n.members
 	m.mu.Lock()
-	st.Instance, st.Registered = m.self, m.registered
+	st.Cluster, st.Instance, st.Registered = true, m.self, m.registered
 	for id := range m.members {
 		st.Members = append(st.Members, id)
 	}
@@ -371,4 +403,11 @@ func (n *Node) ClusterStatus(ctx context.Context) (st ClusterStatus, ok bool, er
 	}
 	st.Owned, err = n.OwnedPartitions(ctx)
 	return st, true, err
+}
+
+// ClusterReport is ClusterStatus for the HTTP API (httpapi.ClusterReporter),
+// which knows no queue types.
+func (n *Node) ClusterReport(ctx context.Context) (any, bool, error) {
+	st, ok, err := n.ClusterStatus(ctx)
+	return st, ok, err
 }

@@ -6,12 +6,15 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -507,4 +510,63 @@ func TestClusterTakeoverSendsPendingEvents(t *testing.T) {
 	if d0, d1 := calendarDigests(t, rest[0], cals...), calendarDigests(t, rest[1], cals...); !slices.Equal(d0, d1) {
 		t.Fatalf("survivors differ: %v vs %v", d0, d1)
 	}
+}
+
+// startServerWithUser starts one JetStream server whose only user,
+// bookline, may publish to allow (and subscribe to _INBOX.>).
+func startServerWithUser(t *testing.T, allow []string) string {
+	t.Helper()
+	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoSigs: true, NoLog: true,
+		Users: []*server.User{{Username: "bookline", Password: "secret", Permissions: &server.Permissions{
+			Publish:   &server.SubjectPermission{Allow: allow},
+			Subscribe: &server.SubjectPermission{Allow: []string{"_INBOX.>"}},
+		}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go ns.Start()
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	if !ns.ReadyForConnections(20 * time.Second) {
+		t.Fatal("nats not ready")
+	}
+	u, _ := url.Parse(ns.ClientURL())
+	u.User = url.UserPassword("bookline", "secret")
+	return u.String()
+}
+
+// TestClusterMembershipPermissions: with the permissions docs/protocol.md
+// documents, instances register and share the partitions; without the
+// KV subjects (a configuration from before the members bucket) they fall
+// back to pulling every partition, loudly, and keep deciding.
+func TestClusterMembershipPermissions(t *testing.T) {
+	base := []string{"$JS.API.>", "$JS.ACK.BOOKLINE_CMD.>", "bookline.cmd.>", "bookline.evt.>", "bookline.evt-invalid", "_INBOX.>"}
+	t.Run("documented", func(t *testing.T) {
+		u := startServerWithUser(t, append(slices.Clone(base), "$KV.bookline_members.>", "$KV.bookline_progress.>"))
+		a := startInstance(t, u, "a", nil)
+		b := startInstance(t, u, "b", nil)
+		var cals []string
+		for p := range 2 {
+			cals = append(cals, calendarOn(p, 2, "perm"))
+			submit(t, a, upsert(cals[p]))
+		}
+		m := waitSpread(t, 2, cals, a, b)
+		if countOf(m, "a") != 1 || countOf(m, "b") != 1 {
+			t.Fatalf("map %v", m)
+		}
+	})
+	t.Run("without KV", func(t *testing.T) {
+		u := startServerWithUser(t, base)
+		logs := &queuetest.SyncBuffer{}
+		a := startInstance(t, u, "a", logs)
+		cal := calendarOn(0, 2, "perm")
+		queuetest.CheckFor(t, 20*time.Second, func() error {
+			if !strings.Contains(logs.String(), "MEMBERSHIP UNAVAILABLE") {
+				return fmt.Errorf("no fallback yet")
+			}
+			return nil
+		})
+		if r := submit(t, a, upsert(cal)); r.Outcome != actor.OutcomeAccepted {
+			t.Fatalf("upsert without members: %+v", r)
+		}
+	})
 }
