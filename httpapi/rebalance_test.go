@@ -243,7 +243,14 @@ func TestClusterRebalanceUnderLoad(t *testing.T) {
 	ins[2].kill()
 	survivors = []*instance{ins[0], r3}
 	m = waitMap(t, survivors...)
-	t.Logf("r2 killed: map %v (settled %s)", m, time.Since(killAt).Round(time.Millisecond))
+	settled := time.Since(killAt)
+	var seen []string
+	for _, in := range survivors {
+		if st, _, err := in.node.ClusterStatus(context.Background()); err == nil {
+			seen = append(seen, fmt.Sprintf("%s saw r2 gone after %s", in.id, st.LastRebalance.Sub(killAt).Round(time.Millisecond)))
+		}
+	}
+	t.Logf("r2 killed: map %v (settled %s; %v)", m, settled.Round(time.Millisecond), seen)
 	changes = append(changes, change{"r2 killed", killAt})
 	progress(time.Now(), 300)
 	l.stop.Store(true)

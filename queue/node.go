@@ -343,6 +343,9 @@ func (n *Node) StartWriters() {
 	}
 	for _, p := range n.Parts {
 		p.caughtUp.Store(false)
+		if n.members != nil {
+			p.assigned.Store(false) // until this instance registered again
+		}
 		n.wg.Add(1)
 		go func() {
 			defer n.wg.Done()
