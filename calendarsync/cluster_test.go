@@ -137,7 +137,6 @@ func TestClusterMirrorSurvivesOwner(t *testing.T) {
 		nodes = append(nodes, n)
 	}
 	const cal = "mirrored"
-	link(t, nodes[0], cal, g, true)
 	p := queue.PartitionOf(cal, 4)
 	var owner node
 	var rest []node
@@ -164,6 +163,9 @@ func TestClusterMirrorSurvivesOwner(t *testing.T) {
 	})
 	ownerID := owner.InstanceID()
 	t.Logf("%s owns partition %d", ownerID, p)
+	// Linked once the map settled: before, the first instance owned
+	// every partition and rightly polled them.
+	link(t, rest[0], cal, g, true)
 
 	// Mirrored by the owner while it can reach Google.
 	var first []string
