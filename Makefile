@@ -5,7 +5,7 @@ BIN      ?= bin/bookline
 PKGS     ?= ./...
 TESTFLAGS ?= -race -count=1 -timeout 15m
 
-.PHONY: all build run test test-short lint fmt vet fuzz bench bench-compare clean
+.PHONY: all build run test test-short lint fmt vet fuzz bench bench-compare screenshot clean
 
 all: lint test build
 
@@ -52,6 +52,11 @@ bench:
 # Writes the table into docs/benchmarks.md. Knobs: see .ci/bench-compare.sh.
 bench-compare:
 	GO=$(GO) ./.ci/bench-compare.sh
+
+# Regenerates docs/booking-page.png: the booking page in headless chromium
+# (the browser test that takes it checks it is a PNG on every run).
+screenshot:
+	BOOKLINE_WRITE_SCREENSHOT=1 $(GO) test -count=1 -run '^TestBookingPageAccessibleAndPhone$$' ./httpapi
 
 clean:
 	rm -rf bin bench.txt

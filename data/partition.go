@@ -20,8 +20,8 @@ func (t *Tx) SetStreamIdentity(id string) error {
 
 // ResetPartition forgets everything partition p derived from the stream:
 // every calendar for which belongs(id) is true, with its bookings, slots and
-// request records, p's request expiry entries, and p's applied sequence and
-// log time. The partition then rebuilds
+// request records, p's request expiry entries, and p's applied sequence,
+// horizon and log time. The partition then rebuilds
 // from the start of the stream.
 func (t *Tx) ResetPartition(p int, belongs func(calID string) bool) error {
 	t.forgetCalendars()
@@ -70,6 +70,9 @@ func (t *Tx) ResetPartition(p int, belongs func(calID string) bool) error {
 		return err
 	}
 	if err := t.dropRequestExpiries(p, belongs); err != nil {
+		return err
+	}
+	if err := t.dropHorizon(p); err != nil {
 		return err
 	}
 	return t.tx.Bucket(bucketApplied).Delete(partitionKey(p))

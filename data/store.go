@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -106,10 +107,11 @@ func OpenWith(path string, opt Options) (*Store, error) {
 		Timeout:        2 * time.Second,
 		NoFreelistSync: true,
 		FreelistType:   bolt.FreelistMapType,
-		// Map 1 GiB of address space up front (the file still grows only
-		// as needed): below that size a growing index is never remapped.
-		// A remap costs the writer a munmap/mmap in the shared
-		// transaction and waits for every open read transaction.
+		// Map 16 GiB of address space up front (1 GiB on 32-bit; the file
+		// still grows only as needed, and pages not read cost no memory):
+		// below that size a growing index is never remapped. A remap
+		// costs the writer a munmap/mmap in the shared transaction and
+		// waits for every open read transaction, such as a snapshot's.
 		InitialMmapSize: initialMmapSize,
 	})
 	if err != nil {
@@ -326,7 +328,12 @@ func (s *Store) commit(fn func(*Tx) error, nosync bool, durable func() error) er
 }
 
 // initialMmapSize is the address space mapped for the index at Open.
-const initialMmapSize = 1 << 30
+var initialMmapSize = func() int {
+	if strconv.IntSize == 64 {
+		return 16 << 30
+	}
+	return 1 << 30
+}()
 
 // maxGroup bounds the number of callers sharing one transaction.
 const maxGroup = 64

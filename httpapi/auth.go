@@ -24,6 +24,12 @@ const (
 	// RoleAdmin may do everything: calendar configuration, /v1/admin/*, and
 	// all a booker may, on every calendar.
 	RoleAdmin = "admin"
+	// RolePublishable is a key meant to be shipped to browsers (a booking
+	// page): it may only read what a booking page shows (availability, the
+	// calendar's page profile) and create, confirm and release holds, only
+	// on its listed calendars, only from its origins (CORS) and rate
+	// limited per client address. See cors.go.
+	RolePublishable = "publishable"
 )
 
 // KeySpec is one configured API key. The key itself is never configured:
@@ -34,8 +40,13 @@ type KeySpec struct {
 	Role string `json:"role"`
 	// SHA256 is the hex SHA-256 of the key as sent after "Bearer ".
 	SHA256 string `json:"sha256"`
-	// Calendars limits a booker to these calendar ids; empty = all.
+	// Calendars limits a booker to these calendar ids; empty = all. A
+	// publishable key must list its calendars.
 	Calendars []string `json:"calendars,omitempty"`
+	// Origins are the web origins ("https://shop.example", scheme, host
+	// and port only) whose pages may use a publishable key across origins;
+	// empty = only bookline's own /book pages. Publishable keys only.
+	Origins []string `json:"origins,omitempty"`
 }
 
 // Principal is the authenticated caller of a request.
@@ -43,6 +54,7 @@ type Principal struct {
 	Name      string
 	Role      string
 	calendars map[string]bool // nil = every calendar
+	origins   map[string]bool // publishable keys: cross-origin pages allowed
 }
 
 // mayUseCalendar reports whether p may act on calendar id.
@@ -82,8 +94,14 @@ func NewKeyring(specs []KeySpec) (*Keyring, error) {
 			return nil, fmt.Errorf("%s: duplicate name", where)
 		}
 		names[s.Name] = true
-		if s.Role != RoleBooker && s.Role != RoleAdmin {
-			return nil, fmt.Errorf("%s: role must be %q or %q", where, RoleBooker, RoleAdmin)
+		if s.Role != RoleBooker && s.Role != RoleAdmin && s.Role != RolePublishable {
+			return nil, fmt.Errorf("%s: role must be %q, %q or %q", where, RoleBooker, RoleAdmin, RolePublishable)
+		}
+		if s.Role == RolePublishable && len(s.Calendars) == 0 {
+			return nil, fmt.Errorf("%s: a publishable key must list its calendars", where)
+		}
+		if len(s.Origins) > 0 && s.Role != RolePublishable {
+			return nil, fmt.Errorf("%s: origins apply to publishable keys only (other keys must not reach browsers)", where)
 		}
 		h, err := hex.DecodeString(strings.TrimPrefix(strings.ToLower(s.SHA256), "sha256:"))
 		if err != nil || len(h) != sha256.Size {
@@ -107,6 +125,16 @@ func NewKeyring(specs []KeySpec) (*Keyring, error) {
 				k.p.calendars[c] = true
 			}
 		}
+		for _, o := range s.Origins {
+			norm, err := parseOrigin(o)
+			if err != nil {
+				return nil, fmt.Errorf("%s: origin %q: %w", where, o, err)
+			}
+			if k.p.origins == nil {
+				k.p.origins = map[string]bool{}
+			}
+			k.p.origins[norm] = true
+		}
 		kr.keys = append(kr.keys, k)
 	}
 	return kr, nil
@@ -119,7 +147,7 @@ func ParseKeys(b []byte) ([]KeySpec, error) {
 	dec := json.NewDecoder(strings.NewReader(string(b)))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&specs); err != nil {
-		return nil, fmt.Errorf("api keys: want a JSON array of {name, role, sha256, calendars}: %w", err)
+		return nil, fmt.Errorf("api keys: want a JSON array of {name, role, sha256, calendars, origins}: %w", err)
 	}
 	return specs, nil
 }
@@ -197,6 +225,7 @@ const (
 	accessPublic access = iota // health, metrics, the spec
 	accessBooker               // bookings, reads, request outcomes
 	accessAdmin                // calendar configuration, /v1/admin/*
+	accessPage                 // what a booking page needs: also publishable keys
 )
 
 // authorize is the route middleware that enforces need: 401 without a
@@ -217,11 +246,18 @@ func (s *Server) authorize(need access) fiber.Handler {
 			return errUnauthorized
 		}
 		c.Locals(principalKey, p)
-		if need == accessAdmin && p.Role != RoleAdmin {
+		if need == accessAdmin && p.Role != RoleAdmin || need == accessBooker && p.Role == RolePublishable {
 			return errForbidden
 		}
 		if cal := c.Params("calendarId"); cal != "" && !p.mayUseCalendar(cal) {
 			return errForbidden
+		}
+		if p.Role == RolePublishable {
+			if err := s.checkOrigin(c, p); err != nil {
+				return err
+			}
+		} else {
+			dropCORS(c) // other keys are not for browsers
 		}
 		return c.Next()
 	}

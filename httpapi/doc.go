@@ -10,6 +10,11 @@
 // already refuses, is answered with the writer's own decision function
 // (Refuser) and never accepts anything.
 //
+// The booking UI (ui.go, with the assets of package ui) is served from the
+// binary: /book/{calendarId} and the <bookline-booking> component. It uses
+// publishable keys, the one role meant for browsers: CORS (cors.go) is for
+// them only, and their requests are rate limited per client address.
+//
 // Errors: one Error type with stable codes and one table from code to
 // status (errors.go); only internal errors are logged, and their detail is
 // never sent.

@@ -32,6 +32,9 @@ type Metrics struct {
 	eventFails   *prometheus.CounterVec
 	syncFails    *prometheus.CounterVec // Google Calendar sync
 	logSync      *prometheus.HistogramVec
+	snapshots    prometheus.Histogram
+	snapshotSize prometheus.Gauge
+	snapshotAt   prometheus.Gauge
 
 	attach sync.Once
 }
@@ -83,7 +86,18 @@ func NewMetrics() *Metrics {
 		Help:    "fdatasyncs of an embedded stream's new messages (default --sync always): one per group of commits waiting for it; its count is the number of syncs.",
 		Buckets: []float64{.0001, .00025, .0005, .001, .002, .005, .01, .025, .05, .1, .5},
 	}, []string{"stream"})
-	m.reg.MustRegister(m.syncFails, m.logSync)
+	m.snapshots = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "bookline_snapshot_duration_seconds",
+		Help:    "index snapshots this instance took (copy, upload, pruning and trimming); its count is the number taken.",
+		Buckets: []float64{.05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300},
+	})
+	m.snapshotSize = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "bookline_snapshot_bytes", Help: "size of the last index snapshot this instance took.",
+	})
+	m.snapshotAt = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "bookline_snapshot_last_timestamp_seconds", Help: "when this instance last took an index snapshot (Unix time).",
+	})
+	m.reg.MustRegister(m.syncFails, m.logSync, m.snapshots, m.snapshotSize, m.snapshotAt)
 	m.reg.MustRegister(m.httpRequests, m.httpDuration, m.commands, m.refused, m.batchSize, m.applyLatency, m.eventFails,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -182,6 +196,13 @@ func (m *Metrics) EventPublishFailed(reason string) {
 // LogSynced implements queue.Observer.
 func (m *Metrics) LogSynced(stream string, took time.Duration) {
 	m.logSync.WithLabelValues(stream).Observe(took.Seconds())
+}
+
+// SnapshotTaken records an index snapshot this instance took.
+func (m *Metrics) SnapshotTaken(si data.SnapshotInfo, took time.Duration) {
+	m.snapshots.Observe(took.Seconds())
+	m.snapshotSize.Set(float64(si.Size))
+	m.snapshotAt.Set(float64(si.TakenAt.UnixNano()) / 1e9)
 }
 
 // observeHTTP records one answered request.

@@ -112,6 +112,9 @@ func (s *Server) rateLimit(c *fiber.Ctx) error {
 	// where every client has the same address: limiting by IP there would
 	// only throttle local tools (importers' checks, load tests).
 	p := principal(c)
+	if p != nil && p.Role == RolePublishable {
+		return s.pageRateLimit(c)
+	}
 	if s.limiter == nil || p == nil {
 		return c.Next()
 	}

@@ -57,6 +57,12 @@ type Config struct {
 	// bucket size (default: RateLimit rounded up).
 	RateLimit float64
 	RateBurst int
+	// PageRateLimit and PageRateBurst are the same per client IP address
+	// for requests with a publishable key (which anyone can copy from a
+	// page, so a per-key bucket would let one client starve every
+	// visitor); 0 = no limit.
+	PageRateLimit float64
+	PageRateBurst int
 	// LogEveryBooking sends every booking and hold through the log, also
 	// one without an Idempotency-Key that the committed index already
 	// refuses (see Refuser); by default such a request is answered from
@@ -91,14 +97,16 @@ const (
 
 // Server is the Fiber application.
 type Server struct {
-	app      *fiber.App
-	backend  Backend
-	cfg      Config
-	log      *slog.Logger
-	keys     *Keyring
-	metrics  *Metrics
-	limiter  *rateLimiter
-	draining atomic.Bool
+	app     *fiber.App
+	backend Backend
+	cfg     Config
+	log     *slog.Logger
+	keys    *Keyring
+	metrics *Metrics
+	limiter *rateLimiter
+	// pageLimiter limits publishable keys per client address.
+	pageLimiter *rateLimiter
+	draining    atomic.Bool
 }
 
 // New builds the API on backend.
@@ -134,7 +142,7 @@ func New(backend Backend, cfg Config) *Server {
 		cfg.Metrics = NewMetrics()
 	}
 	s := &Server{backend: backend, cfg: cfg, log: cfg.Logger, keys: cfg.Keys, metrics: cfg.Metrics,
-		limiter: newRateLimiter(cfg.RateLimit, cfg.RateBurst)}
+		limiter: newRateLimiter(cfg.RateLimit, cfg.RateBurst), pageLimiter: newRateLimiter(cfg.PageRateLimit, cfg.PageRateBurst)}
 	s.app = fiber.New(fiber.Config{
 		AppName:               "bookline",
 		BodyLimit:             cfg.BodyLimit,
@@ -167,11 +175,17 @@ func (s *Server) routes() {
 	s.app.Get("/readyz", s.readyz)
 	s.app.Get("/metrics", s.metrics.handler())
 	s.app.Get("/openapi.yaml", s.openapi)
+	s.app.Use("/v1", s.cors)
+	s.uiRoutes()
 	booker := func(h fiber.Handler) []fiber.Handler {
 		return []fiber.Handler{s.authorize(accessBooker), s.rateLimit, h}
 	}
 	admin := func(h fiber.Handler) []fiber.Handler {
 		return []fiber.Handler{s.authorize(accessAdmin), s.rateLimit, h}
+	}
+	// page routes are also open to publishable keys (booking pages).
+	page := func(h fiber.Handler) []fiber.Handler {
+		return []fiber.Handler{s.authorize(accessPage), s.rateLimit, h}
 	}
 	v1 := s.app.Group("/v1")
 	v1.Put("/calendars/:calendarId", admin(s.putCalendar)...)
@@ -181,14 +195,18 @@ func (s *Server) routes() {
 	v1.Get("/calendars/:calendarId/bookings/:bookingId", booker(s.getBooking)...)
 	v1.Delete("/calendars/:calendarId/bookings/:bookingId", booker(s.byIDCommand(actor.TypeBookingCancel, "bookingId", &Error{Code: actor.CodeBookingNotFound, Message: "booking not found"}))...)
 	v1.Get("/calendars/:calendarId/requests/:requestId", booker(s.getRequest)...)
-	v1.Get("/calendars/:calendarId/availability", booker(s.availability)...)
+	v1.Get("/calendars/:calendarId/availability", page(s.availability)...)
 	v1.Post("/calendars/:calendarId/bookings/:bookingId/reschedule", booker(s.rescheduleBooking)...)
-	v1.Post("/calendars/:calendarId/holds", booker(s.createHold)...)
-	v1.Post("/calendars/:calendarId/holds/:holdId/confirm", booker(s.byIDCommand(actor.TypeHoldConfirm, "holdId", errHoldNotFound))...)
-	v1.Delete("/calendars/:calendarId/holds/:holdId", booker(s.byIDCommand(actor.TypeHoldRelease, "holdId", errHoldNotFound))...)
+	v1.Post("/calendars/:calendarId/holds", page(s.createHold)...)
+	v1.Post("/calendars/:calendarId/holds/:holdId/confirm", page(s.byIDCommand(actor.TypeHoldConfirm, "holdId", errHoldNotFound))...)
+	v1.Delete("/calendars/:calendarId/holds/:holdId", page(s.byIDCommand(actor.TypeHoldRelease, "holdId", errHoldNotFound))...)
+	v1.Get("/calendars/:calendarId/page", page(s.calendarPage)...)
 	v1.Get("/admin/digest", admin(s.digest)...)
 	v1.Get("/admin/cluster", admin(s.clusterStatus)...)
+	v1.Post("/admin/snapshots", admin(s.takeSnapshot)...)
+	v1.Get("/admin/snapshots", admin(s.listSnapshots)...)
 	v1.Post("/admin/calendars/:calendarId/google/sync", admin(s.syncGoogle)...)
+	s.webhookRoutes(v1, admin)
 }
 
 // digest returns the index digest (applied sequence per partition, a hash

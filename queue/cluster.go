@@ -263,7 +263,7 @@ func (p *Partition) catchUp(ctx context.Context, to uint64, why string) error {
 	if err != nil {
 		return fmt.Errorf("queue: stream info: %w", err)
 	}
-	if err := historyGap(p.ID, from, firstSeq(sinfo)); err != nil {
+	if err := historyGap(p.ID, max(from, p.horizon.Load()), firstSeq(sinfo)); err != nil {
 		return err
 	}
 	info, err := p.cons.Info(ctx)
@@ -464,7 +464,7 @@ func (p *Partition) syncTo(ctx context.Context, subject string) error {
 		if err != nil {
 			return fmt.Errorf("%w: %v", ErrUnavailable, err)
 		}
-		if err := historyGap(p.ID, p.applied.Load(), firstSeq(info)); err != nil {
+		if err := historyGap(p.ID, p.covered(), firstSeq(info)); err != nil {
 			return fmt.Errorf("%w: %w", ErrUnavailable, err)
 		}
 	}

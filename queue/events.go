@@ -42,7 +42,14 @@ func EventSubject(calID string) string {
 	return EventSubjectPrefix + calID
 }
 
-// EventStreamConfig is the configuration of the outcome event stream.
+// DefaultEventsMaxAge is how long the event stream keeps outcome events by
+// default. Events are notifications derived from the command stream, not
+// history: a consumer that was away longer reads the state from the API
+// (or an index rebuilt from the commands) instead.
+const DefaultEventsMaxAge = 30 * 24 * time.Hour
+
+// EventStreamConfig is the configuration of the outcome event stream,
+// without its retention (see DefaultEventsMaxAge).
 func EventStreamConfig(replicas int) jetstream.StreamConfig {
 	return jetstream.StreamConfig{
 		Name:        EventStreamName,
@@ -418,8 +425,15 @@ func (e *eventPublisher) drainAside(ctx context.Context) error {
 	}
 }
 
-func ensureEventStream(ctx context.Context, js jetstream.JetStream, replicas int) (jetstream.Stream, error) {
-	s, err := js.CreateOrUpdateStream(ctx, EventStreamConfig(replicas))
+func ensureEventStream(ctx context.Context, js jetstream.JetStream, replicas int, maxAge time.Duration) (jetstream.Stream, error) {
+	cfg := EventStreamConfig(replicas)
+	switch {
+	case maxAge == 0:
+		cfg.MaxAge = DefaultEventsMaxAge
+	case maxAge > 0:
+		cfg.MaxAge = maxAge
+	}
+	s, err := js.CreateOrUpdateStream(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("queue: event stream: %w", err)
 	}

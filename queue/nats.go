@@ -122,12 +122,15 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.Str
 // with a warning: removals stay possible, but reconcileIndex, Replay and
 // the partition writers still refuse to build on a history with its start
 // removed.
-func denyRemovals(ctx context.Context, js jetstream.JetStream, s jetstream.Stream, log *slog.Logger) jetstream.Stream {
+//
+// DenyPurge is added only with denyPurge (no snapshots): with snapshots
+// the stream may be trimmed below them, which takes a purge.
+func denyRemovals(ctx context.Context, js jetstream.JetStream, s jetstream.Stream, denyPurge bool, log *slog.Logger) jetstream.Stream {
 	c := s.CachedInfo().Config
-	if c.DenyDelete && c.DenyPurge {
+	if c.DenyDelete && (c.DenyPurge || !denyPurge) {
 		return s
 	}
-	c.DenyDelete, c.DenyPurge = true, true
+	c.DenyDelete, c.DenyPurge = true, c.DenyPurge || denyPurge
 	updated, err := js.UpdateStream(ctx, c)
 	if err != nil {
 		log.Warn("could not make the command stream deny message deletes and purges; an admin can remove commands from it",

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"sync"
 	"time"
@@ -54,6 +55,10 @@ type NodeConfig struct {
 	// stopped pulling before another instance takes it over (cluster mode;
 	// default DefaultTakeoverTimeout, at least MinTakeoverTimeout).
 	TakeoverTimeout time.Duration
+	// FollowInterval is how often, in cluster mode, the partitions other
+	// instances own are brought up to the stream (default 10s; see
+	// follow.go).
+	FollowInterval time.Duration
 	// HoldExpiryInterval is how often due holds are looked for (default 1s).
 	HoldExpiryInterval time.Duration
 	// InternalRecordRetention is the log time for which the request
@@ -61,6 +66,9 @@ type NodeConfig struct {
 	// time from Google) are kept; the commands carry it
 	// (record_ttl_seconds). 0 keeps them forever.
 	InternalRecordRetention time.Duration
+	// EventsMaxAge is the outcome event stream's retention (0 keeps
+	// events for DefaultEventsMaxAge; negative keeps them forever).
+	EventsMaxAge time.Duration
 	// DuplicateWindow overrides the stream's Nats-Msg-Id window when the
 	// stream is created (default DuplicateWindow).
 	DuplicateWindow time.Duration
@@ -70,6 +78,11 @@ type NodeConfig struct {
 	// Observer, when set, receives every committed batch and every failure
 	// to publish outcome events (for metrics).
 	Observer Observer
+	// Snapshots says when index snapshots are taken and kept, and how
+	// far the command stream is trimmed below them (see snapshot.go).
+	Snapshots SnapshotConfig
+	// SnapshotTaken, when set, is called after each snapshot (metrics).
+	SnapshotTaken func(SnapshotInfo, time.Duration)
 	// Followers make what runs beside the writers (see Follower), once
 	// the index is open; each is started and stopped with the writers.
 	Followers []func(*Node) Follower
@@ -85,8 +98,12 @@ type Node struct {
 	NC     *nats.Conn
 	JS     jetstream.JetStream
 
-	ns      *server.Server
-	cluster *clusterMode // nil: the only instance (embedded server)
+	ns     *server.Server
+	stream jetstream.Stream // the command stream
+	snaps  *snapshotter
+	// followEvery is NodeConfig.FollowInterval.
+	followEvery time.Duration
+	cluster     *clusterMode // nil: the only instance (embedded server)
 	// cmdSync and evtSync make the embedded streams' writes durable per
 	// group commit (nil with --sync interval and in cluster mode).
 	cmdSync, evtSync *logSync
@@ -119,10 +136,16 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 	if cfg.Replicas < 1 {
 		cfg.Replicas = 1
 	}
+	if err := cfg.Snapshots.check(); err != nil {
+		return nil, err
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	n := &Node{log: cfg.Logger}
+	n := &Node{log: cfg.Logger, followEvery: cfg.FollowInterval}
+	if n.followEvery <= 0 {
+		n.followEvery = followInterval
+	}
 	if cfg.NATSURL != "" {
 		// Cluster mode: other instances may share the stream (cluster.go).
 		if cfg.InstanceID == "" {
@@ -191,18 +214,62 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 	if cfg.DuplicateWindow > 0 {
 		scfg.Duplicates = cfg.DuplicateWindow
 	}
+	// With snapshots the stream may be trimmed below them, now or later:
+	// a purge must stay possible (the server never lifts DenyPurge).
+	scfg.DenyPurge = !cfg.Snapshots.On()
 	stream, err := EnsureStream(ctx, n.JS, scfg)
 	if err != nil {
 		return nil, err
 	}
-	stream = denyRemovals(ctx, n.JS, stream, cfg.Logger)
+	stream = denyRemovals(ctx, n.JS, stream, !cfg.Snapshots.On(), cfg.Logger)
+	n.stream = stream
 	if n.cluster != nil {
 		n.cluster.stream = stream
 	}
-	if _, err = ensureEventStream(ctx, n.JS, cfg.Replicas); err != nil {
+	if _, err = ensureEventStream(ctx, n.JS, cfg.Replicas, cfg.EventsMaxAge); err != nil {
 		return nil, err
 	}
+	obs, err := ensureSnapshotStore(ctx, n.JS, cfg.Replicas)
+	if err != nil {
+		return nil, err
+	}
+	n.snaps = &snapshotter{n: n, cfg: cfg.Snapshots, obs: obs, dir: cfg.DataDir, log: cfg.Logger.With("component", "snapshots"),
+		taken: cfg.SnapshotTaken, busy: make(chan struct{}, 1)}
+	// Copies left by a snapshot that a crash interrupted.
+	if stale, _ := filepath.Glob(IndexFile(cfg.DataDir) + ".snapshot-*"); len(stale) > 0 {
+		for _, f := range stale {
+			_ = os.Remove(f)
+		}
+	}
+	began := time.Now()
+	if err = n.restoreIfEmpty(ctx, cfg); err != nil {
+		return nil, err
+	}
+	if time.Since(began) > time.Second {
+		// A restore takes as long as the snapshot is large: what follows
+		// gets its own time.
+		ctx, cancel = context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+	}
 	if _, err = reconcileIndex(ctx, stream, n.Store, cfg.Partitions, cfg.Logger); err != nil {
+		if !errors.Is(err, ErrHistoryMissing) {
+			return nil, err
+		}
+		// The stream was trimmed past what this index holds (it was
+		// stopped, or cut off, for longer than the stream keeps): a
+		// snapshot may cover what is gone.
+		if err = n.restoreBehind(ctx, cfg, err); err != nil {
+			return nil, err
+		}
+		ctx, cancel = context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if _, err = reconcileIndex(ctx, stream, n.Store, cfg.Partitions, cfg.Logger); err != nil {
+			return nil, err
+		}
+	}
+	// After reconcileIndex, whose refusal of a history already lost
+	// names the missing range.
+	if err = checkStreamBounds(stream.CachedInfo().Config, cfg.Snapshots); err != nil {
 		return nil, err
 	}
 	if err = noteTzdata(n.Store, cfg.DataDir, cfg.Logger); err != nil {
@@ -280,6 +347,89 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 	return n, nil
 }
 
+// restoreIfEmpty replaces an empty index (new, or discarded after a power
+// loss) with the newest snapshot the command stream can continue, so that
+// the writers apply only the stream's tail after it. Without a usable
+// snapshot the index stays empty and is rebuilt from the whole stream.
+func (n *Node) restoreIfEmpty(ctx context.Context, cfg NodeConfig) error {
+	empty := false
+	if err := n.Store.View(func(tx *data.Tx) error {
+		empty = len(tx.Applied()) == 0 && tx.StreamIdentity() == "" && len(tx.CalendarIDs()) == 0
+		return nil
+	}); err != nil || !empty {
+		return err
+	}
+	list, err := listSnapshots(ctx, n.snaps.obs)
+	if err != nil || len(list) == 0 {
+		return err
+	}
+	path := IndexFile(cfg.DataDir)
+	opts := data.Options{NoSync: !n.Store.Synced()}
+	if err := n.Store.Close(); err != nil {
+		return err
+	}
+	n.Store = nil
+	if err := data.RemoveIndex(path); err != nil {
+		return err
+	}
+	began := time.Now()
+	// Restoring a large index takes longer than the start-up timeout's
+	// share; it has its own.
+	rctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	si, ok, err := RestoreNewest(rctx, n.JS, path, n.log)
+	if err != nil {
+		return fmt.Errorf("queue: restore a snapshot: %w", err)
+	}
+	if ok {
+		n.log.Info("index restored from a snapshot; applying the stream after it", "snapshot", si.Name, "bytes", si.Size,
+			"stream_seq", si.StreamLast, "took", time.Since(began).Round(time.Millisecond))
+	} else {
+		n.log.Error("NO USABLE SNAPSHOT: rebuilding the index from the whole command stream", "snapshots", len(list))
+	}
+	n.Store, err = data.OpenWith(path, opts)
+	return err
+}
+
+// restoreBehind replaces an index whose history the command stream no
+// longer has (gap) with the newest snapshot the stream can continue; the
+// old index is kept as index.db.behind. Without such a snapshot it
+// returns gap and leaves the index alone.
+func (n *Node) restoreBehind(ctx context.Context, cfg NodeConfig, gap error) error {
+	list, err := listSnapshots(ctx, n.snaps.obs)
+	if err != nil {
+		return errors.Join(gap, err)
+	}
+	stream, err := n.stream.Info(ctx)
+	if err != nil {
+		return errors.Join(gap, err)
+	}
+	usable := false
+	for _, si := range list {
+		if why, err := restoreCandidate(ctx, n.stream, stream, si); err == nil && why == "" {
+			usable = true
+		}
+	}
+	if !usable {
+		return gap
+	}
+	path := IndexFile(cfg.DataDir)
+	n.log.Error("INDEX BEHIND THE TRIMMED COMMAND STREAM: restoring the newest snapshot instead (the old index is kept)",
+		"reason", gap.Error(), "kept_as", path+".behind")
+	opts := data.Options{NoSync: !n.Store.Synced()}
+	if err := n.Store.Close(); err != nil {
+		return err
+	}
+	n.Store = nil
+	if err := data.SetAside(path, ".behind"); err != nil {
+		return err
+	}
+	if n.Store, err = data.OpenWith(path, opts); err != nil {
+		return err
+	}
+	return n.restoreIfEmpty(ctx, cfg)
+}
+
 // noteTzdata records in the index that this build's time zone data decides
 // from now on, and reports loudly when the index was (also) decided with
 // other data: decisions about calendars whose zone rules differ between the
@@ -314,10 +464,18 @@ func (n *Node) StartWriters() {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	n.cancel = cancel
-	n.wg.Add(2)
+	n.wg.Add(4)
 	go func() {
 		defer n.wg.Done()
 		n.events.run(ctx)
+	}()
+	go func() {
+		defer n.wg.Done()
+		n.follow(ctx)
+	}()
+	go func() {
+		defer n.wg.Done()
+		n.snaps.run(ctx)
 	}()
 	go func() {
 		defer n.wg.Done()

@@ -56,10 +56,11 @@ func reconcileIndex(ctx context.Context, s jetstream.Stream, store *data.Store, 
 	var (
 		known   string
 		applied map[int]uint64
+		horizon map[int]uint64
 		hashes  = map[int][]byte{}
 	)
 	if err := store.View(func(tx *data.Tx) error {
-		known, applied = tx.StreamIdentity(), tx.Applied()
+		known, applied, horizon = tx.StreamIdentity(), tx.Applied(), tx.Horizons()
 		for p := range applied {
 			_, hashes[p] = tx.AppliedMsg(p)
 		}
@@ -116,7 +117,7 @@ func reconcileIndex(ctx context.Context, s jetstream.Stream, store *data.Store, 
 	// stream; otherwise the index would silently lack commands.
 	var gaps []error
 	for p := 0; p < partitions; p++ {
-		from := applied[p]
+		from := max(applied[p], horizon[p])
 		if reasons[p] != "" {
 			from = 0 // rebuilt from the start
 		}
@@ -146,6 +147,15 @@ func reconcileIndex(ctx context.Context, s jetstream.Stream, store *data.Store, 
 			var err error
 			if aside, err = tx.SetAsideEvents(known); err != nil {
 				return err
+			}
+		}
+		// A horizon past the stream's end was read from a stream that
+		// has since lost its tail: what refills it is unknown.
+		for p, h := range horizon {
+			if h > info.State.LastSeq && reasons[p] == "" {
+				if err := tx.DropHorizon(p); err != nil {
+					return err
+				}
 			}
 		}
 		all := recreated // the first reset drops every calendar at once

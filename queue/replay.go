@@ -24,6 +24,10 @@ type ReplayOptions struct {
 	// StopAt[p] (used by verify to rebuild the exact point a live index
 	// is at).
 	StopAt map[int]uint64
+	// Continue replays into an index restored from a snapshot of this
+	// stream (RestoreNewest) instead of an empty one: each partition
+	// applies only the commands after what the index covers.
+	Continue bool
 	// Progress, when set, is called after every committed chunk.
 	Progress func(applied, seq, last uint64)
 }
@@ -61,43 +65,73 @@ const (
 func Replay(ctx context.Context, js jetstream.JetStream, store *data.Store, opt ReplayOptions) (ReplayStats, error) {
 	began := time.Now()
 	var st ReplayStats
-	empty := true
-	if err := store.View(func(tx *data.Tx) error {
-		empty = len(tx.Applied()) == 0 && len(tx.CalendarIDs()) == 0
-		return nil
-	}); err != nil {
-		return st, err
-	}
-	if !empty {
-		return st, ErrIndexNotEmpty
-	}
-	// Everything is decided with this build's time zone data.
-	if err := store.CommitUnsynced(func(tx *data.Tx) error { _, err := tx.NoteTzdata(zones.Version); return err }); err != nil {
-		return st, err
-	}
 	s, err := js.Stream(ctx, StreamName)
 	if err != nil {
 		return st, fmt.Errorf("queue: command stream: %w", err)
 	}
 	info := s.CachedInfo()
+	identity := streamIdentity(info)
+	partitions, err := defaultPartitions(ctx, js, false)
+	if err != nil {
+		return st, err
+	}
+	var (
+		empty   bool
+		known   string
+		covered = map[int]uint64{}
+	)
+	if err := store.View(func(tx *data.Tx) error {
+		empty = len(tx.Applied()) == 0 && len(tx.CalendarIDs()) == 0
+		known = tx.StreamIdentity()
+		for p := 0; p < partitions; p++ {
+			covered[p] = tx.Covered(p)
+		}
+		return nil
+	}); err != nil {
+		return st, err
+	}
+	switch {
+	case opt.Continue && known != identity:
+		return st, fmt.Errorf("%w: the index to continue was built from stream %q, the stream is %q", ErrIndexNotEmpty, known, identity)
+	case !opt.Continue && !empty:
+		return st, ErrIndexNotEmpty
+	case !opt.Continue:
+		clear(covered)
+	}
+	// Everything is decided with this build's time zone data.
+	if err := store.CommitUnsynced(func(tx *data.Tx) error { _, err := tx.NoteTzdata(zones.Version); return err }); err != nil {
+		return st, err
+	}
 	last := info.State.LastSeq
 	if opt.ToSeq > 0 && opt.ToSeq < last {
 		last = opt.ToSeq
 	}
-	identity := streamIdentity(info)
 	// An index from a stream whose start is gone would lack those
 	// commands' bookings and request records: refuse rather than build
 	// it. (Ordered consumers start at the first message there is, without
 	// a word.)
-	if err := historyGap(-1, 0, firstSeq(info)); err != nil {
+	from := uint64(0) // the lowest sequence any partition still needs, - 1
+	if opt.Continue {
+		from = covered[0]
+		for p := 0; p < partitions; p++ {
+			if err := historyGap(p, covered[p], firstSeq(info)); err != nil {
+				return st, err
+			}
+			from = min(from, covered[p])
+		}
+	} else if err := historyGap(-1, 0, firstSeq(info)); err != nil {
 		return st, err
 	}
-	if last == 0 || last < info.State.FirstSeq {
+	if last == 0 || last < info.State.FirstSeq || last <= from {
 		return st, store.Commit(func(tx *data.Tx) error { return tx.SetStreamIdentity(identity) })
 	}
 	// No filter: the stream holds only commands, and an unfiltered
 	// consumer spares the server a subject match per message.
-	cons, err := js.OrderedConsumer(ctx, StreamName, jetstream.OrderedConsumerConfig{})
+	occ := jetstream.OrderedConsumerConfig{}
+	if from > 0 {
+		occ.DeliverPolicy, occ.OptStartSeq = jetstream.DeliverByStartSequencePolicy, from+1
+	}
+	cons, err := js.OrderedConsumer(ctx, StreamName, occ)
 	if err != nil {
 		return st, fmt.Errorf("queue: replay consumer: %w", err)
 	}
@@ -197,7 +231,7 @@ func Replay(ctx context.Context, js jetstream.JetStream, store *data.Store, opt 
 			last = seq // nothing more stored (the last sequences may be deleted)
 		}
 		p, cal, ok := parseStoredSubject(m.Subject())
-		if !ok || (opt.StopAt != nil && seq > opt.StopAt[p]) {
+		if !ok || (opt.StopAt != nil && seq > opt.StopAt[p]) || seq <= covered[p] {
 			continue
 		}
 		if p >= len(chunk) {

@@ -41,6 +41,9 @@ type Partition struct {
 
 	caughtUp atomic.Bool
 	applied  atomic.Uint64
+	// horizon is the index's horizon of the partition (data.Tx.Horizon):
+	// its history is complete through max(applied, horizon).
+	horizon atomic.Uint64
 	// stalled is why the writer stopped for good (a command of a newer
 	// schema, see stall); nil while it runs.
 	stalled atomic.Pointer[actor.NewerSchemaError]
@@ -127,6 +130,9 @@ func (p *Partition) CaughtUp() bool { return p.caughtUp.Load() }
 // AppliedSeq is the last stream sequence this partition applied.
 func (p *Partition) AppliedSeq() uint64 { return p.applied.Load() }
 
+// covered is how far the partition's history is complete in the index.
+func (p *Partition) covered() uint64 { return max(p.applied.Load(), p.horizon.Load()) }
+
 // Stalled says why the partition's writer stopped deciding for good: it met
 // a command of a schema version this build does not know (nil while it
 // runs). Only a build that knows the version can go on.
@@ -136,11 +142,12 @@ func (p *Partition) Stalled() *actor.NewerSchemaError { return p.stalled.Load() 
 // from the index's applied sequence + 1: the index, not the consumer's ack
 // floor, says what was applied.
 func (p *Partition) consumer(ctx context.Context) (jetstream.Consumer, uint64, error) {
-	var applied uint64
-	if err := p.store.View(func(tx *data.Tx) error { applied = tx.AppliedSeq(p.ID); return nil }); err != nil {
+	var applied, horizon uint64
+	if err := p.store.View(func(tx *data.Tx) error { applied, horizon = tx.AppliedSeq(p.ID), tx.Horizon(p.ID); return nil }); err != nil {
 		return nil, 0, err
 	}
 	p.applied.Store(applied)
+	p.horizon.Store(horizon)
 	p.chain = deliveryChain{}
 	if p.cluster != nil {
 		cons, err := p.clusterConsumer(ctx, applied)
@@ -152,7 +159,7 @@ func (p *Partition) consumer(ctx context.Context) (jetstream.Consumer, uint64, e
 	if err != nil {
 		return nil, 0, fmt.Errorf("queue: command stream: %w", err)
 	}
-	if err := historyGap(p.ID, applied, firstSeq(s.CachedInfo())); err != nil {
+	if err := historyGap(p.ID, max(applied, horizon), firstSeq(s.CachedInfo())); err != nil {
 		return nil, 0, err
 	}
 	name := ConsumerPrefix + strconv.Itoa(p.ID)

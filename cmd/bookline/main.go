@@ -29,7 +29,8 @@ var subcommands = map[string]subcommand{
 	"bench":    {"load-test a server speaking the booking API, then audit it (uniform, hot, mixed, import)", runBench},
 	"serve":    {"run the booking service (embedded NATS by default)", runServe},
 	"import":   {"publish bookings from a CSV, NDJSON or ICS file and wait for their outcomes", runImport},
-	"replay":   {"rebuild an index from the command stream into a new directory", runReplay},
+	"replay":   {"rebuild an index from the command stream (or a snapshot and the stream after it) into a new directory", runReplay},
+	"snapshot": {"take an index snapshot on a running server now, or list the stored ones", runSnapshot},
 	"verify":   {"compare a live index with a fresh replay of the stream", runVerify},
 	"hash-key": {"print the SHA-256 of an API key read from stdin (or make a new key) for --api-keys", runHashKey},
 }

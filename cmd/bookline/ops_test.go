@@ -140,7 +140,7 @@ func TestServeHelpListsOperationsFlags(t *testing.T) {
 	}
 	for _, want := range []string{"--config", "BOOKLINE_CONFIG", "--api-keys-file", "BOOKLINE_API_KEYS", "--nats-creds", "--nats-nkey",
 		"--nats-tls-ca", "--nats-tls-cert", "--nats-tls-key", "--max-body-bytes", "--max-header-bytes", "--max-list-range", "--max-list-limit",
-		"--rate-limit", "--rate-burst", "--http-read-timeout", "--http-write-timeout", "--http-idle-timeout", "--shutdown-timeout",
+		"--rate-limit", "--rate-burst", "--page-rate-limit", "--page-rate-burst", "--http-read-timeout", "--http-write-timeout", "--http-idle-timeout", "--shutdown-timeout",
 		"--shutdown-delay", "--pprof-addr", "--log-every-booking", "command line > environment"} {
 		if !strings.Contains(errb.String(), want) {
 			t.Errorf("help lacks %s", want)
@@ -246,6 +246,56 @@ func TestServeWithKeysMetricsPprof(t *testing.T) {
 		if strings.Contains(logs, k) {
 			t.Fatalf("key %q in the logs:\n%s", k, logs)
 		}
+	}
+}
+
+// TestServeBookingPage: keys from BOOKLINE_API_KEYS with a publishable key
+// give calendar alice its page, the key reads availability and holds but
+// no bookings, and --page-rate-burst (from BOOKLINE_PAGE_RATE_BURST)
+// limits a client using it.
+func TestServeBookingPage(t *testing.T) {
+	if testing.Short() {
+		t.Skip("subprocess test")
+	}
+	const admin, page = "bk_test_admin_key_0123456789", "pk_test_page_key_0123456789"
+	t.Setenv("BOOKLINE_API_KEYS", fmt.Sprintf(`[{"name":"ops","role":"admin","sha256":%q},{"name":"alice-page","role":"publishable","sha256":%q,"calendars":["alice"],"origins":["https://shop.example"]}]`,
+		httpapi.HashKey(admin), httpapi.HashKey(page)))
+	t.Setenv("BOOKLINE_PAGE_RATE_BURST", "6")
+	dir := t.TempDir()
+	p := startProc(t, "serve", "--data-dir", filepath.Join(dir, "data"), "--http-addr", "127.0.0.1:0", "--nats-listen", "127.0.0.1:0", "--page-rate-limit", "0.01")
+	if st, b := httpDo(t, "PUT", p.URL+"/v1/calendars/alice", admin, `{"name":"Alice","timezone":"Europe/Berlin"}`); st != 201 {
+		t.Fatalf("create calendar: %d %s", st, b)
+	}
+	if st, b := httpDo(t, "GET", p.URL+"/book/alice?key="+page, "", ""); st != 200 || !strings.Contains(string(b), `<bookline-booking calendar="alice" key="`+page+`">`) {
+		t.Fatalf("page: %d %s", st, b)
+	}
+	if st, _ := httpDo(t, "GET", p.URL+"/book/alice", "", ""); st != 404 {
+		t.Fatalf("page without key: %d", st)
+	}
+	if st, b := httpDo(t, "GET", p.URL+"/ui/bookline.js", "", ""); st != 200 || !strings.Contains(string(b), "bookline-booking") {
+		t.Fatalf("script: %d", st)
+	}
+	if st, b := httpDo(t, "GET", p.URL+"/v1/calendars/alice/availability?from=2027-01-04T00:00:00Z&to=2027-01-05T00:00:00Z&duration=30m", page, ""); st != 200 {
+		t.Fatalf("availability with the publishable key: %d %s", st, b)
+	}
+	if st, b := httpDo(t, "POST", p.URL+"/v1/calendars/alice/holds", page, `{"start":"2027-01-04T10:00:00Z","end":"2027-01-04T10:30:00Z","customer":"Ann"}`); st != 201 {
+		t.Fatalf("hold with the publishable key: %d %s", st, b)
+	}
+	if st, _ := httpDo(t, "GET", p.URL+"/v1/calendars/alice/bookings", page, ""); st != 403 {
+		t.Fatalf("bookings with the publishable key: %d", st)
+	}
+	// 2 requests took a token so far (a 403 takes none); the bucket holds 6.
+	limited := 0
+	for i := 0; i < 5; i++ {
+		if st, _ := httpDo(t, "GET", p.URL+"/v1/calendars/alice/page", page, ""); st == 429 {
+			limited++
+		}
+	}
+	if limited != 1 {
+		t.Fatalf("%d 429s after 7 requests with --page-rate-burst 6, want 1", limited)
+	}
+	if st, _ := httpDo(t, "GET", p.URL+"/v1/calendars/alice", admin, ""); st != 200 {
+		t.Fatalf("the admin key is limited with the page: %d", st)
 	}
 }
 

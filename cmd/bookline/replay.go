@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"maps"
 	"net/http"
 	"os"
@@ -71,6 +72,8 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		toSeq   uint64
 		toTime  string
 		asJSON  bool
+
+		fromSnapshot bool
 	)
 	fs := newFlagSet("replay", stderr, replaySummary)
 	fs.StringVar(&dataDir, "data-dir", "", "new directory for the rebuilt index (must not hold an index yet)")
@@ -78,13 +81,14 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.Uint64Var(&toSeq, "to-seq", 0, "stop after this stream sequence (0 = the end)")
 	fs.StringVar(&toTime, "to-time", "", "stop before the first command stored after this RFC 3339 time")
 	fs.BoolVar(&asJSON, "json", false, "print the digest as JSON")
+	fs.BoolVar(&fromSnapshot, "from-snapshot", false, "start from the newest index snapshot the stream can continue (BOOKLINE_SNAPSHOTS) and replay only the stream after it; needed once the stream is trimmed. Without it, the whole stream is replayed")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if dataDir == "" {
 		return errors.New("--data-dir is required")
 	}
-	opt := queue.ReplayOptions{ToSeq: toSeq}
+	opt := queue.ReplayOptions{ToSeq: toSeq, Continue: fromSnapshot}
 	if toTime != "" {
 		t, err := time.Parse(time.RFC3339Nano, toTime)
 		if err != nil {
@@ -110,8 +114,23 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	// an earlier attempt is removed.
 	index := queue.IndexFile(dataDir)
 	partial := index + ".partial"
-	if err := os.Remove(partial); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if err := data.RemoveIndex(partial); err != nil {
 		return err
+	}
+	if fromSnapshot {
+		if err := data.MkdirAllDurable(dataDir); err != nil {
+			return err
+		}
+		si, ok, err := queue.RestoreNewestWhere(ctx, js, partial, newStderrLogger(stderr), func(si queue.SnapshotInfo) bool {
+			return toSeq == 0 && toTime == "" || coversAtMost(si, toSeq, opt.ToTime)
+		})
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return errors.New("--from-snapshot: no snapshot the stream can continue (before --to-seq / --to-time if given); replay without it to read the whole stream")
+		}
+		fmt.Fprintf(stderr, "restored snapshot %s (stream seq %d, %d bytes); replaying the stream after it\n", si.Name, si.StreamLast, si.Size)
 	}
 	store, err := data.Open(partial)
 	if err != nil {
@@ -169,6 +188,24 @@ func printDigest(w io.Writer, d data.Digest, asJSON bool) error {
 	return nil
 }
 
+// coversAtMost reports whether snapshot si holds nothing after stream
+// sequence toSeq (when given) or stored after toTime (when given).
+func coversAtMost(si queue.SnapshotInfo, toSeq uint64, toTime time.Time) bool {
+	if !toTime.IsZero() && si.TakenAt.After(toTime) {
+		return false
+	}
+	if toSeq > 0 {
+		for _, a := range si.Applied {
+			if a > toSeq {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func newStderrLogger(w io.Writer) *slog.Logger { return slog.New(slog.NewTextHandler(w, nil)) }
+
 const verifySummary = `Compares the live index with a fresh replay of the command stream and
 exits non-zero on any difference, naming the first differing calendar.
 Against a running server give --url (its digest comes from
@@ -182,8 +219,11 @@ func runVerify(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		url     string
 		dataDir string
 		apiKey  string
+
+		fromSnapshot bool
 	)
 	fs := newFlagSet("verify", stderr, verifySummary)
+	fs.BoolVar(&fromSnapshot, "from-snapshot", false, "compare with the newest index snapshot behind the live index plus a replay of the stream after it (for a trimmed stream) instead of a replay of the whole stream")
 	fs.StringVar(&url, "url", "", "base URL of a running bookline (e.g. http://127.0.0.1:8080)")
 	fs.StringVar(&dataDir, "data-dir", "", "data directory of a stopped bookline")
 	fs.StringVar(&apiKey, "api-key", "", "admin API key for --url when the server has keys (prefer the environment variable to the flag)")
@@ -239,11 +279,6 @@ func runVerify(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	store, err := data.Open(queue.IndexFile(tmp))
-	if err != nil {
-		return err
-	}
-	defer store.Close()
 	stopAt := live.Applied
 	if stopAt == nil {
 		stopAt = map[int]uint64{}
@@ -252,8 +287,38 @@ func runVerify(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	for _, s := range stopAt {
 		maxSeq = max(maxSeq, s)
 	}
+	index := queue.IndexFile(tmp)
+	opt := queue.ReplayOptions{ToSeq: maxSeq, StopAt: stopAt, Progress: replayProgress(stderr)}
+	if fromSnapshot {
+		// The newest snapshot that holds nothing the live index has not
+		// applied; the replay then brings it to exactly the live point.
+		si, ok, err := queue.RestoreNewestWhere(ctx, js, index, newStderrLogger(stderr), func(si queue.SnapshotInfo) bool {
+			for p, a := range si.Applied {
+				if a > stopAt[p] {
+					return false
+				}
+			}
+			return true
+		})
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return errors.New("--from-snapshot: no snapshot the stream can continue is behind the live index")
+		}
+		fmt.Fprintf(stderr, "comparing with snapshot %s (stream seq %d) + the stream after it\n", si.Name, si.StreamLast)
+		opt.Continue = true
+	}
+	store, err := data.Open(index)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
 	if maxSeq > 0 {
-		if _, err := queue.Replay(ctx, js, store, queue.ReplayOptions{ToSeq: maxSeq, StopAt: stopAt, Progress: replayProgress(stderr)}); err != nil {
+		if _, err := queue.Replay(ctx, js, store, opt); err != nil {
+			if errors.Is(err, queue.ErrHistoryMissing) && !fromSnapshot {
+				return fmt.Errorf("%w (the stream is trimmed: compare with the newest snapshot and the stream after it with --from-snapshot)", err)
+			}
 			return err
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -17,6 +18,7 @@ import (
 	"github.com/bookline/bookline/actor"
 	"github.com/bookline/bookline/calendarsync"
 	"github.com/bookline/bookline/httpapi"
+	"github.com/bookline/bookline/httpapi/webhook"
 	"github.com/bookline/bookline/queue"
 )
 
@@ -47,6 +49,8 @@ type serveConfig struct {
 	maxListLimit   int
 	rateLimit      float64
 	rateBurst      int
+	pageRateLimit  float64
+	pageRateBurst  int
 	logEvery       bool
 
 	keylessRetention time.Duration
@@ -61,6 +65,14 @@ type serveConfig struct {
 	pprofAddr   string
 	memoryLimit memoryLimit
 
+	snapshotInterval time.Duration
+	snapshotEvery    uint64
+	snapshotKeep     int
+	streamMaxAge     time.Duration
+	streamMaxBytes   memoryLimit
+	streamTrimGrace  time.Duration
+	eventsMaxAge     time.Duration
+
 	// Google Calendar sync.
 	googleCredentials  string
 	googleSubject      string
@@ -70,6 +82,14 @@ type serveConfig struct {
 	instanceID      string
 	replicas        int
 	takeoverTimeout time.Duration
+
+	// Webhooks.
+	webhookAllowHosts  string
+	webhookTimeout     time.Duration
+	webhookRetryBase   time.Duration
+	webhookRetryCap    time.Duration
+	webhookMaxAttempts int
+	webhookGrace       time.Duration
 }
 
 const serveSummary = `Runs the booking service: HTTP API -> NATS JetStream command stream
@@ -82,9 +102,11 @@ Configuration precedence: command line > environment (BOOKLINE_<NAME>) >
 flag names, e.g. {"http-addr": "0.0.0.0:8080", "rate-limit": 50,
 "api-keys-file": "/etc/bookline/keys.json"}; unknown keys are an error.
 
-API keys: a JSON array [{"name","role","sha256","calendars"}] in
+API keys: a JSON array [{"name","role","sha256","calendars","origins"}] in
 --api-keys-file or --api-keys; role "booker" (bookings and reads, limited
-to "calendars" when given) or "admin" (everything). Only the SHA-256 of a
+to "calendars" when given), "admin" (everything) or "publishable" (for
+booking pages in browsers: availability and holds on its "calendars", from
+the web pages at its "origins"; /book/<calendar>?key=<key> is its page). Only the SHA-256 of a
 key is configured: 'bookline hash-key --new' makes a key and its hash.
 Without keys the API is open, which is allowed only on a loopback
 --http-addr.`
@@ -118,6 +140,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&c.maxListLimit, "max-list-limit", httpapi.MaxListLimit, "largest page size (limit) of a booking list")
 	fs.Float64Var(&c.rateLimit, "rate-limit", 100, "requests per second allowed per API key (no limit when running open on loopback without keys); more answers 429 rate_limited with Retry-After (0 = no limit)")
 	fs.IntVar(&c.rateBurst, "rate-burst", 200, "requests a key may make at once before --rate-limit applies")
+	fs.Float64Var(&c.pageRateLimit, "page-rate-limit", 2, "requests per second allowed per client IP address with a publishable key (booking pages; such keys are public, so they are limited per client, not per key); more answers 429 rate_limited with Retry-After (0 = no limit)")
+	fs.IntVar(&c.pageRateBurst, "page-rate-burst", 40, "requests a client may make at once with a publishable key before --page-rate-limit applies")
 	fs.BoolVar(&c.logEvery, "log-every-booking", false, "send every booking and hold through the log; by default one without an Idempotency-Key that the committed index already refuses (slot taken, a rule, no such calendar) is answered from the index and not logged (no command, no outcome event)")
 
 	fs.DurationVar(&c.keylessRetention, "keyless-record-retention", 24*time.Hour, "how long, in log time (the commands' stream timestamps), the request records of writes without an Idempotency-Key and of bookline's own commands (hold expiries, Google busy time) are kept: the 202 Location of such a write can be read this long; at least 1m; 0 = forever")
@@ -135,15 +159,35 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&c.googleCredentials, "google-credentials", "", "Google credentials JSON file for calendars linked to Google: a service-account key, or an OAuth client with a refresh token (type authorized_user); re-read after auth failures. Empty: linked calendars report degraded \"no credentials\"")
 	fs.StringVar(&c.googleSubject, "google-subject", "", "with a service-account key: the user to impersonate (domain-wide delegation)")
 	fs.DurationVar(&c.googleSyncInterval, "google-sync-interval", 5*time.Minute, "how often busy time is read from linked Google calendars (0 = only on demand: POST /v1/admin/calendars/{id}/google/sync)")
+	fs.DurationVar(&c.snapshotInterval, "snapshot-interval", time.Hour, "take an index snapshot (to the NATS object store BOOKLINE_SNAPSHOTS) once the newest is this old and commands came since (0 = not by age); a new instance or a lost index restores the newest and applies only the stream after it")
+	fs.Uint64Var(&c.snapshotEvery, "snapshot-every", 1_000_000, "take an index snapshot once the command stream has this many messages more than the newest snapshot covers (0 = not by count); with --snapshot-interval 0 too, no periodic snapshots")
+	fs.IntVar(&c.snapshotKeep, "snapshot-keep", queue.DefaultSnapshotKeep, "how many of the newest index snapshots are kept; older ones are deleted after each snapshot")
+	fs.DurationVar(&c.streamMaxAge, "stream-max-age", 0, "bound the command stream: remove commands older than this, but only below what the oldest kept snapshot covers (needs snapshots; 0 = keep all)")
+	fs.Var(&c.streamMaxBytes, "stream-max-bytes", "bound the command stream's size (units B, KiB, MiB, GiB), removing the oldest commands only below what the oldest kept snapshot covers (needs snapshots; at least 1MiB; 0 = no bound)")
+	fs.DurationVar(&c.streamTrimGrace, "stream-trim-grace", queue.DefaultTrimGrace, "with a bounded stream: commands stored this recently are never trimmed, even under a snapshot (instances that do not own a partition follow it a few seconds behind)")
+	fs.DurationVar(&c.eventsMaxAge, "events-max-age", queue.DefaultEventsMaxAge, "how long the outcome event stream BOOKLINE_EVT keeps events (0 = forever)")
 	fs.StringVar(&c.instanceID, "instance-id", "", "with --nats-url: this instance's unique name among the instances sharing the stream (default hostname-pid)")
 	fs.IntVar(&c.replicas, "replicas", 1, "replicas of the command and event streams when this instance creates them (3 on a 3-node NATS cluster)")
 	fs.DurationVar(&c.takeoverTimeout, "takeover-timeout", queue.DefaultTakeoverTimeout, "with --nats-url: how long the partitions of an instance that stopped pulling (dead or cut off) wait before another instance takes them over (at least 2s)")
+	fs.StringVar(&c.webhookAllowHosts, "webhook-allow-hosts", "", "comma-separated host names, IP addresses or CIDR prefixes that webhook endpoints may use over plain http and that may resolve to private, loopback or link-local addresses (refused for every other host)")
+	fs.DurationVar(&c.webhookTimeout, "webhook-timeout", webhook.DefaultAttemptTimeout, "time limit of one webhook delivery attempt (connect, send, answer)")
+	fs.DurationVar(&c.webhookRetryBase, "webhook-retry-base", webhook.DefaultRetryBase, "wait after a webhook endpoint's first failed attempt; each further wait is 3 times the last (±10% jitter), up to --webhook-retry-cap")
+	fs.DurationVar(&c.webhookRetryCap, "webhook-retry-cap", webhook.DefaultRetryCap, "longest wait between two attempts to deliver a webhook event")
+	fs.IntVar(&c.webhookMaxAttempts, "webhook-max-attempts", webhook.DefaultMaxAttempts, "failed attempts at one event after which a webhook endpoint is disabled (the defaults spread 15 attempts over about 3.1 days)")
+	fs.DurationVar(&c.webhookGrace, "webhook-rotation-grace", webhook.DefaultRotationGrace, "how long a webhook endpoint's replaced secret keeps signing after a rotation")
 	if err := parseFlagsWithConfig(fs, args, "config"); err != nil {
 		return err
 	}
 	log, err := newLogger(stderr, c.logFormat, c.logLevel)
 	if err != nil {
 		return err
+	}
+	if c.snapshotKeep < 1 {
+		return fmt.Errorf("--snapshot-keep %d: keep at least 1", c.snapshotKeep)
+	}
+	if (c.streamMaxAge > 0 || c.streamMaxBytes.bytes > 0) && c.snapshotInterval <= 0 && c.snapshotEvery == 0 {
+		return errors.New("--stream-max-age / --stream-max-bytes need snapshots (--snapshot-interval or --snapshot-every): " +
+			"a trimmed stream cannot rebuild an index on its own")
 	}
 	if c.sync != "interval" && c.sync != "always" {
 		return fmt.Errorf("--sync %q: want interval or always", c.sync)
@@ -155,6 +199,10 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	if err := c.checkCluster(); err != nil {
+		return err
+	}
+	guard, err := c.webhookGuard()
+	if err != nil {
 		return err
 	}
 	keys, err := c.keyring()
@@ -195,6 +243,11 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		TakeoverTimeout: c.takeoverTimeout,
 
 		InternalRecordRetention: c.keylessRetention,
+
+		Snapshots: queue.SnapshotConfig{Every: c.snapshotEvery, Interval: c.snapshotInterval, Keep: c.snapshotKeep,
+			StreamMaxAge: c.streamMaxAge, StreamMaxBytes: c.streamMaxBytes.bytes, TrimGrace: c.streamTrimGrace},
+		SnapshotTaken: metrics.SnapshotTaken,
+		EventsMaxAge:  eventsMaxAge(c.eventsMaxAge),
 	})
 	if err != nil {
 		return err
@@ -212,7 +265,15 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if syncer == nil {
 		return errors.New("serve: the node did not build the Google sync")
 	}
-	api := httpapi.New(apiBackend{Node: node, google: syncer}, httpapi.Config{
+	hooks, stopHooks, err := startWebhooks(node, c.webhookConfig(guard, node.Logger()))
+	if err != nil {
+		return err
+	}
+	// Before the node closes (deferred earlier, so it runs later): an
+	// event being delivered is handed back to NATS while it is still up.
+	defer stopHooks()
+	metrics.AttachWebhooks(hooks)
+	api := httpapi.New(apiBackend{Node: node, google: syncer, Manager: hooks}, httpapi.Config{
 		ReplyTimeout: c.replyTimeout,
 		BodyLimit:    c.maxBodyBytes,
 		Logger:       log,
@@ -226,6 +287,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		MaxListLimit: c.maxListLimit,
 		RateLimit:    c.rateLimit,
 		RateBurst:    c.rateBurst,
+
+		PageRateLimit: c.pageRateLimit,
+		PageRateBurst: c.pageRateBurst,
 
 		LogEveryBooking: c.logEvery,
 
@@ -277,6 +341,10 @@ func (c *serveConfig) checkLimits() error {
 		return errors.New("--rate-limit must not be negative")
 	case c.rateLimit > 0 && c.rateBurst < 1:
 		return errors.New("--rate-burst must be at least 1")
+	case c.pageRateLimit < 0:
+		return errors.New("--page-rate-limit must not be negative")
+	case c.pageRateLimit > 0 && c.pageRateBurst < 1:
+		return errors.New("--page-rate-burst must be at least 1")
 	case c.readTimeout <= 0, c.idleTimeout <= 0, c.shutdownTimeout <= 0:
 		return errors.New("--http-read-timeout, --http-idle-timeout and --shutdown-timeout must be positive")
 	case c.writeTimeout <= c.replyTimeout:
@@ -407,4 +475,47 @@ func (c *serveConfig) checkCluster() error {
 		return fmt.Errorf("--takeover-timeout %s: must be at least %s", c.takeoverTimeout, queue.MinTakeoverTimeout)
 	}
 	return nil
+}
+
+// eventsMaxAge maps --events-max-age (0 = forever) to the node's setting
+// (0 = the default, negative = forever).
+func eventsMaxAge(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
+}
+
+// webhookGuard checks the webhook flags and builds the URL guard.
+func (c *serveConfig) webhookGuard() (*webhook.Guard, error) {
+	switch {
+	case c.webhookTimeout <= 0:
+		return nil, errors.New("--webhook-timeout must be positive")
+	case c.webhookRetryBase <= 0 || c.webhookRetryCap < c.webhookRetryBase:
+		return nil, errors.New("--webhook-retry-base must be positive and at most --webhook-retry-cap")
+	case c.webhookMaxAttempts < 1:
+		return nil, errors.New("--webhook-max-attempts must be at least 1")
+	case c.webhookGrace < 0:
+		return nil, errors.New("--webhook-rotation-grace must not be negative")
+	}
+	g, err := webhook.NewGuard(strings.Split(c.webhookAllowHosts, ","))
+	if err != nil {
+		return nil, fmt.Errorf("--webhook-allow-hosts: %w", err)
+	}
+	return g, nil
+}
+
+// webhookConfig is the webhook deliveries' configuration of the flags.
+func (c *serveConfig) webhookConfig(g *webhook.Guard, log *slog.Logger) webhook.Config {
+	return webhook.Config{
+		Replicas:       c.replicas,
+		Guard:          g,
+		Logger:         log,
+		PinnedTTL:      c.takeoverTimeout,
+		AttemptTimeout: c.webhookTimeout,
+		RetryBase:      c.webhookRetryBase,
+		RetryCap:       c.webhookRetryCap,
+		MaxAttempts:    c.webhookMaxAttempts,
+		RotationGrace:  c.webhookGrace,
+	}
 }

@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"time"
 
 	"github.com/bookline/bookline/calendarsync"
 	"github.com/bookline/bookline/data"
+	"github.com/bookline/bookline/httpapi/webhook"
 	"github.com/bookline/bookline/queue"
 )
 
@@ -39,7 +41,26 @@ func googleFollower(cfg calendarsync.Config, made **calendarsync.Syncer) func(*q
 // on-demand read.
 type apiBackend struct {
 	*queue.Node
+	*webhook.Manager
 	google *calendarsync.Syncer
+}
+
+// startWebhooks opens the webhook endpoints' store on the node's NATS and
+// delivers from its event stream until stop is called.
+func startWebhooks(n *queue.Node, cfg webhook.Config) (m *webhook.Manager, stop func(), err error) {
+	cfg.JS, cfg.Stream, cfg.SubjectPrefix = n.JS, queue.EventStreamName, queue.EventSubjectPrefix
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if m, err = webhook.Open(ctx, cfg); err != nil {
+		return nil, nil, err
+	}
+	run, end := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		m.Run(run)
+	}()
+	return m, func() { end(); <-done }, nil
 }
 
 func (b apiBackend) GoogleStatus(calID string, link *data.GoogleLink) data.GoogleStatus {

@@ -1,0 +1,698 @@
+// <bookline-booking calendar="id" key="publishable key" api="https://bookline.example">
+//
+// An embeddable booking widget for bookline: pick a day, see the bookable
+// starts in your own time zone, choose one, give your name, hold it,
+// confirm it, download it as .ics. Plain JavaScript without dependencies,
+// served by bookline at /ui/bookline.js.
+//
+// Attributes: calendar (required); key (a publishable API key; none on an
+// API without keys); api (bookline's base URL, default: where this script
+// was loaded from); date (YYYY-MM-DD, the day to open on); timezone (the
+// zone to show times in, default the visitor's); duration (minutes, default
+// the calendar's first); hold-ttl (seconds a hold lasts, default 300 or
+// the calendar's maximum if lower).
+(() => {
+  'use strict';
+  if (window.customElements === undefined || customElements.get('bookline-booking')) {
+    return;
+  }
+
+  // Captured now: document.currentScript is only set while the script runs.
+  const scriptOrigin = (() => {
+    try {
+      return new URL(document.currentScript.src).origin;
+    } catch (e) {
+      return location.origin;
+    }
+  })();
+
+  const CSS = `
+bookline-booking { display: block; max-width: 34rem; margin: 0 auto; font: 16px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; color: #1d232b; }
+bookline-booking *, bookline-booking *::before, bookline-booking *::after { box-sizing: border-box; }
+bookline-booking .bl { background: #fff; border: 1px solid #d5dbe3; border-radius: 12px; padding: 1.25rem; }
+bookline-booking h2 { font-size: 1.35rem; margin: 0 0 .25rem; }
+bookline-booking h3 { font-size: 1.05rem; margin: 1rem 0 .5rem; }
+bookline-booking h2:focus, bookline-booking h3:focus { outline: none; }
+bookline-booking .bl-sub { margin: 0 0 1rem; color: #4a5563; }
+bookline-booking .bl-row { display: flex; flex-wrap: wrap; gap: .5rem; align-items: flex-end; margin-bottom: .75rem; }
+bookline-booking label { display: block; font-weight: 600; font-size: .9rem; margin-bottom: .25rem; }
+bookline-booking .bl-field { flex: 1 1 12rem; min-width: 0; }
+bookline-booking input, bookline-booking select, bookline-booking textarea { width: 100%; font: inherit; font-size: 16px; padding: .55rem .6rem; border: 1px solid #9aa5b4; border-radius: 8px; background: #fff; color: inherit; }
+bookline-booking textarea { min-height: 4.5rem; resize: vertical; }
+bookline-booking button { font: inherit; min-height: 44px; padding: .5rem .9rem; border-radius: 8px; border: 1px solid #9aa5b4; background: #f4f6f9; color: #1d232b; cursor: pointer; }
+bookline-booking button:hover { background: #e8ecf2; }
+bookline-booking button:focus-visible, bookline-booking input:focus-visible, bookline-booking select:focus-visible, bookline-booking textarea:focus-visible, bookline-booking a:focus-visible { outline: 3px solid #2f6fde; outline-offset: 2px; }
+bookline-booking button[disabled] { opacity: .55; cursor: default; }
+bookline-booking .bl-primary { background: #1f5fc9; border-color: #1f5fc9; color: #fff; font-weight: 600; }
+bookline-booking .bl-primary:hover { background: #194fa8; }
+bookline-booking .bl-nav { flex: 0 0 auto; width: 44px; padding: 0; }
+bookline-booking .bl-slots { list-style: none; margin: 0; padding: 0; display: grid; grid-template-columns: repeat(auto-fill, minmax(6rem, 1fr)); gap: .5rem; }
+bookline-booking .bl-slot { width: 100%; white-space: nowrap; padding: .5rem .3rem; background: #fff; border-color: #1f5fc9; color: #1f5fc9; font-weight: 600; }
+bookline-booking .bl-slot:hover { background: #eaf1fd; }
+bookline-booking .bl-empty, bookline-booking .bl-muted { color: #4a5563; }
+bookline-booking .bl-alert { border-radius: 8px; padding: .75rem .9rem; margin: 0 0 1rem; background: #fff4e5; border: 1px solid #e0a04a; }
+bookline-booking .bl-alert.bl-bad { background: #fdecec; border-color: #d46a6a; }
+bookline-booking .bl-alert p { margin: 0; }
+bookline-booking .bl-alert button { margin-top: .5rem; }
+bookline-booking .bl-actions { display: flex; flex-wrap: wrap; gap: .5rem; margin-top: 1rem; }
+bookline-booking .bl-summary { font-size: 1.1rem; font-weight: 600; margin: .25rem 0; }
+bookline-booking .bl-ics { display: inline-flex; align-items: center; min-height: 44px; padding: .5rem .9rem; border-radius: 8px; background: #1f5fc9; color: #fff; font-weight: 600; text-decoration: none; }
+bookline-booking .bl-sr { position: absolute; width: 1px; height: 1px; overflow: hidden; clip: rect(0 0 0 0); white-space: nowrap; }
+bookline-booking [hidden] { display: none !important; }
+@media (max-width: 480px) {
+  bookline-booking .bl { border: 0; border-radius: 0; padding: 1rem .75rem; }
+  bookline-booking .bl-actions button, bookline-booking .bl-ics { flex: 1 1 100%; justify-content: center; }
+}
+body.bl-page { margin: 0; padding: 1.5rem .5rem; background: #eef1f5; }
+@media (max-width: 480px) { body.bl-page { padding: 0; background: #fff; } }
+`;
+
+  function injectStyle() {
+    if (document.getElementById('bookline-booking-style')) {
+      return;
+    }
+    const s = document.createElement('style');
+    s.id = 'bookline-booking-style';
+    s.textContent = CSS;
+    (document.head || document.documentElement).appendChild(s);
+  }
+
+  // ---- time zones: wall-clock time through Intl, never offset arithmetic.
+
+  const formatters = new Map();
+  function partsFormatter(tz) {
+    let f = formatters.get(tz);
+    if (!f) {
+      f = new Intl.DateTimeFormat('en-US', {
+        timeZone: tz, hourCycle: 'h23', year: 'numeric', month: '2-digit', day: '2-digit',
+        hour: '2-digit', minute: '2-digit', second: '2-digit',
+      });
+      formatters.set(tz, f);
+    }
+    return f;
+  }
+
+  // wall is the local date and time of instant t (ms) in zone tz.
+  function wall(t, tz) {
+    const p = {};
+    for (const x of partsFormatter(tz).formatToParts(new Date(t))) {
+      p[x.type] = x.value;
+    }
+    return { y: +p.year, m: +p.month, d: +p.day, h: +p.hour % 24, min: +p.minute, s: +p.second };
+  }
+
+  // offset is local wall time minus UTC at instant t in tz, in ms.
+  function offset(t, tz) {
+    const w = wall(t, tz);
+    return Date.UTC(w.y, w.m - 1, w.d, w.h, w.min, w.s) - Math.floor(t / 1000) * 1000;
+  }
+
+  const pad = (n, w = 2) => String(n).padStart(w, '0');
+  const ymd = (w) => `${pad(w.y, 4)}-${pad(w.m)}-${pad(w.d)}`;
+
+  function parseDate(s) {
+    const m = /^(\d{4})-(\d{2})-(\d{2})$/.exec(s || '');
+    return m ? { y: +m[1], m: +m[2], d: +m[3] } : null;
+  }
+
+  function addDays(date, n) {
+    const u = new Date(Date.UTC(date.y, date.m - 1, date.d + n));
+    return { y: u.getUTCFullYear(), m: u.getUTCMonth() + 1, d: u.getUTCDate() };
+  }
+
+  // startOfDay is the first instant of a local date in tz: local midnight,
+  // or the end of the gap when the zone skips midnight.
+  function startOfDay(date, tz) {
+    const guess = Date.UTC(date.y, date.m - 1, date.d);
+    const t1 = guess - offset(guess, tz);
+    const t2 = guess - offset(t1, tz);
+    const onDay = [t1, t2].filter((t) => ymd(wall(t, tz)) === ymd(date));
+    return onDay.length ? Math.min(...onDay) : Math.max(t1, t2);
+  }
+
+  function zones(extra) {
+    let list = [];
+    try {
+      list = Intl.supportedValuesOf('timeZone');
+    } catch (e) {
+      list = [];
+    }
+    const set = new Set(list);
+    for (const z of extra) {
+      if (z) {
+        set.add(z);
+      }
+    }
+    set.add('UTC');
+    return [...set].sort();
+  }
+
+  function validZone(tz) {
+    try {
+      new Intl.DateTimeFormat('en-US', { timeZone: tz });
+      return true;
+    } catch (e) {
+      return false;
+    }
+  }
+
+  // ---- iCalendar (RFC 5545): UTC times, CRLF lines folded at 75 octets.
+
+  const icsTime = (iso) => new Date(iso).toISOString().replace(/[-:]/g, '').replace(/\.\d{3}/, '');
+  const icsText = (s) => s.replace(/\\/g, '\\\\').replace(/;/g, '\\;').replace(/,/g, '\\,').replace(/\r?\n/g, '\\n');
+
+  function fold(line) {
+    const enc = new TextEncoder();
+    const parts = [];
+    let cur = '';
+    let len = 0;
+    let limit = 75;
+    for (const ch of line) {
+      const n = enc.encode(ch).length;
+      if (len + n > limit) {
+        parts.push(cur);
+        cur = '';
+        len = 0;
+        limit = 74; // continuation lines start with a space
+      }
+      cur += ch;
+      len += n;
+    }
+    parts.push(cur);
+    return parts.join('\r\n ');
+  }
+
+  function ics(booking, summary, note) {
+    const lines = [
+      'BEGIN:VCALENDAR', 'VERSION:2.0', 'PRODID:-//bookline//booking page//EN', 'CALSCALE:GREGORIAN', 'METHOD:PUBLISH',
+      'BEGIN:VEVENT',
+      'UID:' + booking.id,
+      'DTSTAMP:' + icsTime(new Date().toISOString()),
+      'DTSTART:' + icsTime(booking.start),
+      'DTEND:' + icsTime(booking.end),
+      'SUMMARY:' + icsText(summary),
+    ];
+    if (note) {
+      lines.push('DESCRIPTION:' + icsText(note));
+    }
+    lines.push('STATUS:CONFIRMED', 'END:VEVENT', 'END:VCALENDAR');
+    return lines.map(fold).join('\r\n') + '\r\n';
+  }
+
+  function newKey() {
+    if (window.crypto && crypto.randomUUID) {
+      return 'page-' + crypto.randomUUID();
+    }
+    const b = new Uint8Array(16);
+    crypto.getRandomValues(b);
+    return 'page-' + Array.from(b, (x) => pad(x.toString(16))).join('');
+  }
+
+  const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+  class APIError extends Error {
+    constructor(status, code, message) {
+      super(message);
+      this.status = status;
+      this.code = code;
+    }
+  }
+
+  // Codes that mean "this start is no longer free".
+  const TAKEN = new Set(['slot_taken', 'external_busy', 'buffer_conflict', 'too_soon', 'too_far', 'outside_hours', 'misaligned']);
+
+  let instances = 0;
+
+  const TEMPLATE = (id) => `
+<div class="bl">
+  <h2 class="bl-title" id="${id}-title" tabindex="-1">Book a time</h2>
+  <p class="bl-sub"></p>
+  <div class="bl-live bl-sr" role="status" aria-live="polite" aria-atomic="true"></div>
+  <div class="bl-alert" role="alert" hidden><p class="bl-alert-text"></p><button type="button" class="bl-retry" hidden>Try again</button></div>
+  <section class="bl-step bl-pick" aria-labelledby="${id}-slots-title" hidden>
+    <div class="bl-row">
+      <button type="button" class="bl-nav bl-prev" aria-label="Previous day">&#8249;</button>
+      <div class="bl-field"><label for="${id}-date">Day</label><input type="date" id="${id}-date" class="bl-date"></div>
+      <button type="button" class="bl-nav bl-next" aria-label="Next day">&#8250;</button>
+    </div>
+    <div class="bl-row">
+      <div class="bl-field"><label for="${id}-tz">Show times in</label><select id="${id}-tz" class="bl-tz"></select></div>
+      <div class="bl-field bl-dur-field" hidden><label for="${id}-dur">Duration</label><select id="${id}-dur" class="bl-dur"></select></div>
+    </div>
+    <h3 id="${id}-slots-title" class="bl-slots-title" tabindex="-1">Available times</h3>
+    <ul class="bl-slots" aria-labelledby="${id}-slots-title"></ul>
+    <p class="bl-empty" hidden>No free times on this day. Try another day.</p>
+  </section>
+  <section class="bl-step bl-details" aria-labelledby="${id}-details-title" hidden>
+    <h3 id="${id}-details-title" tabindex="-1">Your details</h3>
+    <p class="bl-summary bl-chosen"></p>
+    <form class="bl-form" novalidate>
+      <div class="bl-field"><label for="${id}-name">Your name</label><input id="${id}-name" class="bl-name" name="name" autocomplete="name" maxlength="200" required aria-describedby="${id}-name-err"></div>
+      <p id="${id}-name-err" class="bl-muted bl-name-err" hidden>Please enter your name.</p>
+      <div class="bl-field"><label for="${id}-note">Note (optional)</label><textarea id="${id}-note" class="bl-note" name="note" maxlength="1000"></textarea></div>
+      <div class="bl-actions"><button type="submit" class="bl-primary bl-hold">Hold this time</button><button type="button" class="bl-back">Back</button></div>
+    </form>
+  </section>
+  <section class="bl-step bl-held" aria-labelledby="${id}-held-title" hidden>
+    <h3 id="${id}-held-title" tabindex="-1">Confirm your booking</h3>
+    <p class="bl-summary bl-held-summary"></p>
+    <p class="bl-muted bl-countdown"></p>
+    <div class="bl-actions"><button type="button" class="bl-primary bl-confirm">Confirm booking</button><button type="button" class="bl-release">Cancel</button></div>
+  </section>
+  <section class="bl-step bl-done" aria-labelledby="${id}-done-title" hidden>
+    <h3 id="${id}-done-title" tabindex="-1">You're booked</h3>
+    <p class="bl-summary bl-done-summary"></p>
+    <p class="bl-muted bl-done-id"></p>
+    <div class="bl-actions"><a class="bl-ics" download="booking.ics">Add to calendar (.ics)</a><button type="button" class="bl-again">Book another time</button></div>
+  </section>
+</div>`;
+
+  class BooklineBooking extends HTMLElement {
+    connectedCallback() {
+      if (this._started) {
+        return;
+      }
+      this._started = true;
+      injectStyle();
+      this._id = 'bl' + ++instances;
+      this.innerHTML = TEMPLATE(this._id);
+      this._q = (sel) => this.querySelector(sel);
+      this._seq = 0;
+      this._wire();
+      this._init();
+    }
+
+    disconnectedCallback() {
+      clearInterval(this._timer);
+    }
+
+    get _base() {
+      return (this.getAttribute('api') || scriptOrigin).replace(/\/+$/, '');
+    }
+
+    get _cal() {
+      return this.getAttribute('calendar') || '';
+    }
+
+    async _api(method, path, body, idemKey) {
+      const headers = { Accept: 'application/json' };
+      const key = this.getAttribute('key');
+      if (key) {
+        headers.Authorization = 'Bearer ' + key;
+      }
+      if (body !== undefined) {
+        headers['Content-Type'] = 'application/json';
+      }
+      if (idemKey) {
+        headers['Idempotency-Key'] = idemKey;
+      }
+      const url = this._base + '/v1/calendars/' + encodeURIComponent(this._cal) + path;
+      for (let attempt = 0; ; attempt++) {
+        let res;
+        try {
+          res = await fetch(url, {
+            method, headers, body: body === undefined ? undefined : JSON.stringify(body),
+            mode: 'cors', credentials: 'omit', cache: 'no-store', referrerPolicy: 'no-referrer',
+          });
+        } catch (e) {
+          throw new APIError(0, 'network', 'The booking service cannot be reached right now. Please try again.');
+        }
+        // 202: the decision is late. Asking again with the same
+        // Idempotency-Key returns the one recorded answer once it is there.
+        if (res.status === 202 && idemKey && attempt < 30) {
+          await sleep(500);
+          continue;
+        }
+        if (res.status === 429 && attempt < 3) {
+          await sleep(1000 * Math.min(5, +res.headers.get('Retry-After') || 1));
+          continue;
+        }
+        let data = {};
+        try {
+          data = await res.json();
+        } catch (e) {
+          data = {};
+        }
+        if (!res.ok || res.status === 202) {
+          const err = data.error || {};
+          throw new APIError(res.status, err.code || 'http_' + res.status, err.message || 'The request failed (' + res.status + ').');
+        }
+        return data;
+      }
+    }
+
+    _wire() {
+      const q = this._q;
+      q('.bl-date').addEventListener('change', () => {
+        const d = parseDate(q('.bl-date').value);
+        if (d) {
+          this._date = d;
+          this._loadDay();
+        }
+      });
+      q('.bl-prev').addEventListener('click', () => this._shiftDay(-1));
+      q('.bl-next').addEventListener('click', () => this._shiftDay(1));
+      q('.bl-tz').addEventListener('change', () => {
+        this._tz = q('.bl-tz').value;
+        this._renderSlots();
+        this._announce('Times are now shown in ' + this._tz + '.');
+      });
+      q('.bl-dur').addEventListener('change', () => {
+        this._duration = +q('.bl-dur').value;
+        this._loadDay();
+      });
+      q('.bl-slots').addEventListener('click', (ev) => {
+        const b = ev.target.closest('.bl-slot');
+        if (b) {
+          this._choose(b.dataset.start);
+        }
+      });
+      q('.bl-form').addEventListener('submit', (ev) => {
+        ev.preventDefault();
+        this._hold();
+      });
+      q('.bl-back').addEventListener('click', () => this._show('pick'));
+      q('.bl-confirm').addEventListener('click', () => this._confirm());
+      q('.bl-release').addEventListener('click', () => this._release());
+      q('.bl-again').addEventListener('click', () => {
+        this._clearAlert();
+        this._show('pick');
+        this._loadDay();
+      });
+      q('.bl-retry').addEventListener('click', () => {
+        this._clearAlert();
+        this._hold();
+      });
+    }
+
+    async _init() {
+      const q = this._q;
+      this._announce('Loading…');
+      try {
+        this._info = await this._api('GET', '/page');
+      } catch (e) {
+        this._fail(e.status === 401 || e.status === 403 || e.status === 404
+          ? 'This calendar cannot be booked here.' : e.message);
+        return;
+      }
+      const info = this._info;
+      q('.bl-title').textContent = info.name ? 'Book a time with ' + info.name : 'Book a time';
+      const durs = info.durations_minutes && info.durations_minutes.length ? info.durations_minutes : [30];
+      const want = +this.getAttribute('duration');
+      this._duration = want > 0 ? want : durs[0];
+      if (durs.length > 1) {
+        const sel = q('.bl-dur');
+        for (const d of durs) {
+          sel.add(new Option(d + ' min', String(d), false, d === this._duration));
+        }
+        q('.bl-dur-field').hidden = false;
+      }
+      const own = Intl.DateTimeFormat().resolvedOptions().timeZone;
+      const attrTZ = this.getAttribute('timezone');
+      this._tz = attrTZ && validZone(attrTZ) ? attrTZ : (own || info.timezone || 'UTC');
+      const tzSel = q('.bl-tz');
+      for (const z of zones([this._tz, info.timezone])) {
+        tzSel.add(new Option(z.replace(/_/g, ' '), z, false, z === this._tz));
+      }
+      tzSel.value = this._tz;
+      const today = wall(Date.now(), this._tz);
+      const todayDate = { y: today.y, m: today.m, d: today.d };
+      this._date = parseDate(this.getAttribute('date')) || todayDate;
+      q('.bl-date').min = ymd(todayDate);
+      if (info.horizon_days) {
+        q('.bl-date').max = ymd(addDays(todayDate, info.horizon_days));
+      }
+      this._show('pick', false);
+      this._loadDay();
+    }
+
+    _shiftDay(n) {
+      this._date = addDays(this._date, n);
+      this._loadDay();
+    }
+
+    _dayLabel(t) {
+      return new Intl.DateTimeFormat(undefined, { timeZone: this._tz, weekday: 'long', day: 'numeric', month: 'long', year: 'numeric' }).format(new Date(t));
+    }
+
+    _timeLabel(t, withZone) {
+      const o = { timeZone: this._tz, hour: 'numeric', minute: '2-digit' };
+      if (withZone) {
+        o.timeZoneName = 'short';
+      }
+      return new Intl.DateTimeFormat(undefined, o).format(new Date(t));
+    }
+
+    _describe(start, end) {
+      const s = Date.parse(start);
+      return this._dayLabel(s) + ', ' + this._timeLabel(s) + '–' + this._timeLabel(Date.parse(end), true);
+    }
+
+    async _loadDay() {
+      const q = this._q;
+      const seq = ++this._seq;
+      q('.bl-date').value = ymd(this._date);
+      const dayStart = startOfDay(this._date, this._tz);
+      const to = startOfDay(addDays(this._date, 1), this._tz);
+      // Calendars without a minimum notice accept starts in the past; a
+      // page offers none. The next whole minute keeps the grid intact.
+      const from = Math.max(dayStart, Math.ceil(Date.now() / 60000) * 60000);
+      const min = q('.bl-date').min;
+      q('.bl-prev').disabled = !!min && ymd(this._date) <= min;
+      this._slots = null;
+      q('.bl-slots').replaceChildren();
+      q('.bl-slots').setAttribute('aria-busy', 'true');
+      q('.bl-empty').hidden = true;
+      this._announce('Loading times for ' + this._dayLabel(dayStart) + '…');
+      const qs = new URLSearchParams({
+        from: new Date(from).toISOString(), to: new Date(to).toISOString(), duration: this._duration + 'm',
+      });
+      let res;
+      try {
+        res = from >= to ? { slots: [] } : await this._api('GET', '/availability?' + qs);
+      } catch (e) {
+        if (seq === this._seq) {
+          q('.bl-slots').removeAttribute('aria-busy');
+          this._alert(e.message, true);
+        }
+        return;
+      }
+      if (seq !== this._seq) {
+        return; // a later day was asked for meanwhile
+      }
+      this._slots = res.slots || [];
+      this._dayFrom = dayStart;
+      q('.bl-slots-title').textContent = 'Free times on ' + this._dayLabel(dayStart);
+      this._renderSlots();
+      const n = this._slots.length;
+      this._announce(n === 0 ? 'No free times on ' + this._dayLabel(dayStart) + '.'
+        : n + (n === 1 ? ' free time' : ' free times') + ' on ' + this._dayLabel(dayStart) + '.');
+    }
+
+    _renderSlots() {
+      const q = this._q;
+      const list = q('.bl-slots');
+      list.removeAttribute('aria-busy');
+      list.replaceChildren();
+      if (!this._slots) {
+        return;
+      }
+      // The day is the visitor's: after a zone change, reload it.
+      if (this._dayFrom !== startOfDay(this._date, this._tz)) {
+        this._loadDay();
+        return;
+      }
+      const labels = this._slots.map((s) => this._timeLabel(Date.parse(s.start)));
+      const dup = new Set(labels.filter((l, i) => labels.indexOf(l) !== i));
+      this._slots.forEach((s, i) => {
+        const t = Date.parse(s.start);
+        const w = wall(t, this._tz);
+        const b = document.createElement('button');
+        b.type = 'button';
+        b.className = 'bl-slot';
+        b.dataset.start = s.start;
+        b.dataset.local = ymd(w) + 'T' + pad(w.h) + ':' + pad(w.min);
+        b.textContent = dup.has(labels[i]) ? this._timeLabel(t, true) : labels[i];
+        b.setAttribute('aria-label', this._timeLabel(t, true) + ', ' + this._dayLabel(t));
+        const li = document.createElement('li');
+        li.appendChild(b);
+        list.appendChild(li);
+      });
+      q('.bl-empty').hidden = this._slots.length > 0;
+    }
+
+    _choose(start) {
+      this._clearAlert();
+      this._start = start;
+      this._end = new Date(Date.parse(start) + this._duration * 60000).toISOString();
+      this._q('.bl-chosen').textContent = this._describe(this._start, this._end);
+      this._show('details');
+      this._q('.bl-name').focus();
+    }
+
+    async _hold() {
+      const q = this._q;
+      const name = q('.bl-name').value.trim();
+      if (!name) {
+        q('.bl-name-err').hidden = false;
+        q('.bl-name').setAttribute('aria-invalid', 'true');
+        q('.bl-name').focus();
+        return;
+      }
+      q('.bl-name-err').hidden = true;
+      q('.bl-name').removeAttribute('aria-invalid');
+      const note = q('.bl-note').value.trim();
+      const maxTTL = (this._info && this._info.max_hold_ttl_seconds) || 300;
+      const ttl = +this.getAttribute('hold-ttl') > 0 ? +this.getAttribute('hold-ttl') : Math.min(300, maxTTL);
+      const body = { start: this._start, end: this._end, customer: name, ttl: ttl, metadata: { source: 'booking-page' } };
+      if (note) {
+        body.metadata.note = note;
+      }
+      this._busy(true);
+      this._announce('Holding this time for you…');
+      let hold;
+      try {
+        hold = await this._api('POST', '/holds', body, newKey());
+      } catch (e) {
+        this._busy(false);
+        if (TAKEN.has(e.code) || e.status === 409) {
+          this._taken();
+        } else {
+          this._show('details');
+          this._alert(e.message, true);
+        }
+        return;
+      }
+      this._busy(false);
+      this._hold_ = hold;
+      this._note = note;
+      // Count down on the server's own interval, not the client's clock.
+      const lasts = Date.parse(hold.expires_at) - Date.parse(hold.created_at);
+      this._expiresAt = Date.now() + (lasts > 0 ? lasts : ttl * 1000);
+      q('.bl-held-summary').textContent = this._describe(hold.start, hold.end);
+      this._show('held');
+      this._tick();
+      clearInterval(this._timer);
+      this._timer = setInterval(() => this._tick(), 1000);
+      this._announce('This time is held for you. Confirm within ' + Math.round((this._expiresAt - Date.now()) / 60000) + ' minutes.');
+    }
+
+    _tick() {
+      const left = Math.max(0, Math.round((this._expiresAt - Date.now()) / 1000));
+      this._q('.bl-countdown').textContent = 'Held for you for ' + Math.floor(left / 60) + ':' + pad(left % 60) + '.';
+      if (left <= 0) {
+        this._expired();
+      }
+    }
+
+    _expired() {
+      clearInterval(this._timer);
+      this._hold_ = null;
+      this._show('details', false);
+      this._alert('Your hold on this time expired before it was confirmed. Try again to hold it anew.', false, true);
+      this._q('.bl-retry').focus();
+    }
+
+    _taken() {
+      clearInterval(this._timer);
+      this._hold_ = null;
+      this._show('pick');
+      this._alert('Sorry, that time was just taken by someone else. The free times below are up to date; please choose another.', true);
+      this._loadDay();
+    }
+
+    async _confirm() {
+      const hold = this._hold_;
+      if (!hold) {
+        return;
+      }
+      this._busy(true);
+      this._announce('Confirming…');
+      let booking;
+      try {
+        booking = await this._api('POST', '/holds/' + encodeURIComponent(hold.id) + '/confirm', undefined, newKey());
+      } catch (e) {
+        this._busy(false);
+        if (e.code === 'hold_expired' || e.code === 'hold_not_found') {
+          this._expired();
+        } else {
+          this._alert(e.message, true);
+        }
+        return;
+      }
+      clearInterval(this._timer);
+      this._busy(false);
+      this._hold_ = null;
+      const q = this._q;
+      q('.bl-done-summary').textContent = this._describe(booking.start, booking.end);
+      q('.bl-done-id').textContent = 'Booking reference: ' + booking.id;
+      const summary = this._info && this._info.name ? 'Booking with ' + this._info.name : 'Booking';
+      const a = q('.bl-ics');
+      a.href = 'data:text/calendar;charset=utf-8,' + encodeURIComponent(ics(booking, summary, this._note));
+      a.download = 'booking-' + booking.id + '.ics';
+      this._show('done');
+      this._announce('Your booking is confirmed: ' + this._describe(booking.start, booking.end) + '.');
+    }
+
+    async _release() {
+      const hold = this._hold_;
+      clearInterval(this._timer);
+      this._hold_ = null;
+      this._show('pick');
+      if (hold) {
+        try {
+          await this._api('DELETE', '/holds/' + encodeURIComponent(hold.id), undefined, newKey());
+        } catch (e) {
+          // It expires by itself anyway.
+        }
+      }
+      this._announce('The hold was released.');
+      this._loadDay();
+    }
+
+    _busy(on) {
+      for (const b of this.querySelectorAll('.bl-hold, .bl-confirm, .bl-release, .bl-retry')) {
+        b.disabled = on;
+      }
+    }
+
+    _show(step, focus = true) {
+      for (const s of ['pick', 'details', 'held', 'done']) {
+        this._q('.bl-' + s).hidden = s !== step;
+      }
+      const sub = this._q('.bl-sub');
+      sub.textContent = this._duration ? this._duration + ' minutes' : '';
+      if (focus) {
+        const h = this._q('.bl-' + step + ' h3');
+        if (h) {
+          h.focus();
+        }
+      }
+    }
+
+    _announce(text) {
+      const live = this._q('.bl-live');
+      live.textContent = text;
+    }
+
+    _alert(text, bad, retry) {
+      const box = this._q('.bl-alert');
+      box.classList.toggle('bl-bad', !!bad);
+      this._q('.bl-alert-text').textContent = text;
+      this._q('.bl-retry').hidden = !retry;
+      box.hidden = false;
+    }
+
+    _clearAlert() {
+      this._q('.bl-alert').hidden = true;
+    }
+
+    _fail(text) {
+      this._show('none', false);
+      this._alert(text, true);
+      this._announce(text);
+    }
+  }
+
+  customElements.define('bookline-booking', BooklineBooking);
+})();

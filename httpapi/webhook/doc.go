@@ -1,0 +1,41 @@
+// Package webhook delivers bookline's outcome events to HTTP endpoints,
+// signed as the Standard Webhooks specification describes
+// (https://www.standardwebhooks.com): headers webhook-id, webhook-timestamp
+// and webhook-signature, "v1," + base64 HMAC-SHA256 of
+// "<id>.<timestamp>.<body>" keyed with the base64-decoded part of a
+// "whsec_" secret.
+//
+// Where the pieces live:
+//
+//   - endpoint configuration (url, event types, calendars, secrets, the
+//     consumer generation) and delivery status are kept in the NATS KV bucket
+//     BucketName, on the same servers and with the same replicas as the
+//     streams, so every instance of a cluster sees the same endpoints;
+//     nothing of it is in the bbolt index;
+//   - each enabled endpoint has one durable pull consumer on the outcome event
+//     stream (BOOKLINE_EVT), so NATS, not bookline, remembers how far it got;
+//     the consumer allows one unacknowledged event (MaxAckPending 1), which
+//     makes deliveries to an endpoint follow the stream's order (hence the
+//     order per calendar), also across restarts and redeliveries;
+//   - every instance runs a delivery loop per enabled endpoint and pulls in
+//     the consumer's pinned priority group: the server hands the events to
+//     one puller at a time, and to another one once the pinned one stops
+//     pulling for PinnedTTL.
+//
+// Caveats:
+//
+//   - delivery is at least once: an event delivered but whose ack did not
+//     reach NATS (a crash, a cut connection) is delivered again with the same
+//     webhook-id; receivers dedupe by it;
+//   - an endpoint that fails holds back its own later events (that is what
+//     keeps them in order) until the retry schedule is spent, then it is
+//     disabled; other endpoints and the partition writers never wait for it;
+//   - the delivery rate of one endpoint is bounded by its round trip (one
+//     event in flight);
+//   - the secrets are stored in the KV bucket in the clear (HMAC needs them):
+//     NATS permissions must keep the bucket from other users.
+//
+// The package depends on nats.go and the standard library only; the HTTP
+// routes that manage endpoints are in httpapi, and cmd/bookline wires the
+// Manager to them.
+package webhook
