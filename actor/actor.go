@@ -272,6 +272,16 @@ func ApplyReplay(tx *data.Tx, partition int, batch []Decoded) ([]Output, error) 
 	return apply(tx, partition, batch, withoutSideEffects)
 }
 
+// ApplyTakeover is ApplyDeferred for commands another instance of a
+// cluster decided (and answered) already, applied by an instance that may
+// have to finish what followed from them: it queues their Google mirror
+// operations, and the outcome events of the commands after stream
+// sequence eventsAfter (those before it are known to be published). The
+// decisions are the same as everywhere else; only the outbox differs.
+func ApplyTakeover(tx *data.Tx, partition int, batch []Decoded, eventsAfter uint64) ([]Output, error) {
+	return apply(tx, partition, batch, sideEffects{mirror: true, events: true, eventsAfter: eventsAfter})
+}
+
 // Render encodes every output's Decision as its JSON Reply.
 func Render(out []Output) error {
 	for i := range out {
@@ -290,11 +300,15 @@ func Render(out []Output) error {
 // sideEffects says whether decisions queue what follows from them outside
 // the index: outcome events in the outbox and Google Calendar mirror
 // operations. The live writer's do; a replay's do not.
-type sideEffects bool
+// eventsAfter, when set, leaves out the events of commands at or below it.
+type sideEffects struct {
+	mirror, events bool
+	eventsAfter    uint64
+}
 
-const (
-	withSideEffects    sideEffects = true
-	withoutSideEffects sideEffects = false
+var (
+	withSideEffects    = sideEffects{mirror: true, events: true}
+	withoutSideEffects = sideEffects{}
 )
 
 func apply(tx *data.Tx, partition int, batch []Decoded, effects sideEffects) ([]Output, error) {
@@ -344,7 +358,7 @@ func apply(tx *data.Tx, partition int, batch []Decoded, effects sideEffects) ([]
 		}
 		// Decided on a copy: d.At stays the message's own timestamp.
 		dn := *d
-		dn.At, dn.mirror = now, bool(effects)
+		dn.At, dn.mirror = now, effects.mirror
 		// Request records whose retention ended by this command's log
 		// time go first, a few per command: which ones depends on the
 		// log alone, never on how it was cut into batches.
@@ -359,7 +373,7 @@ func apply(tx *data.Tx, partition int, batch []Decoded, effects sideEffects) ([]
 		applied, last = d.Seq, i
 		// Every decided command leaves its outcome event in the outbox,
 		// in this same transaction (see queue's event publisher).
-		if !effects {
+		if !effects.events || d.Seq <= effects.eventsAfter {
 			continue
 		}
 		cal := d.Cmd.CalendarID

@@ -64,4 +64,8 @@ type PartitionStatus struct {
 	// Stalled says why the writer stopped for good (a command of a newer
 	// schema); nil while it runs.
 	Stalled *NewerSchemaError
+	// Active: this instance pulls the partition and sends its side
+	// effects (always, outside a cluster; in a cluster while the
+	// partition is assigned here).
+	Active bool
 }

@@ -35,7 +35,7 @@ func (s *Syncer) goBusyAll(ctx context.Context) {
 	var cals []data.Calendar
 	_ = s.store.View(func(tx *data.Tx) error {
 		for _, id := range tx.CalendarIDs() {
-			if c, err := tx.Calendar(id); err == nil && c.Google != nil && c.Google.SyncBusy {
+			if c, err := tx.Calendar(id); err == nil && c.Google != nil && c.Google.SyncBusy && s.cfg.owns(id) {
 				cals = append(cals, c)
 			}
 		}
@@ -454,7 +454,9 @@ func (s *Syncer) goSweep(ctx context.Context, all bool) {
 			if ctx.Err() != nil {
 				return
 			}
-			s.sweepOne(ctx, id)
+			if s.cfg.owns(id) { // the owner of its partition clears it
+				s.sweepOne(ctx, id)
+			}
 		}
 	}()
 }

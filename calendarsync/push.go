@@ -58,7 +58,9 @@ func (s *Syncer) goWatchAll(ctx context.Context) {
 		want := map[string]string{} // calendar -> Google calendar
 		_ = s.store.View(func(tx *data.Tx) error {
 			for _, id := range tx.CalendarIDs() {
-				if c, err := tx.Calendar(id); err == nil && c.Google != nil && c.Google.SyncBusy {
+				// Only the owner of a calendar's partition reads its busy
+				// time, so only it watches the calendar.
+				if c, err := tx.Calendar(id); err == nil && c.Google != nil && c.Google.SyncBusy && s.cfg.owns(id) {
 					want[id] = c.Google.CalendarID
 				}
 			}

@@ -82,7 +82,26 @@ type Config struct {
 	OnFailure func(reason string)
 	// Now is the clock (default time.Now).
 	Now func() time.Time
+	// Owns, when set, says whether this instance mirrors calendar cal and
+	// reads its busy time now (in a cluster: while it owns the calendar's
+	// partition). Others keep the calendar's queued operations until
+	// Progress says Google has them. Nil: every calendar.
+	Owns func(cal string) bool
+	// Progress, when set, shares with the other instances how far Google
+	// confirmed each calendar's operations, so that a new owner goes on
+	// from there, in order.
+	Progress Progress
 }
+
+// Progress records, for every instance to read, the stream sequence up to
+// which Google confirmed a calendar's mirror operations.
+type Progress interface {
+	MirrorConfirmed(ctx context.Context, cal string) (uint64, error)
+	ConfirmMirror(ctx context.Context, cal string, seq uint64) error
+}
+
+// owns reports whether this instance works on calendar cal now.
+func (c *Config) owns(cal string) bool { return c.Owns == nil || c.Owns(cal) }
 
 func (c *Config) defaults() {
 	def := func(d *time.Duration, v time.Duration) {
@@ -164,6 +183,9 @@ type Syncer struct {
 	mu      sync.Mutex
 	links   map[string]*linkState
 	running map[string]bool // calendars with a drainer
+	// pruned is when the queued operations of a calendar owned elsewhere
+	// were last dropped up to the confirmed sequence.
+	pruned map[string]time.Time
 	svc     *calendar.Service
 	wg      sync.WaitGroup
 	// throttledUntil: no call before it (quota spent); quotaN counts the
@@ -194,7 +216,7 @@ func New(cfg Config, store *data.Store, publish Publisher) *Syncer {
 	}
 	return &Syncer{cfg: cfg, store: store, publish: publish, log: cfg.Logger.With("component", "calendarsync"),
 		kick: make(chan struct{}, 1), links: map[string]*linkState{}, running: map[string]bool{}, busyKnown: map[string]bool{}, limiter: lim,
-		chanByID: map[string]*pushChannel{}, chanByCal: map[string]*pushChannel{}}
+		chanByID: map[string]*pushChannel{}, chanByCal: map[string]*pushChannel{}, pruned: map[string]time.Time{}}
 }
 
 // RateLimit is the limit of Google calls per second of all calendars.
@@ -429,6 +451,23 @@ func (s *Syncer) startDrainers(ctx context.Context) {
 		if s.running[cal] {
 			continue
 		}
+		if !s.cfg.owns(cal) {
+			if s.cfg.Progress != nil && s.cfg.Now().Sub(s.pruned[cal]) >= pruneEvery {
+				s.pruned[cal] = s.cfg.Now()
+				s.running[cal] = true
+				s.wg.Add(1)
+				go func() {
+					defer s.wg.Done()
+					if _, err := s.dropConfirmed(ctx, cal); err != nil && ctx.Err() == nil {
+						s.log.Debug("dropping mirror operations confirmed elsewhere", "calendar", cal, "err", err)
+					}
+					s.mu.Lock()
+					delete(s.running, cal)
+					s.mu.Unlock()
+				}()
+			}
+			continue
+		}
 		s.running[cal] = true
 		s.wg.Add(1)
 		go func() {
@@ -441,10 +480,48 @@ func (s *Syncer) startDrainers(ctx context.Context) {
 	}
 }
 
+// pruneEvery is how often the operations of a calendar another instance
+// mirrors are dropped up to what Google confirmed.
+const pruneEvery = 5 * time.Second
+
+// dropConfirmed deletes calendar cal's queued operations up to the sequence
+// Google confirmed (Progress), which an earlier owner may have mirrored.
+func (s *Syncer) dropConfirmed(ctx context.Context, cal string) (uint64, error) {
+	if s.cfg.Progress == nil {
+		return 0, nil
+	}
+	done, err := s.cfg.Progress.MirrorConfirmed(ctx, cal)
+	if err != nil || done == 0 {
+		return done, err
+	}
+	for {
+		var seqs []uint64
+		if err := s.store.View(func(tx *data.Tx) error {
+			entries, err := tx.PendingSync(cal, 256)
+			for _, e := range entries {
+				if e.Seq <= done {
+					seqs = append(seqs, e.Seq)
+				}
+			}
+			return err
+		}); err != nil || len(seqs) == 0 {
+			return done, err
+		}
+		if err := s.store.Commit(func(tx *data.Tx) error { return tx.DeleteSync(cal, seqs) }); err != nil {
+			return done, err
+		}
+	}
+}
+
 // drain mirrors calendar cal's queued operations in order until none is
-// left or ctx ends.
+// left, ctx ends or this instance no longer owns the calendar. It starts
+// after what Google confirmed for whichever instance mirrored before.
 func (s *Syncer) drain(ctx context.Context, cal string) {
-	for ctx.Err() == nil {
+	if _, err := s.dropConfirmed(ctx, cal); err != nil {
+		s.log.Warn("reading how far google confirmed the calendar; retried", "calendar", cal, "err", err)
+		return
+	}
+	for ctx.Err() == nil && s.cfg.owns(cal) {
 		var entries []data.SyncEntry
 		var link *data.GoogleLink
 		err := s.store.View(func(tx *data.Tx) (err error) {
@@ -462,15 +539,31 @@ func (s *Syncer) drain(ctx context.Context, cal string) {
 			return
 		}
 		var done []data.SyncEntry
+		// flush deletes what is done from the outbox and tells the other
+		// instances how far Google has the calendar's operations.
 		flush := func() bool {
 			if len(done) == 0 {
 				return true
 			}
+			last := done[len(done)-1].Seq
 			err := s.store.Commit(func(tx *data.Tx) error { return tx.DeleteSyncEntries(done) })
 			done = nil
-			return err == nil
+			if err != nil {
+				return false
+			}
+			if s.cfg.Progress != nil {
+				if err := s.cfg.Progress.ConfirmMirror(ctx, cal, last); err != nil && ctx.Err() == nil {
+					// A lagging record makes the next owner repeat
+					// operations, which are idempotent, in order.
+					s.log.Warn("recording mirror progress", "calendar", cal, "err", err)
+				}
+			}
+			return true
 		}
 		for _, e := range entries {
+			if !s.cfg.owns(cal) {
+				break
+			}
 			if link == nil || link.CalendarID != e.GoogleCalendar {
 				// Unlinked, or linked to another Google calendar since:
 				// the operation is cancelled, the old calendar is left as

@@ -14,6 +14,33 @@ type CalendarSyncer interface {
 	SyncCalendar(ctx context.Context, calID string) error
 }
 
+// ClusterReporter is implemented by backends that may run as one of
+// several instances (queue.Node): GET /v1/admin/cluster shows the members,
+// the partition map and this instance's part as it sees them; ok is false
+// outside cluster mode.
+type ClusterReporter interface {
+	ClusterReport(ctx context.Context) (report any, ok bool, err error)
+}
+
+// clusterStatus answers GET /v1/admin/cluster.
+func (s *Server) clusterStatus(c *fiber.Ctx) error {
+	cr, ok := s.backend.(ClusterReporter)
+	if !ok {
+		return c.JSON(fiber.Map{"cluster": false})
+	}
+	ctx, cancel := context.WithTimeout(c.UserContext(), s.cfg.ReplyTimeout)
+	defer cancel()
+	report, ok, err := cr.ClusterReport(ctx)
+	if err != nil {
+		s.log.Warn("cluster status", "err", err)
+		return &Error{Code: CodeUnavailable, Message: "this instance cannot read the cluster's state right now, retry later"}
+	}
+	if !ok {
+		return c.JSON(fiber.Map{"cluster": false})
+	}
+	return c.JSON(report)
+}
+
 // syncRead brings the backend's index up to calID's last logged command.
 func (s *Server) syncRead(c *fiber.Ctx, calID string) error {
 	cs, ok := s.backend.(CalendarSyncer)

@@ -232,6 +232,8 @@ var (
 		"The partition consumer's NumPending: commands in the stream not yet delivered to the writer (lag).", []string{"partition"}, nil)
 	descAckPending = prometheus.NewDesc("bookline_partition_consumer_ack_pending",
 		"The partition consumer's NumAckPending: commands delivered to the writer and not yet acknowledged.", []string{"partition"}, nil)
+	descActive = prometheus.NewDesc("bookline_partition_active",
+		"1 while this instance pulls the partition and sends its outcome events and Google mirror operations (always 1 outside a cluster; in a cluster the partitions are spread over the live instances).", []string{"partition"}, nil)
 	descOutbox = prometheus.NewDesc("bookline_outbox_pending_events",
 		"Outcome events in the outbox: not yet published to the event stream, or published less than about 250 ms ago (their deletions are batched; counted up to 10000).", nil, nil)
 	descCommits = prometheus.NewDesc("bookline_index_commits_total",
@@ -246,7 +248,7 @@ var (
 )
 
 func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descApplied, descCaughtUp, descStalled, descPending, descAckPending, descOutbox, descCommits, descCommitCalls, descCommitSeconds, descReady} {
+	for _, d := range []*prometheus.Desc{descApplied, descCaughtUp, descStalled, descPending, descAckPending, descActive, descOutbox, descCommits, descCommitCalls, descCommitSeconds, descReady} {
 		ch <- d
 	}
 }
@@ -259,6 +261,7 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descApplied, prometheus.GaugeValue, float64(st.AppliedSeq), p)
 		ch <- prometheus.MustNewConstMetric(descCaughtUp, prometheus.GaugeValue, b2f(st.CaughtUp), p)
 		ch <- prometheus.MustNewConstMetric(descStalled, prometheus.GaugeValue, b2f(st.Stalled != nil), p)
+		ch <- prometheus.MustNewConstMetric(descActive, prometheus.GaugeValue, b2f(st.Active), p)
 		if st.NumPending >= 0 {
 			ch <- prometheus.MustNewConstMetric(descPending, prometheus.GaugeValue, float64(st.NumPending), p)
 			ch <- prometheus.MustNewConstMetric(descAckPending, prometheus.GaugeValue, float64(st.NumAckPending), p)

@@ -70,6 +70,8 @@ func TestAuthOutcomes(t *testing.T) {
 		{"admin creates alice", "PUT", "/v1/calendars/alice", map[string]string{"timezone": "UTC"}, bearer(adminKey), 201, ""},
 		{"admin creates bob", "PUT", "/v1/calendars/bob", map[string]string{"timezone": "UTC"}, bearer(adminKey), 201, ""},
 		{"admin digest", "GET", "/v1/admin/digest", nil, bearer(adminKey), 200, ""},
+		{"booker reads the cluster status", "GET", "/v1/admin/cluster", nil, bearer(bookerKey), 403, "forbidden"},
+		{"admin cluster status (one instance)", "GET", "/v1/admin/cluster", nil, bearer(adminKey), 200, ""},
 		{"limited booker, other calendar", "POST", "/v1/calendars/bob/bookings", slot, bearer(aliceKey), 403, "forbidden"},
 		{"limited booker, other calendar read", "GET", "/v1/calendars/bob/bookings", nil, bearer(aliceKey), 403, "forbidden"},
 		{"limited booker, its calendar", "POST", "/v1/calendars/alice/bookings", slot, bearer(aliceKey), 201, ""},

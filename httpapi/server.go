@@ -202,6 +202,7 @@ func (s *Server) routes() {
 	v1.Delete("/calendars/:calendarId/holds/:holdId", page(s.byIDCommand(actor.TypeHoldRelease, "holdId", errHoldNotFound))...)
 	v1.Get("/calendars/:calendarId/page", page(s.calendarPage)...)
 	v1.Get("/admin/digest", admin(s.digest)...)
+	v1.Get("/admin/cluster", admin(s.clusterStatus)...)
 	v1.Post("/admin/snapshots", admin(s.takeSnapshot)...)
 	v1.Get("/admin/snapshots", admin(s.listSnapshots)...)
 	v1.Post("/admin/calendars/:calendarId/google/sync", admin(s.syncGoogle)...)

@@ -61,6 +61,8 @@ type clusterMode struct {
 	instance string
 	ttl      time.Duration
 	stream   jetstream.Stream
+	// progress holds the side-effect watermarks shared by the instances.
+	progress *progress
 }
 
 // ackWait is a few seconds above the takeover timeout: messages a dead
@@ -380,7 +382,15 @@ func (p *Partition) applyLog(msgs []logMsg, floor uint64) (int, error) {
 	err := p.store.Commit(func(tx *data.Tx) error {
 		out, held = nil, nil
 		if split > 0 {
-			replayed, err := actor.ApplyReplay(tx, p.ID, in[:split])
+			// Decided and answered by another instance, which may have
+			// died before sending the side effects: they are queued here
+			// too, and sent if this instance owns the partition (or
+			// comes to own it) before they are confirmed done.
+			var eventsAfter uint64
+			if p.cluster.progress != nil {
+				eventsAfter = p.cluster.progress.eventsDone(p.ID)
+			}
+			replayed, err := actor.ApplyTakeover(tx, p.ID, in[:split], eventsAfter)
 			if err != nil {
 				return err
 			}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -86,6 +87,35 @@ type eventPublisher struct {
 	// asideDone is set once no events of earlier stream incarnations are
 	// left (see drainAside).
 	asideDone bool
+	// cluster, when set, limits publishing to the partitions this
+	// instance consumes (progress.go); held are the queued events of the
+	// other partitions not yet confirmed published (seq -> partition).
+	cluster *eventsCluster
+	held    map[uint64]int
+	// paused stops publishing (tests: an instance cut off from the event
+	// stream while it keeps deciding).
+	paused atomic.Bool
+}
+
+// eventsCluster is what the publisher needs in cluster mode.
+type eventsCluster struct {
+	parts    []*Partition
+	progress *progress
+}
+
+// sort decides, per event, in cluster mode: publish it (its partition is
+// consumed here, or its calendar is unknown), drop it (another instance
+// published it), or hold it (not confirmed yet; this instance sends it if
+// it comes to own the partition first).
+func (c *eventsCluster) sort(ev data.Event) (publish, drop bool, part int) {
+	if ev.Calendar == "" || ev.Stream != "" {
+		return true, false, -1 // no partition known: sent by whoever has it (same id everywhere)
+	}
+	part = PartitionOf(ev.Calendar, len(c.parts))
+	if c.parts[part].active.Load() {
+		return true, false, part
+	}
+	return false, ev.Seq <= c.progress.eventsDone(part), part
 }
 
 // Deleting published events from the outbox needs a sync of the event
@@ -102,7 +132,7 @@ const (
 
 func newEventPublisher(js jetstream.JetStream, store *data.Store, log *slog.Logger) *eventPublisher {
 	return &eventPublisher{js: js, store: store, log: log.With("component", "events"), kick: make(chan struct{}, 1),
-		published: make(map[uint64]struct{})}
+		published: make(map[uint64]struct{}), held: make(map[uint64]int)}
 }
 
 // notify tells the publisher that new events were committed.
@@ -186,6 +216,9 @@ func (e *eventPublisher) flushDeletes(force bool) error {
 // drainOnce publishes up to one batch of queued events and deletes the ones
 // JetStream acknowledged.
 func (e *eventPublisher) drainOnce(ctx context.Context) (int, error) {
+	if e.paused.Load() {
+		return 0, nil
+	}
 	if !e.asideDone {
 		if err := e.drainAside(ctx); err != nil {
 			return 0, err
@@ -195,12 +228,46 @@ func (e *eventPublisher) drainOnce(ctx context.Context) (int, error) {
 		evs      []data.Event
 		identity string
 	)
+	skip := e.published
+	if e.cluster != nil && len(e.held) > 0 {
+		// Held events come back once their partition is consumed here
+		// or their watermark passed them.
+		for seq, part := range e.held {
+			if e.cluster.parts[part].active.Load() || seq <= e.cluster.progress.eventsDone(part) {
+				delete(e.held, seq)
+			}
+		}
+		skip = make(map[uint64]struct{}, len(e.published)+len(e.held))
+		for seq := range e.published {
+			skip[seq] = struct{}{}
+		}
+		for seq := range e.held {
+			skip[seq] = struct{}{}
+		}
+	}
 	if err := e.store.View(func(tx *data.Tx) (err error) {
 		identity = tx.StreamIdentity()
-		evs, err = tx.PendingEventsExcept(eventBatch, e.published)
+		evs, err = tx.PendingEventsExcept(eventBatch, skip)
 		return err
 	}); err != nil || len(evs) == 0 {
 		return 0, err
+	}
+	if e.cluster != nil {
+		keep := evs[:0]
+		for _, ev := range evs {
+			switch publish, drop, part := e.cluster.sort(ev); {
+			case publish:
+				keep = append(keep, ev)
+			case drop:
+				e.published[ev.Seq] = struct{}{} // deleted with the published ones
+			default:
+				e.held[ev.Seq] = part
+			}
+		}
+		n := len(evs)
+		if evs = keep; len(evs) == 0 {
+			return n, nil
+		}
 	}
 	futures := make([]jetstream.PubAckFuture, 0, len(evs))
 	var corrupt, published []uint64
@@ -243,10 +310,40 @@ acks:
 	for _, seq := range done {
 		e.published[seq] = struct{}{}
 	}
+	if e.cluster != nil {
+		e.confirm(ctx, evs)
+	}
 	if firstErr != nil {
 		return len(done), fmt.Errorf("event stream: %w", firstErr)
 	}
 	return len(done), nil
+}
+
+// confirm raises the event watermark of each partition of evs (in
+// sequence order) to its last event before the first one not published.
+func (e *eventPublisher) confirm(ctx context.Context, evs []data.Event) {
+	upTo := map[int]uint64{}
+	blocked := map[int]bool{}
+	for _, ev := range evs {
+		_, _, part := e.cluster.sort(ev)
+		if part < 0 || blocked[part] {
+			continue
+		}
+		if _, ok := e.published[ev.Seq]; ok {
+			upTo[part] = ev.Seq
+		} else {
+			blocked[part] = true
+		}
+	}
+	c, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	for part, seq := range upTo {
+		if err := e.cluster.progress.confirmEvents(c, part, seq); err != nil {
+			// A lagging watermark only makes a next owner send again
+			// (same ids, deduplicated).
+			e.log.Warn("recording published events", "partition", part, "err", err)
+		}
+	}
 }
 
 // eventMsg is the message of outcome event ev, decided from the command

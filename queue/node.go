@@ -109,6 +109,10 @@ type Node struct {
 	cmdSync, evtSync *logSync
 	events           *eventPublisher
 	holds            *holdExpirer
+	// members and progress spread partitions and their side effects over
+	// the instances (cluster mode; membership.go, progress.go).
+	members  *membership
+	progress *progress
 	// internalTTL is the record_ttl_seconds of the commands the node makes
 	// itself (NodeConfig.InternalRecordRetention).
 	internalTTL int
@@ -290,6 +294,19 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 		n.evtSync = newLogSync(streamMsgsDir(store, EventStreamName), cfg.Logger.With("component", "logsync", "stream", EventStreamName),
 			observe(EventStreamName), embeddedLastSeq(n.ns, EventStreamName))
 	}
+	if n.cluster != nil {
+		kv, err := ensureMembers(ctx, n.JS, cfg.TakeoverTimeout, cfg.Replicas)
+		if err != nil {
+			return nil, err
+		}
+		n.members = &membership{kv: kv, self: cfg.InstanceID, ttl: cfg.TakeoverTimeout, log: cfg.Logger.With("component", "members")}
+		pkv, err := ensureProgress(ctx, n.JS, cfg.Replicas)
+		if err != nil {
+			return nil, err
+		}
+		n.progress = newProgress(pkv, stream.CachedInfo().Created, cfg.Partitions, cfg.Logger)
+		n.cluster.progress = n.progress
+	}
 	n.events = newEventPublisher(n.JS, n.Store, cfg.Logger)
 	n.events.logSync = n.evtSync
 	every := cfg.HoldExpiryInterval
@@ -322,6 +339,10 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 		n.Parts = append(n.Parts, p)
 	}
 	n.holds.parts = n.Parts
+	if n.members != nil {
+		n.members.parts = n.Parts
+		n.events.cluster = &eventsCluster{parts: n.Parts, progress: n.progress}
+	}
 	n.StartWriters()
 	return n, nil
 }
@@ -462,6 +483,17 @@ func (n *Node) StartWriters() {
 		defer n.wg.Done()
 		n.holds.run(ctx)
 	}()
+	if n.members != nil {
+		n.wg.Add(2)
+		go func() {
+			defer n.wg.Done()
+			n.members.run(ctx)
+		}()
+		go func() {
+			defer n.wg.Done()
+			n.progress.watch(ctx)
+		}()
+	}
 	for _, f := range n.followers {
 		n.wg.Add(1)
 		go func() {
@@ -471,6 +503,9 @@ func (n *Node) StartWriters() {
 	}
 	for _, p := range n.Parts {
 		p.caughtUp.Store(false)
+		if n.members != nil {
+			p.assigned.Store(false) // until this instance registered again
+		}
 		n.wg.Add(1)
 		go func() {
 			defer n.wg.Done()

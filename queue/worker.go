@@ -70,6 +70,13 @@ type Partition struct {
 	pinMu sync.Mutex // guards pinID and cons, read by OwnedPartitions
 	pinID string
 	cons  jetstream.Consumer
+	// assigned says whether the membership map gives the partition to
+	// this instance (membership.go); assignKick wakes the goroutine when
+	// it changes. active is set while the goroutine pulls the partition's
+	// consumer: this instance then sends the partition's side effects.
+	assigned   atomic.Bool
+	assignKick chan struct{}
+	active     atomic.Bool
 
 	// halted is set when the stream no longer holds messages this
 	// partition needs (ErrHistoryMissing); the writer has stopped and
@@ -81,7 +88,19 @@ type Partition struct {
 
 // NewPartition prepares the writer of partition id.
 func NewPartition(id int, nc *nats.Conn, js jetstream.JetStream, store *data.Store, log *slog.Logger) *Partition {
-	return &Partition{ID: id, nc: nc, js: js, store: store, log: log.With("partition", id), stopped: make(chan struct{})}
+	return &Partition{ID: id, nc: nc, js: js, store: store, log: log.With("partition", id), stopped: make(chan struct{}),
+		assignKick: make(chan struct{}, 1)}
+}
+
+// setAssigned tells the partition's goroutine whether to pull the
+// partition (cluster mode).
+func (p *Partition) setAssigned(v bool) {
+	if p.assigned.Swap(v) != v {
+		select {
+		case p.assignKick <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // Halted is the reason this partition's writer stopped for good (the
@@ -244,39 +263,20 @@ func (p *Partition) run(ctx context.Context) error {
 	if backlog == 0 {
 		p.caughtUp.Store(true)
 	}
-	msgs := make(chan jetstream.Msg, 2*MaxBatch)
-	stop := make(chan struct{})
-	opts := []jetstream.PullConsumeOpt{
-		jetstream.PullMaxMessages(2 * MaxBatch),
-		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
-			if p.cluster != nil && errors.Is(err, jetstream.ErrPinIDMismatch) {
-				p.log.Info("partition taken over by another instance", "err", err)
-				return
-			}
-			p.log.Warn("consume", "err", err)
-		}),
-	}
-	if p.cluster != nil {
-		// Every instance pulls; the server delivers to the pinned one.
-		// Pulls expire within half the pin's TTL so that a live owner
-		// renews its pin in time.
-		opts = append(opts, jetstream.PullPriorityGroup(OwnerGroup), jetstream.PullExpiry(p.cluster.pullExpiry()))
-	}
-	cc, err := cons.Consume(func(m jetstream.Msg) {
-		if p.cluster != nil {
-			p.notePin(m)
+	// In cluster mode the partition is pulled only while the membership
+	// map assigns it here (membership.go); the goroutine serves reads
+	// either way.
+	var sess *consumeSession
+	if p.cluster == nil || p.assigned.Load() {
+		if sess, err = p.startConsume(ctx, cons); err != nil {
+			return err
 		}
-		select {
-		case msgs <- m:
-		case <-stop: // not applied, not acked: redelivered to the next run
-		}
-	}, opts...)
-	if err != nil {
-		return fmt.Errorf("queue: consume: %w", err)
 	}
 	defer func() {
-		close(stop)
-		cc.Stop()
+		if sess != nil {
+			sess.end()
+		}
+		p.active.Store(false)
 		if p.cluster != nil && ctx.Err() != nil {
 			p.release() // stopping on purpose: hand the partition over now
 		}
@@ -326,7 +326,10 @@ func (p *Partition) run(ctx context.Context) error {
 		if len(flight) > 0 {
 			headDone = flight[0].done
 		}
-		in := msgs
+		var in, msgs chan jetstream.Msg
+		if sess != nil {
+			in, msgs = sess.msgs, sess.msgs
+		}
 		if len(flight) >= maxInFlight {
 			in = nil // wait for the oldest batch first
 		}
@@ -356,6 +359,27 @@ func (p *Partition) run(ctx context.Context) error {
 				return err
 			}
 			continue
+		case <-p.assignKick: // cluster mode only
+			switch want := p.assigned.Load(); {
+			case want && sess == nil:
+				if sess, err = p.startConsume(ctx, cons); err != nil {
+					return err
+				}
+			case !want && sess != nil:
+				err := p.handOver(ctx, sess, drain, func(batch []jetstream.Msg) error {
+					b, err := p.submit(batch)
+					if err != nil {
+						return err
+					}
+					flight = append(flight, b)
+					return drain()
+				})
+				sess = nil
+				if err != nil {
+					return err
+				}
+			}
+			continue
 		case m := <-in:
 			batch = make([]jetstream.Msg, 1, min(MaxBatch, len(msgs)+1))
 			batch[0] = m
@@ -380,6 +404,102 @@ func (p *Partition) run(ctx context.Context) error {
 		}
 		flight = append(flight, b)
 	}
+}
+
+// consumeSession is one stretch of pulling the partition's consumer.
+type consumeSession struct {
+	cc   jetstream.ConsumeContext
+	msgs chan jetstream.Msg
+	stop chan struct{}
+}
+
+// end stops pulling; messages received and not taken are neither applied
+// nor acknowledged (redelivered, or read from the stream by the next owner).
+func (s *consumeSession) end() {
+	s.cc.Stop()
+	close(s.stop)
+}
+
+// startConsume pulls the partition's consumer. In cluster mode it then
+// catches up to the partition's last message: what a previous owner left
+// undecided is decided now, and the side effects it had not sent yet are
+// queued here (see progress.go), whether or not new commands arrive.
+func (p *Partition) startConsume(ctx context.Context, cons jetstream.Consumer) (*consumeSession, error) {
+	s := &consumeSession{msgs: make(chan jetstream.Msg, 2*MaxBatch), stop: make(chan struct{})}
+	opts := []jetstream.PullConsumeOpt{
+		jetstream.PullMaxMessages(2 * MaxBatch),
+		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+			if p.cluster != nil && errors.Is(err, jetstream.ErrPinIDMismatch) {
+				p.log.Info("partition taken over by another instance", "err", err)
+				return
+			}
+			p.log.Warn("consume", "err", err)
+		}),
+	}
+	if p.cluster != nil {
+		// The server delivers to the pinned puller. Pulls expire within
+		// half the pin's TTL so that a live owner renews its pin in time.
+		opts = append(opts, jetstream.PullPriorityGroup(OwnerGroup), jetstream.PullExpiry(p.cluster.pullExpiry()))
+	}
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		if p.cluster != nil {
+			p.notePin(m)
+		}
+		select {
+		case s.msgs <- m:
+		case <-s.stop: // not applied, not acked: redelivered to the next run
+		}
+	}, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("queue: consume: %w", err)
+	}
+	s.cc = cc
+	if p.cluster == nil {
+		p.active.Store(true)
+		return s, nil
+	}
+	p.chain = deliveryChain{} // deliveries while not pulling were not seen
+	p.log.Info("pulling the partition (assigned to this instance)")
+	last, err := p.lastSeqFor(ctx, partitionFilter(p.ID))
+	if err == nil {
+		err = p.catchUp(ctx, last, "assigned")
+	}
+	if err != nil {
+		s.end()
+		return nil, err
+	}
+	// Side effects are sent from here on: the outbox holds what the
+	// previous owner may have left unsent.
+	p.active.Store(true)
+	return s, nil
+}
+
+// handOver stops pulling a partition the map no longer assigns here: the
+// batches in flight are answered (drain), what was received is applied
+// (apply; this instance is still the pinned one), then the partition is
+// unpinned so the server pins the assigned instance's pull at once.
+func (p *Partition) handOver(ctx context.Context, s *consumeSession, drain func() error, apply func([]jetstream.Msg) error) error {
+	if err := drain(); err != nil {
+		return err
+	}
+	s.end()
+	p.active.Store(false)
+	for n := len(s.msgs); n > 0; {
+		batch := make([]jetstream.Msg, 0, min(n, MaxBatch))
+		for len(batch) < cap(batch) {
+			batch = append(batch, <-s.msgs)
+		}
+		n -= len(batch)
+		if err := p.closeGaps(ctx, batch); err != nil {
+			return err
+		}
+		if err := apply(batch); err != nil {
+			return err
+		}
+	}
+	p.release()
+	p.log.Info("partition handed over (assigned to another instance)")
+	return nil
 }
 
 // maxBatchesInFlight bounds the batches one partition has submitted to the

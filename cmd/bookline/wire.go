@@ -22,6 +22,15 @@ func googleFollower(cfg calendarsync.Config, made **calendarsync.Syncer) func(*q
 		if cfg.Logger == nil {
 			cfg.Logger = n.Logger()
 		}
+		// In a cluster only the owner of a calendar's partition mirrors
+		// and polls it, going on from what Google confirmed for the
+		// instance before it.
+		if cfg.Owns == nil {
+			cfg.Owns = n.OwnsCalendar
+		}
+		if cfg.Progress == nil {
+			cfg.Progress = n
+		}
 		*made = calendarsync.New(cfg, n.Store, n.SubmitInternal)
 		return *made
 	}
