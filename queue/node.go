@@ -107,6 +107,9 @@ type Node struct {
 	// cmdSync and evtSync make the embedded streams' writes durable per
 	// group commit (nil with --sync interval and in cluster mode).
 	cmdSync, evtSync *logSync
+	// snapSync makes a snapshot's parts durable as they are stored (same
+	// condition as cmdSync).
+	snapSync *logSync
 	events           *eventPublisher
 	holds            *holdExpirer
 	// members and progress spread partitions and their side effects over
@@ -306,6 +309,12 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 		}
 		n.progress = newProgress(pkv, stream.CachedInfo().Created, cfg.Partitions, cfg.Logger)
 		n.cluster.progress = n.progress
+	}
+	if n.cmdSync != nil {
+		obj := "OBJ_" + SnapshotBucket
+		n.snapSync = newLogSync(streamMsgsDir(StoreDirFor(cfg.DataDir), obj), cfg.Logger.With("component", "logsync", "stream", obj),
+			nil, embeddedLastSeq(n.ns, obj))
+		n.snaps.sync = n.snapSync.Request
 	}
 	n.events = newEventPublisher(n.JS, n.Store, cfg.Logger)
 	n.events.logSync = n.evtSync
@@ -632,7 +641,7 @@ func (n *Node) Ready() error {
 	if !n.NC.IsConnected() {
 		return fmt.Errorf("%w: nats %s", ErrNotReady, n.NC.Status())
 	}
-	for _, l := range []*logSync{n.cmdSync, n.evtSync} {
+	for _, l := range []*logSync{n.cmdSync, n.evtSync, n.snapSync} {
 		if l == nil {
 			continue
 		}
@@ -675,7 +684,7 @@ func (n *Node) Close() error {
 		errs = append(errs, n.Store.Close())
 	}
 	// After the store: its last commit may still wait for a sync.
-	for _, l := range []*logSync{n.cmdSync, n.evtSync} {
+	for _, l := range []*logSync{n.cmdSync, n.evtSync, n.snapSync} {
 		if l != nil {
 			l.Close()
 		}

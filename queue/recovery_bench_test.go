@@ -212,10 +212,23 @@ func benchLog() *slog.Logger {
 	return slog.New(slog.NewTextHandler(os.Stderr, nil))
 }
 
+// reportMedian reports the median of the iterations' times to ready
+// (the ns/op mean also counts the first, single-iteration run's setup).
+func reportMedian(b *testing.B, took []time.Duration) {
+	if len(took) == 0 {
+		return
+	}
+	slices.Sort(took)
+	b.ReportMetric(took[len(took)/2].Seconds(), "median-s-to-ready")
+	b.ReportMetric(took[len(took)-1].Seconds(), "max-s-to-ready")
+}
+
 // BenchmarkRecovery: an instance without an index starts and is ready.
 func BenchmarkRecovery(b *testing.B) {
 	dir := recoveryData(b)
 	b.Run("snapshot+tail", func(b *testing.B) {
+		var took []time.Duration
+		defer func() { reportMedian(b, took) }()
 		for i := 0; i < b.N; i++ {
 			b.StopTimer()
 			if err := data.RemoveIndex(queue.IndexFile(dir)); err != nil {
@@ -228,7 +241,7 @@ func BenchmarkRecovery(b *testing.B) {
 				b.Fatal(err)
 			}
 			queuetest.CheckFor(b, time.Hour, n.Ready)
-			b.ReportMetric(time.Since(began).Seconds(), "s-to-ready")
+			took = append(took, time.Since(began))
 			b.StopTimer()
 			if err := n.Close(); err != nil {
 				b.Fatal(err)
@@ -245,6 +258,8 @@ func BenchmarkRecovery(b *testing.B) {
 			b.Fatal(err)
 		}
 		defer func() { ns.Shutdown(); ns.WaitForShutdown() }()
+		var took []time.Duration
+		defer func() { reportMedian(b, took) }()
 		for i := 0; i < b.N; i++ {
 			b.StopTimer()
 			joinDir := b.TempDir()
@@ -255,7 +270,7 @@ func BenchmarkRecovery(b *testing.B) {
 				b.Fatal(err)
 			}
 			queuetest.CheckFor(b, time.Hour, n.Ready)
-			b.ReportMetric(time.Since(began).Seconds(), "s-to-ready")
+			took = append(took, time.Since(began))
 			b.StopTimer()
 			if err := n.Close(); err != nil {
 				b.Fatal(err)
@@ -278,6 +293,8 @@ func BenchmarkRecovery(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
+		var took []time.Duration
+		defer func() { reportMedian(b, took) }()
 		for i := 0; i < b.N; i++ {
 			b.StopTimer()
 			store, err := data.Open(filepath.Join(b.TempDir(), "index.db"))
@@ -289,7 +306,7 @@ func BenchmarkRecovery(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			b.ReportMetric(st.Elapsed.Seconds(), "s-to-ready")
+			took = append(took, st.Elapsed)
 			b.StopTimer()
 			store.Close()
 			b.StartTimer()

@@ -213,6 +213,12 @@ type snapshotter struct {
 	log   *slog.Logger
 	taken func(SnapshotInfo, time.Duration)
 	busy  chan struct{} // one snapshot at a time
+	// sync, when set, makes what the object store stored so far durable
+	// (embedded server with --sync always): called after each part, it
+	// keeps the dirty pages an upload leaves small. A journal commit that
+	// the command stream's own fdatasync forces would otherwise write
+	// them all out first, stalling the bookings waiting for it.
+	sync func() func() error
 }
 
 // run takes snapshots when they are due, until ctx ends.
@@ -343,6 +349,11 @@ func (s *snapshotter) upload(ctx context.Context, si *SnapshotInfo, f *os.File) 
 		}, io.LimitReader(r, snapshotPart)); err != nil {
 			return err
 		}
+		if s.sync != nil {
+			if err := s.sync()(); err != nil {
+				return err
+			}
+		}
 	}
 	meta, err := json.Marshal(si)
 	if err != nil {
@@ -363,7 +374,8 @@ func (s *snapshotter) write(ctx context.Context) (SnapshotInfo, string, error) {
 		return SnapshotInfo{}, "", err
 	}
 	path := f.Name()
-	bw := bufio.NewWriterSize(f, 1<<20)
+	// Written out as it goes, for the same reason as the parts (sync).
+	bw := bufio.NewWriterSize(&syncingWriter{f: f, every: snapshotPart}, 1<<20)
 	// Compressed: an index's pages are mostly partly filled, and S2
 	// shrinks them about five times at a few hundred MB/s per core, so
 	// upload, storage and every restore move a fifth of the bytes. One
@@ -411,6 +423,22 @@ func (s *snapshotter) write(ctx context.Context) (SnapshotInfo, string, error) {
 		si.StreamLastHash = h
 	}
 	return si, path, nil
+}
+
+// syncingWriter writes to f and fdatasyncs it after every `every` bytes.
+type syncingWriter struct {
+	f       *os.File
+	every   int
+	pending int
+}
+
+func (w *syncingWriter) Write(b []byte) (int, error) {
+	n, err := w.f.Write(b)
+	if w.pending += n; err == nil && w.pending >= w.every {
+		w.pending = 0
+		err = fdatasync(w.f)
+	}
+	return n, err
 }
 
 // horizons finds, for each partition, the last stream sequence through
