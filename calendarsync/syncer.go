@@ -186,8 +186,8 @@ type Syncer struct {
 	// pruned is when the queued operations of a calendar owned elsewhere
 	// were last dropped up to the confirmed sequence.
 	pruned map[string]time.Time
-	svc     *calendar.Service
-	wg      sync.WaitGroup
+	svc    *calendar.Service
+	wg     sync.WaitGroup
 	// throttledUntil: no call before it (quota spent); quotaN counts the
 	// quota answers in a row.
 	throttledUntil time.Time

@@ -110,8 +110,8 @@ type Node struct {
 	// snapSync makes a snapshot's parts durable as they are stored (same
 	// condition as cmdSync).
 	snapSync *logSync
-	events           *eventPublisher
-	holds            *holdExpirer
+	events   *eventPublisher
+	holds    *holdExpirer
 	// members and progress spread partitions and their side effects over
 	// the instances (cluster mode; membership.go, progress.go).
 	members  *membership
