@@ -295,9 +295,9 @@ func (s *snapshotter) take(ctx context.Context) (SnapshotInfo, error) {
 	}
 	began := time.Now()
 	if s.n.cluster != nil {
-		// This instance applies a partition it does not own only when
-		// it is read; bring every partition to the stream's end first,
-		// so the snapshot covers as much as the owners decided.
+		// This instance follows the partitions it does not own up to a
+		// follow interval behind; bring every partition to the stream's
+		// end first, so the snapshot covers as much as the owners decided.
 		if err := s.n.catchUpAll(ctx); err != nil {
 			return SnapshotInfo{}, err
 		}
