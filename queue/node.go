@@ -232,7 +232,7 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 	if _, err = ensureEventStream(ctx, n.JS, cfg.Replicas, cfg.EventsMaxAge); err != nil {
 		return nil, err
 	}
-	obs, err := ensureSnapshotStore(ctx, n.JS, cfg.Replicas)
+	obs, fresh, err := ensureSnapshotStore(ctx, n.JS, cfg.Replicas)
 	if err != nil {
 		return nil, err
 	}
@@ -245,7 +245,10 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 		}
 	}
 	began := time.Now()
-	if err = n.restoreIfEmpty(ctx, cfg); err != nil {
+	// A bucket created just now holds no snapshot: no need to list it
+	// (on a JetStream cluster under load, listing a new bucket can take
+	// a good part of the start-up time).
+	if err = n.restoreIfEmpty(ctx, cfg, !fresh); err != nil {
 		return nil, err
 	}
 	if time.Since(began) > time.Second {
@@ -360,7 +363,10 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 // loss) with the newest snapshot the command stream can continue, so that
 // the writers apply only the stream's tail after it. Without a usable
 // snapshot the index stays empty and is rebuilt from the whole stream.
-func (n *Node) restoreIfEmpty(ctx context.Context, cfg NodeConfig) error {
+func (n *Node) restoreIfEmpty(ctx context.Context, cfg NodeConfig, look bool) error {
+	if !look {
+		return nil
+	}
 	empty := false
 	if err := n.Store.View(func(tx *data.Tx) error {
 		empty = len(tx.Applied()) == 0 && tx.StreamIdentity() == "" && len(tx.CalendarIDs()) == 0
@@ -438,7 +444,7 @@ func (n *Node) restoreBehind(ctx context.Context, cfg NodeConfig, gap error) err
 	if n.Store, err = data.OpenWith(path, opts); err != nil {
 		return err
 	}
-	return n.restoreIfEmpty(ctx, cfg)
+	return n.restoreIfEmpty(ctx, cfg, true)
 }
 
 // noteTzdata records in the index that this build's time zone data decides

@@ -138,21 +138,23 @@ func snapshotName(at time.Time) string {
 	return "index-" + at.UTC().Format("20060102T150405.000000000Z")
 }
 
-// ensureSnapshotStore opens the snapshot bucket, creating it if needed.
-func ensureSnapshotStore(ctx context.Context, js jetstream.JetStream, replicas int) (jetstream.ObjectStore, error) {
-	obs, err := js.ObjectStore(ctx, SnapshotBucket)
+// ensureSnapshotStore opens the snapshot bucket, creating it if needed;
+// created says it did (so it holds no snapshot).
+func ensureSnapshotStore(ctx context.Context, js jetstream.JetStream, replicas int) (obs jetstream.ObjectStore, created bool, err error) {
+	obs, err = js.ObjectStore(ctx, SnapshotBucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		obs, err = js.CreateObjectStore(ctx, jetstream.ObjectStoreConfig{
 			Bucket: SnapshotBucket, Description: "bookline index snapshots", Replicas: replicas, Storage: jetstream.FileStorage,
 		})
+		created = err == nil
 		if errors.Is(err, jetstream.ErrBucketExists) {
 			obs, err = js.ObjectStore(ctx, SnapshotBucket)
 		}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("queue: snapshot bucket: %w", err)
+		return nil, false, fmt.Errorf("queue: snapshot bucket: %w", err)
 	}
-	return obs, nil
+	return obs, created, nil
 }
 
 // ListSnapshots returns the stored snapshots, oldest first. No bucket is
