@@ -162,7 +162,10 @@ func recoveryData(b *testing.B) string {
 		recoveryErr = func() error {
 			_, err := os.Stat(applied)
 			haveHistory := err == nil
-			if !haveHistory {
+			bookingsDone := filepath.Join(recoveryDir, fmt.Sprintf("bookings-%d", bookings))
+			if _, err := os.Stat(bookingsDone); !haveHistory && err != nil {
+				// Nothing to build on (a directory with the bookings
+				// applied, such as a copy of a smaller run's, is kept).
 				if err := os.RemoveAll(recoveryDir); err != nil {
 					return err
 				}
@@ -176,7 +179,7 @@ func recoveryData(b *testing.B) string {
 			ctx := context.Background()
 			perCal := (bookings + benchCalendars - 1) / benchCalendars
 			if !haveHistory {
-				if err := publishHistory(ctx, b, n, bookings, history, filepath.Join(recoveryDir, fmt.Sprintf("bookings-%d", bookings))); err != nil {
+				if err := publishHistory(ctx, b, n, bookings, history, bookingsDone); err != nil {
 					return err
 				}
 				fmt.Fprintf(os.Stderr, "recovery bench: %d bookings + %d history commands applied in %s\n", bookings, history, time.Since(began).Round(time.Second))
