@@ -122,8 +122,14 @@ func decodeBody(c *fiber.Ctx, v any) error {
 }
 
 // decodeJSON is decodeBody's encoding/json path.
-func decodeJSON(body []byte, v any) error {
+func decodeJSON(body []byte, v any) error { return decodeJSONWith(body, v, false) }
+
+// decodeJSONWith decodes one JSON object, refusing unknown fields if strict.
+func decodeJSONWith(body []byte, v any, strict bool) error {
 	dec := json.NewDecoder(bytes.NewReader(body))
+	if strict {
+		dec.DisallowUnknownFields()
+	}
 	if err := dec.Decode(v); err != nil {
 		return invalid(actor.FieldError{Field: "body", Message: "invalid JSON: " + err.Error()})
 	}

@@ -3,7 +3,6 @@ package httpapi
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"strings"
 	"time"
@@ -33,11 +32,11 @@ const webhookTimeout = 10 * time.Second
 func (s *Server) webhookRoutes(v1 fiber.Router, admin func(fiber.Handler) []fiber.Handler) {
 	v1.Post("/webhooks", admin(s.createWebhook)...)
 	v1.Get("/webhooks", admin(s.listWebhooks)...)
-	v1.Get("/webhooks/:webhookId", admin(s.getWebhook)...)
-	v1.Patch("/webhooks/:webhookId", admin(s.updateWebhook)...)
-	v1.Delete("/webhooks/:webhookId", admin(s.deleteWebhook)...)
-	v1.Post("/webhooks/:webhookId/rotate-secret", admin(s.rotateWebhookSecret)...)
-	v1.Post("/webhooks/:webhookId/replay", admin(s.replayWebhook)...)
+	v1.Get("/webhooks/:webhookId", admin(s.webhookHandler(s.getWebhook))...)
+	v1.Patch("/webhooks/:webhookId", admin(s.webhookHandler(s.updateWebhook))...)
+	v1.Delete("/webhooks/:webhookId", admin(s.webhookHandler(s.deleteWebhook))...)
+	v1.Post("/webhooks/:webhookId/rotate-secret", admin(s.webhookHandler(s.rotateWebhookSecret))...)
+	v1.Post("/webhooks/:webhookId/replay", admin(s.webhookHandler(s.replayWebhook))...)
 }
 
 // secretView is a secret as the API shows it: never its value, except in
@@ -80,6 +79,24 @@ func viewOf(ep webhook.Endpoint) webhookView {
 	return v
 }
 
+// webhookHandler serves a route under /v1/webhooks/{webhookId}: fn gets
+// the webhook backend, a context bounded by webhookTimeout and the checked
+// id.
+func (s *Server) webhookHandler(fn func(c *fiber.Ctx, w Webhooks, ctx context.Context, id string) error) fiber.Handler {
+	return func(c *fiber.Ctx) error {
+		w, ctx, cancel, err := s.webhooks()
+		if err != nil {
+			return err
+		}
+		defer cancel()
+		id, err := webhookID(c)
+		if err != nil {
+			return err
+		}
+		return fn(c, w, ctx, id)
+	}
+}
+
 func (s *Server) webhooks() (Webhooks, context.Context, context.CancelFunc, error) {
 	w, ok := s.backend.(Webhooks)
 	if !ok {
@@ -112,15 +129,7 @@ func decodeStrict(c *fiber.Ctx, v any) error {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return invalid(actor.FieldError{Field: "body", Message: "a JSON object is required"})
 	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return invalid(actor.FieldError{Field: "body", Message: "invalid JSON: " + err.Error()})
-	}
-	if len(bytes.TrimSpace(body[dec.InputOffset():])) > 0 {
-		return invalid(actor.FieldError{Field: "body", Message: "trailing data after the JSON object"})
-	}
-	return nil
+	return decodeJSONWith(body, v, true)
 }
 
 type webhookRequest struct {
@@ -189,16 +198,7 @@ func (s *Server) listWebhooks(c *fiber.Ctx) error {
 	return c.JSON(fiber.Map{"webhooks": out})
 }
 
-func (s *Server) getWebhook(c *fiber.Ctx) error {
-	w, ctx, cancel, err := s.webhooks()
-	if err != nil {
-		return err
-	}
-	defer cancel()
-	id, err := webhookID(c)
-	if err != nil {
-		return err
-	}
+func (s *Server) getWebhook(c *fiber.Ctx, w Webhooks, ctx context.Context, id string) error {
 	ep, st, err := w.GetWebhook(ctx, id)
 	if err != nil {
 		return s.webhookError(err)
@@ -208,16 +208,7 @@ func (s *Server) getWebhook(c *fiber.Ctx) error {
 	return c.JSON(v)
 }
 
-func (s *Server) updateWebhook(c *fiber.Ctx) error {
-	w, ctx, cancel, err := s.webhooks()
-	if err != nil {
-		return err
-	}
-	defer cancel()
-	id, err := webhookID(c)
-	if err != nil {
-		return err
-	}
+func (s *Server) updateWebhook(c *fiber.Ctx, w Webhooks, ctx context.Context, id string) error {
 	var req webhookRequest
 	if err := decodeStrict(c, &req); err != nil {
 		return err
@@ -230,32 +221,14 @@ func (s *Server) updateWebhook(c *fiber.Ctx) error {
 	return c.JSON(viewOf(ep))
 }
 
-func (s *Server) deleteWebhook(c *fiber.Ctx) error {
-	w, ctx, cancel, err := s.webhooks()
-	if err != nil {
-		return err
-	}
-	defer cancel()
-	id, err := webhookID(c)
-	if err != nil {
-		return err
-	}
+func (s *Server) deleteWebhook(c *fiber.Ctx, w Webhooks, ctx context.Context, id string) error {
 	if err := w.DeleteWebhook(ctx, id); err != nil {
 		return s.webhookError(err)
 	}
 	return c.SendStatus(fiber.StatusNoContent)
 }
 
-func (s *Server) rotateWebhookSecret(c *fiber.Ctx) error {
-	w, ctx, cancel, err := s.webhooks()
-	if err != nil {
-		return err
-	}
-	defer cancel()
-	id, err := webhookID(c)
-	if err != nil {
-		return err
-	}
+func (s *Server) rotateWebhookSecret(c *fiber.Ctx, w Webhooks, ctx context.Context, id string) error {
 	ep, err := w.RotateWebhookSecret(ctx, id)
 	if err != nil {
 		return s.webhookError(err)
@@ -265,16 +238,7 @@ func (s *Server) rotateWebhookSecret(c *fiber.Ctx) error {
 	return c.JSON(v)
 }
 
-func (s *Server) replayWebhook(c *fiber.Ctx) error {
-	w, ctx, cancel, err := s.webhooks()
-	if err != nil {
-		return err
-	}
-	defer cancel()
-	id, err := webhookID(c)
-	if err != nil {
-		return err
-	}
+func (s *Server) replayWebhook(c *fiber.Ctx, w Webhooks, ctx context.Context, id string) error {
 	raw := c.Query("from")
 	if raw == "" {
 		return invalid(actor.FieldError{Field: "from", Message: "is required: an RFC 3339 time"})
