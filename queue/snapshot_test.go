@@ -268,32 +268,8 @@ func TestClusterFollowsAndRestoresBehindTrimmedStream(t *testing.T) {
 	a := start("a", t.TempDir(), &queuetest.SyncBuffer{})
 	bDir, bLogs := t.TempDir(), &queuetest.SyncBuffer{}
 	b := start("b", bDir, bLogs)
-	synced := func(n *queue.Node) {
-		t.Helper()
-		last := func() uint64 {
-			s, err := n.JS.Stream(context.Background(), queue.StreamName)
-			if err != nil {
-				t.Fatal(err)
-			}
-			info, err := s.Info(context.Background())
-			if err != nil {
-				t.Fatal(err)
-			}
-			return info.State.LastSeq
-		}()
-		queuetest.CheckFor(t, 20*time.Second, func() error {
-			var top uint64
-			for _, p := range n.Parts {
-				top = max(top, p.AppliedSeq())
-			}
-			if top < last {
-				return fmt.Errorf("%s applied up to %d of %d", n.InstanceID(), top, last)
-			}
-			return nil
-		})
-	}
 	workload(t, a, "w", 30)
-	synced(b) // without a single read on b
+	waitApplied(t, b, 20*time.Second) // without a single read on b
 	takeSnapshot(t, a)
 	workload(t, a, "v", 20)
 	// Snapshots keep one and trim up to it, except the last second.
@@ -309,7 +285,7 @@ func TestClusterFollowsAndRestoresBehindTrimmedStream(t *testing.T) {
 	}
 	trimmedPast(40)
 	workload(t, a, "u", 10)
-	synced(b)
+	waitApplied(t, b, 20*time.Second)
 	if strings.Contains(bLogs.String(), "no longer has") {
 		t.Fatalf("b fell behind the trimmed stream:\n%s", bLogs)
 	}
