@@ -451,7 +451,12 @@ func decide(tx *data.Tx, p int, d *Decoded) (*Reply, error) {
 	if err != nil {
 		return nil, err
 	}
-	rec := data.RequestRecord{Fingerprint: d.Fingerprint, Seq: d.Seq, Reply: AppendReply(nil, &r)}
+	rec := data.RequestRecord{Fingerprint: d.Fingerprint, Seq: d.Seq}
+	if isCreation(d, &r) {
+		rec.Created, rec.V, rec.Kind = r.Booking, uint8(r.V), typeCode(r.Type)
+	} else {
+		rec.Reply = AppendRecordReply(nil, &r)
+	}
 	if cmd.RecordTTLSeconds > 0 {
 		rec.Expires = d.At.Add(time.Duration(cmd.RecordTTLSeconds) * time.Second)
 		return &r, tx.PutExpiringRequest(p, cmd.CalendarID, cmd.RequestID, rec)
@@ -494,7 +499,7 @@ func answeredBefore(tx *data.Tx, d *Decoded) (*Reply, error) {
 // answerFrom is d's answer given the record of its request id.
 func answerFrom(rec data.RequestRecord, d *Decoded) (*Reply, error) {
 	if rec.Fingerprint == d.Fingerprint {
-		r, err := DecodeReply(rec.Reply)
+		r, err := ReplyFromRecord(rec)
 		return &r, err
 	}
 	r := d.reject(CodeIdempotencyKeyReused, "this request id (idempotency key) was already used with a different request")

@@ -3,7 +3,6 @@ package actor
 import (
 	"bytes"
 	"crypto/sha256"
-	"encoding/base32"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -166,12 +165,8 @@ type FieldError struct {
 // BookingID derives the id of the booking created by request reqID on calID:
 // 26 characters of base32hex (lowercase), which is also a valid Google
 // Calendar event id.
-func BookingID(calID, reqID string) string {
-	sum := sha256.Sum256([]byte("booking\x00" + calID + "\x00" + reqID))
-	return lowerBase32Hex.EncodeToString(sum[:16])
-}
-
-var lowerBase32Hex = base32.NewEncoding("0123456789abcdefghijklmnopqrstuv").WithPadding(base32.NoPadding)
+// The index finds a creation's request record from it (data.BookingID).
+func BookingID(calID, reqID string) string { return data.BookingID(calID, reqID) }
 
 // CanonicalMetadata validates booking metadata (absent, null or a JSON
 // object) and returns it in canonical form: compact, keys sorted, numbers

@@ -20,7 +20,11 @@ func Recorded(tx *data.Tx, cmd *Command, fingerprint string) (reply []byte, seen
 
 // RecordJSON renders a request record's reply as the JSON that was sent.
 func RecordJSON(rec data.RequestRecord) ([]byte, error) {
-	return BinaryToJSON(rec.Reply)
+	r, err := ReplyFromRecord(rec)
+	if err != nil {
+		return nil, err
+	}
+	return MarshalReply(&r)
 }
 
 // BinaryToJSON renders a reply stored by AppendReply as JSON.

@@ -12,43 +12,52 @@ import (
 // BookingExists reports whether calendar calID has a booking (or hold)
 // record with id, whatever its status, without decoding it.
 func (t *Tx) BookingExists(calID, id string) bool {
-	b := t.calSub(calID, iBookings)
-	return b != nil && b.Get([]byte(id)) != nil
+	return t.calTree(calID, iBookings).Get(idKey(id)) != nil
 }
 
 // Booking returns the booking id of calendar calID, or ErrNotFound.
 func (t *Tx) Booking(calID, id string) (Booking, error) {
-	var bk Booking
-	b := t.calSub(calID, iBookings)
-	if b == nil {
-		return bk, ErrNotFound
-	}
-	v := b.Get([]byte(id))
+	s, err := t.storedBooking(calID, id)
+	return s.Booking, err
+}
+
+func (t *Tx) storedBooking(calID, id string) (storedBooking, error) {
+	v := t.calTree(calID, iBookings).Get(idKey(id))
 	if v == nil {
-		return bk, ErrNotFound
+		return storedBooking{}, ErrNotFound
 	}
-	return decodeBooking(v)
+	s, err := decodeStoredBooking(calID, id, v)
+	if err != nil {
+		return s, fmt.Errorf("data: booking %s/%s: %w", calID, id, err)
+	}
+	return s, nil
 }
 
 func slotKey(start time.Time, id string) []byte {
-	k := make([]byte, 0, 8+len(id))
+	k := make([]byte, 0, 8+17)
 	k = append(k, EncodeTime(start)...)
-	return append(k, id...)
+	return append(k, idKey(id)...)
 }
 
 // PutBooking stores bk and keeps the slot index in step with its status: a
 // confirmed booking or a hold occupies its interval, anything else does not.
 // If bk replaces a record with another start, the old slot is removed too.
+// A replaced record's creation record stays with it, and the first change
+// keeps the form the booking was created in (see stored.go).
 // The caller (the partition's actor) has already checked the rules.
 func (t *Tx) PutBooking(bk Booking) error {
 	cb, err := t.calBucket(bk.CalendarID, true)
 	if err != nil {
 		return err
 	}
-	v := AppendBooking(make([]byte, 0, 160+len(bk.Customer)+len(bk.Metadata)), &bk)
-	bookings, slots := t.calSub(bk.CalendarID, iBookings), t.calSub(bk.CalendarID, iSlots)
-	if old := bookings.Get([]byte(bk.ID)); old != nil {
-		prev, err := decodeBooking(old)
+	bookings, slots := t.calTree(bk.CalendarID, iBookings), t.calTree(bk.CalendarID, iSlots)
+	ik := idKey(bk.ID)
+	var (
+		cr       *Creation
+		original []byte
+	)
+	if old := bookings.Get(ik); old != nil {
+		prev, err := decodeStoredBooking(bk.CalendarID, bk.ID, old)
 		if err != nil {
 			return fmt.Errorf("data: booking %s: %w", bk.ID, err)
 		}
@@ -62,8 +71,16 @@ func (t *Tx) PutBooking(bk Booking) error {
 				return err
 			}
 		}
+		cr, original = prev.creation, prev.original
+		if cr != nil && original == nil {
+			was := appendCompactBooking(nil, &prev.Booking, nil, nil)
+			if !bytes.Equal(was, appendCompactBooking(nil, &bk, nil, nil)) {
+				original = was
+			}
+		}
 	}
-	if err := bookings.Put([]byte(bk.ID), v); err != nil {
+	v := appendCompactBooking(make([]byte, 0, 64+len(bk.Customer)+len(bk.Metadata)+len(original)), &bk, cr, original)
+	if err := bookings.Put(ik, v); err != nil {
 		return err
 	}
 	key := slotKey(bk.Start, bk.ID)
@@ -81,25 +98,48 @@ func (t *Tx) PutBooking(bk Booking) error {
 	return slots.Put(key, encodeSlotValue(&bk))
 }
 
-// SlotEntry values: end (8), flags (1: hold), hold expiry (8), buffer before
-// (8), buffer after (8). The first 8 bytes alone decode as the end.
-const slotHold = 1
+// putCreation keeps cr, the record of the request that created booking id,
+// in the booking's record.
+func (t *Tx) putCreation(calID, id string, cr *Creation) error {
+	s, err := t.storedBooking(calID, id)
+	if err != nil {
+		return fmt.Errorf("data: creation record of booking %s/%s: %w", calID, id, err)
+	}
+	s.creation = cr
+	if cr == nil {
+		s.original = nil // kept only for the creation's reply
+	}
+	return t.calTree(calID, iBookings).Put(idKey(id), s.encode())
+}
+
+// Slot entry values: flags (1: hold, 2: buffers), the length (see
+// appendDuration), then the hold's expiry (8) and the buffers when flagged.
+const (
+	slotHold    = 1
+	slotBuffers = 2
+)
 
 func encodeSlotValue(bk *Booking) []byte {
-	v := make([]byte, 0, 33)
-	v = append(v, EncodeTime(bk.End)...)
-	var flags byte
-	var exp int64
+	v := make([]byte, 1, 24)
 	if bk.Status == StatusHeld {
-		flags |= slotHold
+		v[0] |= slotHold
+	}
+	if bk.BufferBefore != 0 || bk.BufferAfter != 0 {
+		v[0] |= slotBuffers
+	}
+	v = appendDuration(v, bk.End.Sub(bk.Start))
+	if bk.Status == StatusHeld {
+		var exp int64
 		if bk.ExpiresAt != nil {
 			exp = bk.ExpiresAt.UnixNano()
 		}
+		v = AppendInt64(v, exp)
 	}
-	v = append(v, flags)
-	v = AppendInt64(v, exp)
-	v = AppendInt64(v, int64(bk.BufferBefore))
-	return AppendInt64(v, int64(bk.BufferAfter))
+	if v[0]&slotBuffers != 0 {
+		v = appendDuration(v, bk.BufferBefore)
+		v = appendDuration(v, bk.BufferAfter)
+	}
+	return v
 }
 
 // SlotEntry is one entry of the slot index: an interval occupied by a confirmed
@@ -126,14 +166,20 @@ func (s *SlotEntry) Buffered() Interval {
 func (s *SlotEntry) LiveAt(now time.Time) bool { return !s.Hold || now.Before(s.Expires) }
 
 func decodeSlot(k, v []byte) SlotEntry {
-	s := SlotEntry{ID: string(k[8:]), Start: DecodeTime(k[:8]), End: DecodeTime(v)}
-	if len(v) >= 33 {
-		s.Hold = v[8]&slotHold != 0
-		if s.Hold {
-			s.Expires = time.Unix(0, int64(binary.BigEndian.Uint64(v[9:17]))).UTC()
-		}
-		s.BufferBefore = time.Duration(binary.BigEndian.Uint64(v[17:25]))
-		s.BufferAfter = time.Duration(binary.BigEndian.Uint64(v[25:33]))
+	id, _ := idFromKey(k[8:])
+	s := SlotEntry{ID: id, Start: DecodeTime(k[:8])}
+	if len(v) == 0 {
+		return s
+	}
+	r := NewReader(v[1:])
+	s.End = s.Start.Add(r.duration())
+	s.Hold = v[0]&slotHold != 0
+	if s.Hold {
+		s.Expires = time.Unix(0, r.Int64()).UTC()
+	}
+	if v[0]&slotBuffers != 0 {
+		s.BufferBefore = r.duration()
+		s.BufferAfter = r.duration()
 	}
 	return s
 }
@@ -160,8 +206,12 @@ func (t *Tx) maxSpan(calID string, cb *bolt.Bucket) time.Duration {
 	tc := t.txCal(calID)
 	if !tc.spanLoaded {
 		tc.span, tc.spanLoaded = 0, true
-		if v := cb.Get(keyMaxSpan); v != nil {
-			tc.span = time.Duration(binary.BigEndian.Uint64(v))
+		// No bucket: nothing indexed yet (growMaxSpan keeps tc.span
+		// right when the first slot comes in this transaction).
+		if cb != nil {
+			if v := cb.Get(keyMaxSpan); v != nil {
+				tc.span = time.Duration(binary.BigEndian.Uint64(v))
+			}
 		}
 	}
 	return tc.span
@@ -176,7 +226,7 @@ func (t *Tx) SlotsNear(calID string, from, to time.Time, fn func(SlotEntry) bool
 		return
 	}
 	span := t.maxSpan(calID, cb)
-	c := t.calSub(calID, iSlots).Cursor()
+	c := t.calTree(calID, iSlots).Cursor()
 	end := seekKey(to.Add(span))
 	for k, v := c.Seek(seekKey(from.Add(-span))); k != nil && bytes.Compare(k[:8], end) < 0; k, v = c.Next() {
 		s := decodeSlot(k, v)
@@ -226,7 +276,7 @@ type Cursor []byte
 // the first page). next is non-nil when more may follow. A limit of zero or
 // less means no limit.
 func (t *Tx) ListBookings(calID string, from, to time.Time, limit int, after Cursor) (out []Booking, next Cursor, err error) {
-	slots := t.calSub(calID, iSlots)
+	slots := t.calTree(calID, iSlots)
 	if slots == nil {
 		return nil, nil, nil
 	}
@@ -248,13 +298,14 @@ func (t *Tx) ListBookings(calID string, from, to time.Time, limit int, after Cur
 		if bytes.Compare(k[:8], toKey) >= 0 {
 			break
 		}
-		if s := decodeSlot(k, v); s.Hold || !s.End.After(from) {
+		s := decodeSlot(k, v)
+		if s.Hold || !s.End.After(from) {
 			continue
 		}
 		if limit > 0 && len(out) == limit {
 			return out, Cursor(out[len(out)-1].slotKey()), nil
 		}
-		bk, err := t.Booking(calID, string(k[8:]))
+		bk, err := t.Booking(calID, s.ID)
 		if err != nil {
 			return nil, nil, fmt.Errorf("data: slot %x without booking: %w", k, err)
 		}
@@ -268,7 +319,7 @@ func (b Booking) slotKey() []byte { return slotKey(b.Start, b.ID) }
 // ForEachConfirmed calls fn for every confirmed booking interval of calID in
 // start order.
 func (t *Tx) ForEachConfirmed(calID string, fn func(id string, iv Interval) error) error {
-	slots := t.calSub(calID, iSlots)
+	slots := t.calTree(calID, iSlots)
 	if slots == nil {
 		return nil
 	}
@@ -286,7 +337,7 @@ func (t *Tx) ForEachConfirmed(calID string, fn func(id string, iv Interval) erro
 // ForEachSlot calls fn for every entry of calID's slot index (confirmed
 // bookings and holds, expired or not) in start order.
 func (t *Tx) ForEachSlot(calID string, fn func(SlotEntry) error) error {
-	slots := t.calSub(calID, iSlots)
+	slots := t.calTree(calID, iSlots)
 	if slots == nil {
 		return nil
 	}

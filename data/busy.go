@@ -100,7 +100,7 @@ func (t *Tx) PutBusy(calID string, b BusyBlock) error {
 			return fmt.Errorf("data: busy block %s: %w", b.ID, err)
 		}
 		if !prev.Cleared {
-			if err := slots.Delete(slotKey(prev.Start, prev.ID)); err != nil {
+			if err := slots.Delete(busySlotKey(prev.Start, prev.ID)); err != nil {
 				return err
 			}
 		}
@@ -117,7 +117,7 @@ func (t *Tx) PutBusy(calID string, b BusyBlock) error {
 			return err
 		}
 	}
-	return slots.Put(slotKey(b.Start, b.ID), EncodeTime(b.End))
+	return slots.Put(busySlotKey(b.Start, b.ID), EncodeTime(b.End))
 }
 
 // Busy returns block id of calID (cleared or not); ok is false when the
@@ -189,4 +189,10 @@ func (t *Tx) ForEachBusySlot(calID string, fn func(id string, iv Interval) error
 		}
 		return fn(string(k[8:]), Interval{Start: DecodeTime(k[:8]), End: DecodeTime(v)})
 	})
+}
+
+// busySlotKey is start(8) ++ block id: busy blocks are Google's ids, kept
+// as text.
+func busySlotKey(start time.Time, id string) []byte {
+	return append(EncodeTime(start), id...)
 }

@@ -1,14 +1,11 @@
 package data
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
 	"hash"
 	"sort"
-
-	bolt "go.etcd.io/bbolt"
 )
 
 // Digest summarises the derived state of an index: two indexes built from
@@ -73,13 +70,18 @@ func (t *Tx) Digest() (Digest, error) {
 	for _, id := range sorted {
 		h := sha256.New()
 		hashKV(h, []byte("calendar"), t.tx.Bucket(bucketCalendars).Get([]byte(id)))
+		for i, name := range [][]byte{[]byte("b"), []byte("s"), []byte("r")} {
+			if err := hashRange(h, name, t.calTree(id, i), d.Counts); err != nil {
+				return d, err
+			}
+		}
 		if cb := t.tx.Bucket(bucketCal).Bucket([]byte(id)); cb != nil {
-			for _, sub := range [][]byte{subBookings, subSlots, subRequests, subBusy, subBusySlots} {
+			for _, sub := range [][]byte{subBusy, subBusySlots} {
 				b := cb.Bucket(sub)
 				if b == nil {
 					continue
 				}
-				if err := hashBucket(h, sub, b, d.Counts); err != nil {
+				if err := hashRange(h, sub, b, d.Counts); err != nil {
 					return d, err
 				}
 			}
@@ -92,14 +94,18 @@ func (t *Tx) Digest() (Digest, error) {
 	return d, nil
 }
 
-func hashBucket(h hash.Hash, name []byte, b *bolt.Bucket, counts map[string]uint64) error {
+// hashRange hashes every key and value of b (a calendar's range of a
+// shared tree, or one of its own buckets) under name.
+func hashRange(h hash.Hash, name []byte, b interface {
+	ForEach(func(k, v []byte) error) error
+}, counts map[string]uint64) error {
 	label := map[string]string{"b": "bookings", "s": "confirmed", "r": "requests", "k": "busy_blocks", "j": "busy_live"}[string(name)]
-	requests := bytes.Equal(name, subRequests)
+	bookings := label == "bookings"
 	return b.ForEach(func(k, v []byte) error {
-		if requests && legacyInvalidRecord(v) {
-			return nil // ignored everywhere (see Tx.Request)
-		}
 		counts[label]++
+		if bookings && len(v) > 1 && v[1]&sbCreation != 0 {
+			counts["requests"]++ // a creation's record, kept with its booking
+		}
 		hashKV(h, append(append([]byte{}, name...), k...), v)
 		return nil
 	})

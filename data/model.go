@@ -140,21 +140,31 @@ func (a Interval) Overlaps(b Interval) bool {
 	return a.Start.Before(b.End) && b.Start.Before(a.End)
 }
 
-// BinaryReply is a decided command's answer, an actor.Reply, in the
-// writer's binary encoding (actor.AppendReply writes it, actor.BinaryToJSON
-// renders it as the JSON that was sent), not JSON: request records and
-// outbox entries are written inside the shared write transaction, where
-// JSON costs too much (see codec.go). data stores it without reading it.
+// BinaryReply is a decided command's answer, an actor.Reply, in one of the
+// writer's binary encodings (actor.AppendReply for outbox entries,
+// actor.AppendRecordReply for request records), not JSON: both are written
+// inside the shared write transaction, where JSON costs too much (see
+// codec.go). data stores it without reading it.
 type BinaryReply []byte
 
 // RequestRecord is the decided outcome of one request id on one calendar.
 // Fingerprint identifies the request body, so that a request id reused with a
-// different body can be told apart from a retry. Reply is the actor's
-// answer, rendered the same for every retry, forever.
+// different body can be told apart from a retry. The actor rebuilds its
+// answer from the record, the same for every retry, forever: from Reply,
+// or, for the creation of a booking, from Created.
 type RequestRecord struct {
-	Fingerprint string
-	Seq         uint64
-	Reply       BinaryReply
+	// Calendar and RequestID are the record's key (filled in by reads).
+	Calendar, RequestID string
+	Fingerprint         string // 32 hexadecimal digits (16 bytes)
+	Seq                 uint64
+	// Reply is the actor's compact form of the answer; nil for a
+	// creation.
+	Reply BinaryReply
+	// Created, for the record of a booking's (or hold's) creation, is the
+	// booking as it was created; V and Kind are the reply's schema
+	// version and command type as the actor codes them.
+	Created *Booking
+	V, Kind uint8
 	// Expires is the log time at which the record is dropped; zero: kept
 	// forever. See Tx.PutExpiringRequest.
 	Expires time.Time

@@ -47,6 +47,11 @@ func (t *Tx) ResetPartition(p int, belongs func(calID string) bool) error {
 		if err := cals.Delete(k); err != nil {
 			return err
 		}
+		for _, name := range treeNames {
+			if err := newCalTree(t.tx.Bucket(name), string(k)).DeleteAll(); err != nil {
+				return err
+			}
+		}
 		// Google sync outbox: the rebuild queues it again.
 		if err := t.dropSync(string(k)); err != nil {
 			return err

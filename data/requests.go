@@ -2,100 +2,135 @@ package data
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/binary"
+	"encoding/hex"
 	"fmt"
 )
 
-// Request returns the recorded outcome of request id reqID on calID.
-//
-// A record without a fingerprint is reported as absent: only invalid
-// commands were recorded without one, by versions that let an invalid
-// command consume its request id. Ignoring them (here and in the digest)
-// makes an index built by such a version decide, and digest, like a
-// replay of the same log by this one.
-func (t *Tx) Request(calID, reqID string) (RequestRecord, bool, error) {
-	var rec RequestRecord
-	b := t.calSub(calID, iRequests)
-	if b == nil {
-		return rec, false, nil
-	}
-	v := b.Get([]byte(reqID))
-	if v == nil || legacyInvalidRecord(v) {
-		return rec, false, nil
-	}
-	rec, err := decodeRecord(v)
-	return rec, err == nil, err
+// BookingID is the id of the booking (or hold) that request reqID creates
+// on calendar calID: 128 bits of a hash, as 26 characters of lowercase
+// base32hex. A creation's request record lives in that booking's record,
+// found from the request id alone.
+func BookingID(calID, reqID string) string {
+	sum := sha256.Sum256([]byte("booking\x00" + calID + "\x00" + reqID))
+	return idEncoding.EncodeToString(sum[:16])
 }
 
-// legacyInvalidRecord reports whether an encoded request record is the
-// rejection of an invalid command (no fingerprint), see Request.
-func legacyInvalidRecord(v []byte) bool { return len(v) >= 10 && v[0] == recordVersion && v[9] == 0 }
+// Request returns the recorded outcome of request id reqID on calID: a
+// record of its own, or the creation record of the booking it created.
+func (t *Tx) Request(calID, reqID string) (RequestRecord, bool, error) {
+	if v := t.calTree(calID, iRequests).Get([]byte(reqID)); v != nil {
+		rec, err := decodeRecord(v)
+		rec.Calendar, rec.RequestID = calID, reqID
+		return rec, err == nil, err
+	}
+	return t.creationRecord(calID, reqID)
+}
+
+// creationRecord is the request record kept in the record of the booking
+// reqID created, if it did and the record is kept.
+func (t *Tx) creationRecord(calID, reqID string) (RequestRecord, bool, error) {
+	id := BookingID(calID, reqID)
+	v := t.calTree(calID, iBookings).Get(idKey(id))
+	if v == nil {
+		return RequestRecord{}, false, nil
+	}
+	s, err := decodeStoredBooking(calID, id, v)
+	if err != nil || s.creation == nil {
+		return RequestRecord{}, false, err
+	}
+	created, err := s.created()
+	if err != nil {
+		return RequestRecord{}, false, err
+	}
+	return creationToRecord(calID, reqID, s.creation, &created), true, nil
+}
+
+func creationToRecord(calID, reqID string, cr *Creation, created *Booking) RequestRecord {
+	return RequestRecord{Calendar: calID, RequestID: reqID, Fingerprint: hex.EncodeToString(cr.Fingerprint[:]),
+		Seq: cr.Seq, Expires: cr.Expires, Created: created, V: cr.V, Kind: cr.Kind}
+}
 
 // PutRequest records the outcome of a request. Records are kept forever:
 // they are what makes an idempotency key outlive NATS's dedupe window.
 // A request on a calendar that does not exist is recorded too. Only valid
 // commands are recorded, so rec must have a fingerprint.
+//
+// A record with Created set is the creation of that booking, which must
+// be the one BookingID(calID, reqID) names and already be stored: it is
+// kept in the booking's record, and its reply is rebuilt from the booking.
+// Any other record keeps rec.Reply.
 func (t *Tx) PutRequest(calID, reqID string, rec RequestRecord) error {
-	if rec.Fingerprint == "" {
-		return fmt.Errorf("data: request record of %s/%s without a fingerprint", calID, reqID)
+	fp, err := hex.DecodeString(rec.Fingerprint)
+	if err != nil || len(fp) != 16 {
+		return fmt.Errorf("data: request record of %s/%s without a fingerprint of 16 bytes", calID, reqID)
 	}
 	if _, err := t.calBucket(calID, true); err != nil {
 		return err
 	}
-	return t.calSub(calID, iRequests).Put([]byte(reqID), encodeRecord(rec))
+	if rec.Created != nil {
+		if id := BookingID(calID, reqID); rec.Created.ID != id || rec.Created.CalendarID != calID {
+			return fmt.Errorf("data: request %s/%s did not create booking %s/%s", calID, reqID, rec.Created.CalendarID, rec.Created.ID)
+		}
+		cr := &Creation{V: rec.V, Kind: rec.Kind, Seq: rec.Seq, Expires: rec.Expires}
+		copy(cr.Fingerprint[:], fp)
+		return t.putCreation(calID, rec.Created.ID, cr)
+	}
+	return t.calTree(calID, iRequests).Put([]byte(reqID), encodeRecord(fp, rec))
 }
 
-// Request records are binary, not JSON: they are written once per command
-// and JSON would re-validate the embedded reply on every encode.
-// Layout of a record kept forever: version 1 (1 byte), seq (8), fingerprint
-// length (1), fingerprint, reply (the rest). A record that expires is
-// version 2: version (1), seq (8), expiry (8, EncodeTime), fingerprint
-// length (1), fingerprint, reply. Records kept forever keep the first
-// layout, so indexes and digests of logs without retention are unchanged.
+// Request records of their own are binary: version (1), flags (1:
+// expires), seq (uvarint), expiry (8, EncodeTime) when flagged,
+// fingerprint (16), reply (the rest, the actor's compact form).
 const (
-	recordVersion         = 1
-	recordVersionExpiring = 2
+	recordVersion = 3
+	recordExpires = 1
 )
 
-func encodeRecord(rec RequestRecord) []byte {
-	b := make([]byte, 0, 18+len(rec.Fingerprint)+len(rec.Reply))
-	if rec.Expires.IsZero() {
-		b = append(b, recordVersion)
-		b = binary.BigEndian.AppendUint64(b, rec.Seq)
-	} else {
-		b = append(b, recordVersionExpiring)
-		b = binary.BigEndian.AppendUint64(b, rec.Seq)
+func encodeRecord(fp []byte, rec RequestRecord) []byte {
+	b := make([]byte, 2, 36+len(rec.Reply))
+	b[0] = recordVersion
+	b = binary.AppendUvarint(b, rec.Seq)
+	if !rec.Expires.IsZero() {
+		b[1] |= recordExpires
 		b = append(b, EncodeTime(rec.Expires)...)
 	}
-	b = append(b, byte(len(rec.Fingerprint)))
-	b = append(b, rec.Fingerprint...)
+	b = append(b, fp...)
 	return append(b, rec.Reply...)
 }
 
 func decodeRecord(v []byte) (RequestRecord, error) {
 	var rec RequestRecord
-	bad := fmt.Errorf("data: malformed request record")
-	if len(v) < 10 {
-		return rec, bad
+	if len(v) < 2 || v[0] != recordVersion {
+		return rec, fmt.Errorf("data: malformed request record")
 	}
-	rec.Seq = binary.BigEndian.Uint64(v[1:9])
-	rest := v[9:]
-	switch v[0] {
-	case recordVersion:
-	case recordVersionExpiring:
-		if len(rest) < 9 {
-			return rec, bad
+	r := NewReader(v[2:])
+	rec.Seq = r.Uvarint()
+	if v[1]&recordExpires != 0 {
+		if len(r.b) < 8 {
+			return rec, fmt.Errorf("data: malformed request record")
 		}
-		rec.Expires = DecodeTime(rest[:8])
-		rest = rest[8:]
-	default:
-		return rec, bad
+		rec.Expires = DecodeTime(r.b[:8])
+		r.b = r.b[8:]
 	}
-	n := int(rest[0])
-	if len(rest) < 1+n {
-		return rec, bad
+	if r.Err() != nil || len(r.b) < 16 {
+		return rec, fmt.Errorf("data: malformed request record")
 	}
-	rec.Fingerprint = string(rest[1 : 1+n])
-	rec.Reply = bytes.Clone(rest[1+n:])
+	rec.Fingerprint = hex.EncodeToString(r.b[:16])
+	rec.Reply = bytes.Clone(r.b[16:])
 	return rec, nil
+}
+
+// recordExpiry is the expiry of an encoded request record (zero if it is
+// kept forever, or malformed).
+func recordExpiry(v []byte) (exp []byte, ok bool) {
+	if len(v) < 2 || v[0] != recordVersion || v[1]&recordExpires == 0 {
+		return nil, false
+	}
+	_, n := binary.Uvarint(v[2:])
+	if n <= 0 || len(v) < 2+n+8 {
+		return nil, false
+	}
+	return v[2+n : 2+n+8], true
 }

@@ -111,17 +111,24 @@ func (t *Tx) PruneRequests(p int, now time.Time, max int) (int, error) {
 }
 
 // dropExpiredRequest deletes the record of e if it still expires at e's
-// time.
+// time: the request's own record, or else the creation record kept in
+// the booking it created.
 func (t *Tx) dropExpiredRequest(e RequestExpiry) error {
-	rb := t.calSub(e.Calendar, iRequests)
-	if rb == nil {
+	rb := t.calTree(e.Calendar, iRequests)
+	if v := rb.Get([]byte(e.Request)); v != nil {
+		if exp, ok := recordExpiry(v); ok && DecodeTime(exp).Equal(e.Expires) {
+			return rb.Delete([]byte(e.Request))
+		}
 		return nil
 	}
-	v := rb.Get([]byte(e.Request))
-	if v == nil || len(v) < 17 || v[0] != recordVersionExpiring || !DecodeTime(v[9:17]).Equal(e.Expires) {
+	id := BookingID(e.Calendar, e.Request)
+	s, err := t.storedBooking(e.Calendar, id)
+	if err == ErrNotFound || err == nil && (s.creation == nil || !s.creation.Expires.Equal(e.Expires)) {
 		return nil
+	} else if err != nil {
+		return err
 	}
-	return rb.Delete([]byte(e.Request))
+	return t.putCreation(e.Calendar, id, nil)
 }
 
 // ForEachRequestExpiry calls fn for every entry of the request expiry
@@ -140,22 +147,38 @@ func (t *Tx) ForEachRequestExpiry(fn func(RequestExpiry) error) error {
 	})
 }
 
-// ForEachRequest calls fn for every request record of calID in request id
-// order (records Request reports as absent are skipped).
+// ForEachRequest calls fn for every request record of calID with a key
+// of its own, in request id order; creation records are
+// ForEachCreation's.
 func (t *Tx) ForEachRequest(calID string, fn func(reqID string, rec RequestRecord) error) error {
-	b := t.calSub(calID, iRequests)
-	if b == nil {
-		return nil
-	}
-	return b.ForEach(func(k, v []byte) error {
-		if legacyInvalidRecord(v) {
-			return nil
-		}
+	return t.calTree(calID, iRequests).ForEach(func(k, v []byte) error {
 		rec, err := decodeRecord(v)
 		if err != nil {
 			return fmt.Errorf("data: request %s/%s: %w", calID, k, err)
 		}
+		rec.Calendar, rec.RequestID = calID, string(k)
 		return fn(string(k), rec)
+	})
+}
+
+// ForEachCreation calls fn for every creation record kept in a booking of
+// calID, in booking id order. Their request ids are not kept (the booking
+// id is a hash of it): rec.RequestID is empty.
+func (t *Tx) ForEachCreation(calID string, fn func(bookingID string, rec RequestRecord) error) error {
+	return t.calTree(calID, iBookings).ForEach(func(k, v []byte) error {
+		id, _ := idFromKey(k)
+		s, err := decodeStoredBooking(calID, id, v)
+		if err != nil {
+			return fmt.Errorf("data: booking %s/%s: %w", calID, id, err)
+		}
+		if s.creation == nil {
+			return nil
+		}
+		created, err := s.created()
+		if err != nil {
+			return err
+		}
+		return fn(id, creationToRecord(calID, "", s.creation, &created))
 	})
 }
 

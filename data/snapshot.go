@@ -134,6 +134,12 @@ func CheckRestored(path string, want SnapshotState, checkDigest bool) error {
 		if btx.Bucket(bucketMeta) == nil || btx.Bucket(bucketApplied) == nil || btx.Bucket(bucketCal) == nil || btx.Bucket(bucketCalendars) == nil {
 			return fmt.Errorf("%w: not a bookline index", ErrSnapshotMismatch)
 		}
+		if v := btx.Bucket(bucketMeta).Get(keySchema); string(v) != schemaVersion {
+			return fmt.Errorf("%w: %v: schema %q, this build needs %q", ErrSchema, ErrSnapshotMismatch, v, schemaVersion)
+		}
+		if btx.Bucket(treeBookings) == nil || btx.Bucket(treeSlots) == nil || btx.Bucket(treeRequests) == nil {
+			return fmt.Errorf("%w: not a bookline index", ErrSnapshotMismatch)
+		}
 		tx := &Tx{tx: btx}
 		got, err = tx.snapshotState(checkDigest)
 		return err

@@ -23,17 +23,16 @@ var (
 )
 
 // schemaVersion is bumped on any change of the on-disk layout.
-const schemaVersion = "4"
+const schemaVersion = "5"
 
 var (
 	bucketMeta      = []byte("meta")
 	bucketApplied   = []byte("applied")
 	bucketCalendars = []byte("calendars")
-	bucketCal       = []byte("cal") // cal/<id>/{b,s,r}
-
-	subBookings = []byte("b") // booking id -> Booking (binary, see AppendBooking)
-	subSlots    = []byte("s") // start(8) ++ booking id -> end and kind: confirmed bookings and holds (see SlotEntry)
-	subRequests = []byte("r") // request id -> RequestRecord (binary, see encodeRecord)
+	// cal/<id>: a small bucket per calendar that has bookings or
+	// request records (its maxspan, and its busy blocks: busy.go); the
+	// records themselves are in the shared trees of tree.go.
+	bucketCal = []byte("cal")
 
 	keySchema = []byte("schema")
 )
@@ -118,7 +117,7 @@ func OpenWith(path string, opt Options) (*Store, error) {
 		return nil, fmt.Errorf("data: open %s: %w", path, err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, name := range [][]byte{bucketMeta, bucketApplied, bucketCalendars, bucketCal} {
+		for _, name := range [][]byte{bucketMeta, bucketApplied, bucketCalendars, bucketCal, treeBookings, treeSlots, treeRequests} {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return err
 			}

@@ -29,7 +29,7 @@ type Tx struct {
 // txCalendar is what a transaction has looked up about one calendar.
 type txCalendar struct {
 	cb   *bolt.Bucket // cal/<id>, nil until found or created
-	subs [3]*bolt.Bucket
+	subs [3]*calTree
 	// cal is the decoded calendar record when loaded is set (found
 	// tells whether it exists).
 	cal           Calendar
@@ -51,7 +51,7 @@ const (
 	iRequests
 )
 
-var subNames = [3][]byte{subBookings, subSlots, subRequests}
+var treeNames = [3][]byte{treeBookings, treeSlots, treeRequests}
 
 func (t *Tx) txCal(id string) *txCalendar {
 	if c := t.byCal[id]; c != nil {
@@ -211,31 +211,19 @@ func (t *Tx) calBucket(calID string, create bool) (*bolt.Bucket, error) {
 		if b, err = root.CreateBucket([]byte(calID)); err != nil {
 			return nil, err
 		}
-		for _, name := range subNames {
-			if _, err := b.CreateBucket(name); err != nil {
-				return nil, err
-			}
-		}
 	}
 	t.txCal(calID).cb = b
 	return b, nil
 }
 
-// calSub returns sub-bucket i (iBookings, iSlots, iRequests) of calendar
-// calID, or nil if the calendar has no buckets.
-func (t *Tx) calSub(calID string, i int) *bolt.Bucket {
-	if tc := t.byCal[calID]; tc != nil && tc.subs[i] != nil {
-		return tc.subs[i]
+// calTree returns calendar calID's range of shared tree i (iBookings,
+// iSlots, iRequests).
+func (t *Tx) calTree(calID string, i int) *calTree {
+	tc := t.txCal(calID)
+	if tc.subs[i] == nil {
+		tc.subs[i] = newCalTree(t.tx.Bucket(treeNames[i]), calID)
 	}
-	cb, _ := t.calBucket(calID, false)
-	if cb == nil {
-		return nil
-	}
-	b := cb.Bucket(subNames[i])
-	if b != nil {
-		t.txCal(calID).subs[i] = b
-	}
-	return b
+	return tc.subs[i]
 }
 
 // CheckFile runs bbolt's own consistency check of the whole file (page
@@ -254,16 +242,13 @@ func (t *Tx) CheckFile() error {
 // ForEachBooking calls fn for every booking record of calID, confirmed or
 // cancelled, in booking id order.
 func (t *Tx) ForEachBooking(calID string, fn func(Booking) error) error {
-	b := t.calSub(calID, iBookings)
-	if b == nil {
-		return nil
-	}
-	return b.ForEach(func(k, v []byte) error {
-		bk, err := decodeBooking(v)
+	return t.calTree(calID, iBookings).ForEach(func(k, v []byte) error {
+		id, _ := idFromKey(k)
+		s, err := decodeStoredBooking(calID, id, v)
 		if err != nil {
-			return fmt.Errorf("data: booking %s: %w", k, err)
+			return fmt.Errorf("data: booking %s/%s: %w", calID, id, err)
 		}
-		return fn(bk)
+		return fn(s.Booking)
 	})
 }
 

@@ -545,7 +545,7 @@ func TestRecordRetentionOverHTTP(t *testing.T) {
 	if got := expiry(h, pending.RequestID); !got.Equal(bk.CreatedAt.Add(24 * time.Hour)) {
 		t.Errorf("keyless record expires at %s, booking created at %s", got, bk.CreatedAt)
 	}
-	if got := expiry(h, requestOf(t, h, "cal", kb.ID)); !got.IsZero() {
+	if got := recordOf(t, h, "cal", kb.ID).Expires; !got.IsZero() {
 		t.Errorf("keyed record expires at %s, want never", got)
 	}
 
@@ -554,27 +554,33 @@ func TestRecordRetentionOverHTTP(t *testing.T) {
 	keyed = h2.do("POST", "/v1/calendars/cal/bookings", bookingBody(base, time.Hour, "bob"), "Idempotency-Key", "k1")
 	h2.mustStatus(keyed, 201)
 	keyed.json(t, &kb)
-	if got := expiry(h2, requestOf(t, h2, "cal", kb.ID)); !got.Equal(kb.CreatedAt.Add(time.Hour)) {
+	if got := recordOf(t, h2, "cal", kb.ID).Expires; !got.Equal(kb.CreatedAt.Add(time.Hour)) {
 		t.Errorf("keyed record with a retention expires at %s, booking created at %s", got, kb.CreatedAt)
 	}
 }
 
-// requestOf finds the request id whose recorded reply holds booking id.
-func requestOf(t *testing.T, h *harness, cal, id string) (reqID string) {
+// recordOf finds the request record whose reply holds booking id.
+func recordOf(t *testing.T, h *harness, cal, id string) (found data.RequestRecord) {
 	t.Helper()
+	ok := false
+	match := func(rec data.RequestRecord) error {
+		reply, err := actor.RecordJSON(rec)
+		if err == nil && bytes.Contains(reply, []byte(`"id":"`+id+`"`)) {
+			found, ok = rec, true
+		}
+		return err
+	}
 	err := h.node.Store.View(func(tx *data.Tx) error {
-		return tx.ForEachRequest(cal, func(req string, rec data.RequestRecord) error {
-			reply, err := actor.RecordJSON(rec)
-			if err == nil && bytes.Contains(reply, []byte(`"id":"`+id+`"`)) {
-				reqID = req
-			}
+		if err := tx.ForEachRequest(cal, func(_ string, rec data.RequestRecord) error { return match(rec) }); err != nil {
 			return err
-		})
+		}
+		// A creation's record is kept with the booking it created.
+		return tx.ForEachCreation(cal, func(_ string, rec data.RequestRecord) error { return match(rec) })
 	})
-	if err != nil || reqID == "" {
+	if err != nil || !ok {
 		t.Fatalf("no request record holds booking %s: %v", id, err)
 	}
-	return reqID
+	return found
 }
 
 // TestUnavailable: when NATS cannot take the command the API answers 503

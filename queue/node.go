@@ -199,7 +199,19 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 	// cluster mode the stream's durability is replication, so the index,
 	// which this instance alone holds, keeps its fsyncs.
 	noSync := cfg.NATSURL == ""
-	if n.Store, err = data.OpenWith(IndexFile(cfg.DataDir), data.Options{NoSync: noSync}); err != nil {
+	n.Store, err = data.OpenWith(IndexFile(cfg.DataDir), data.Options{NoSync: noSync})
+	if errors.Is(err, data.ErrSchema) {
+		// An index another version laid out: everything in it is derived
+		// from the stream, so it is rebuilt (from a snapshot of this
+		// layout and the stream's tail, or from the whole stream) and the
+		// old file is kept for a downgrade.
+		cfg.Logger.Error("INDEX LAYOUT CHANGED: rebuilding the index from the stream before serving",
+			"reason", err.Error(), "kept_as", IndexFile(cfg.DataDir)+".old-schema")
+		if err = data.SetAside(IndexFile(cfg.DataDir), ".old-schema"); err == nil {
+			n.Store, err = data.OpenWith(IndexFile(cfg.DataDir), data.Options{NoSync: noSync})
+		}
+	}
+	if err != nil {
 		return nil, err
 	}
 	if why := n.Store.Discarded(); why != "" {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	bolt "go.etcd.io/bbolt"
 	"io"
 	"log/slog"
 	"os"
@@ -322,6 +323,40 @@ func TestIndexOfUncleanRebootIsRebuilt(t *testing.T) {
 	r := submit(t, n, book("a", "after-0", 300, 1))
 	if r.Outcome != actor.OutcomeAccepted {
 		t.Fatalf("booking after the rebuild: %+v", r)
+	}
+}
+
+// TestIndexOfOtherLayoutIsRebuilt: an index another version laid out
+// (its schema differs) is kept aside and rebuilt from the stream, loudly,
+// to the same state.
+func TestIndexOfOtherLayoutIsRebuilt(t *testing.T) {
+	dir := t.TempDir()
+	n := startNode(t, dir, nil)
+	accepted, _ := workload(t, n, "before", 40)
+	want := digestOf(t, n.Store)
+	stopNode(t, n)
+	index := queue.IndexFile(dir)
+	db, err := bolt.Open(index, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Update(func(tx *bolt.Tx) error { return tx.Bucket([]byte("meta")).Put([]byte("schema"), []byte("4")) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	logs := &queuetest.SyncBuffer{}
+	n = startNode(t, dir, logs)
+	if !strings.Contains(logs.String(), "INDEX LAYOUT CHANGED") {
+		t.Fatalf("no loud message in logs:\n%s", logs.String())
+	}
+	if _, err := os.Stat(index + ".old-schema"); err != nil {
+		t.Fatalf("the old index was not kept aside: %v", err)
+	}
+	if got := digestOf(t, n.Store); got.Total != want.Total || accepted == 0 {
+		cal, _ := data.FirstDifference(want, got)
+		t.Fatalf("rebuilt index differs, first at %q (accepted %d)", cal, accepted)
 	}
 }
 

@@ -50,7 +50,7 @@ func TestRecordedForWaitsForCatchUp(t *testing.T) {
 	cmd := &actor.Command{V: actor.SchemaVersion, Type: actor.TypeHoldExpire, RequestID: "k.new", CalendarID: "cal"}
 	err := n.Store.Commit(func(tx *data.Tx) error {
 		return tx.PutRequest("cal", "k.old", data.RequestRecord{Fingerprint: cmd.Fingerprint(), Seq: 1,
-			Reply: actor.AppendReply(nil, &actor.Reply{V: 1, RequestID: "k.old", CalendarID: "cal", Outcome: actor.OutcomeAccepted, Seq: 1})})
+			Reply: actor.AppendRecordReply(nil, &actor.Reply{V: 1, RequestID: "k.old", CalendarID: "cal", Outcome: actor.OutcomeAccepted, Seq: 1})})
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -111,8 +111,10 @@ func checkRequestExpiry(tx *data.Tx) []string {
 	for _, c := range tx.CalendarIDs() {
 		cals[c] = true
 	}
+	created := map[string]bool{} // the same, by the id of the booking the request creates
 	err := tx.ForEachRequestExpiry(func(e data.RequestExpiry) error {
 		entries[holdKey(e.Calendar, e.Request, e.Expires)] = true
+		created[holdKey(e.Calendar, data.BookingID(e.Calendar, e.Request), e.Expires)] = true
 		cals[e.Calendar] = true
 		return nil
 	})
@@ -129,6 +131,17 @@ func checkRequestExpiry(tx *data.Tx) []string {
 			}
 			return nil
 		})
+		if err == nil {
+			err = tx.ForEachCreation(cal, func(id string, rec data.RequestRecord) error {
+				if !rec.Expires.IsZero() && !created[holdKey(cal, id, rec.Expires)] {
+					problems = append(problems, fmt.Sprintf("calendar %q: the creation record of booking %s expires at %s but is not in the request expiry index", cal, id, rec.Expires.Format(time.RFC3339Nano)))
+					if len(problems) >= maxProblems {
+						return errTooMany
+					}
+				}
+				return nil
+			})
+		}
 		if err != nil {
 			if !errors.Is(err, errTooMany) {
 				problems = append(problems, fmt.Sprintf("calendar %q: walk requests: %v", cal, err))

@@ -100,16 +100,26 @@ func TestCheckInvariantsOverlap(t *testing.T) {
 }
 
 // corrupt edits the index file behind the store's back.
-func corrupt(t *testing.T, path string, fn func(cal *bolt.Bucket) error) {
+func corrupt(t *testing.T, path string, fn func(tx *bolt.Tx) error) {
 	t.Helper()
 	db, err := bolt.Open(path, 0o600, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	if err := db.Update(func(tx *bolt.Tx) error { return fn(tx.Bucket([]byte("cal")).Bucket([]byte("cal"))) }); err != nil {
+	if err := db.Update(fn); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// Raw keys of calendar "cal" in the shared trees (data/tree.go): the
+// calendar id and a zero byte, then (for a slot) the start, then the id,
+// which for ids that are not 26 characters of base32hex is a zero byte and
+// the text.
+func bookingKey(id string) []byte { return append([]byte("cal\x00\x00"), id...) }
+
+func slotKey(start time.Time, id string) []byte {
+	return append(append(append([]byte("cal\x00"), data.EncodeTime(start)...), 0), id...)
 }
 
 func TestCheckInvariantsMissingRecords(t *testing.T) {
@@ -117,14 +127,16 @@ func TestCheckInvariantsMissingRecords(t *testing.T) {
 	s := open(t, path)
 	put(t, s, bk("noslot", 0, 60), bk("norecord", 100, 160), bk("moved", 200, 260), bk("ok", 300, 360))
 	s.Close()
-	corrupt(t, path, func(cal *bolt.Bucket) error {
-		if err := cal.Bucket([]byte("s")).Delete(append(data.EncodeTime(t0), "noslot"...)); err != nil {
+	corrupt(t, path, func(tx *bolt.Tx) error {
+		slots, bookings := tx.Bucket([]byte("sl")), tx.Bucket([]byte("bk"))
+		if err := slots.Delete(slotKey(t0, "noslot")); err != nil {
 			return err
 		}
-		if err := cal.Bucket([]byte("b")).Delete([]byte("norecord")); err != nil {
+		if err := bookings.Delete(bookingKey("norecord")); err != nil {
 			return err
 		}
-		return cal.Bucket([]byte("s")).Put(append(data.EncodeTime(t0.Add(200*time.Minute)), "moved"...), data.EncodeTime(t0.Add(250*time.Minute)))
+		// flags 0, length 50 minutes in seconds (times two: whole seconds)
+		return slots.Put(slotKey(t0.Add(200*time.Minute), "moved"), binary.AppendUvarint([]byte{0}, 50*60<<1))
 	})
 	s = open(t, path)
 	defer s.Close()
@@ -215,7 +227,7 @@ func TestCheckInvariantsRequestExpiryIndex(t *testing.T) {
 	defer s.Close()
 	putCal(t, s, data.Rules{})
 	err := s.Commit(func(tx *data.Tx) error {
-		rec := data.RequestRecord{Fingerprint: "f", Seq: 1, Reply: []byte(`{}`), Expires: t0}
+		rec := data.RequestRecord{Fingerprint: "0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f", Seq: 1, Reply: []byte(`{}`), Expires: t0}
 		if err := tx.PutExpiringRequest(0, "cal", "indexed", rec); err != nil {
 			return err
 		}

@@ -1,0 +1,164 @@
+package actor
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/bookline/bookline/data"
+)
+
+// Request records keep what was decided, not the reply as sent: the
+// request id, calendar and sequence are the record's own, the type and
+// outcome are a byte each, and a creation's reply is rebuilt from the
+// booking it created (data keeps that record with the booking). Replies
+// rebuilt from records are identical to the ones first sent
+// (recordcodec_test.go).
+
+// commandTypes numbers the command types in records: never reorder, only
+// append (0 means the type's name follows).
+var commandTypes = []string{"", TypeCalendarUpsert, TypeBookingCreate, TypeBookingCancel, TypeBookingReschedule,
+	TypeHoldCreate, TypeHoldConfirm, TypeHoldRelease, TypeHoldExpire, TypeBusySet, TypeBusyClear}
+
+func typeCode(t string) uint8 {
+	for i, name := range commandTypes[1:] {
+		if name == t {
+			return uint8(i + 1)
+		}
+	}
+	return 0
+}
+
+const recordReplyVersion = 1
+
+// Outcomes in records.
+const (
+	recAccepted = 1
+	recRejected = 2
+)
+
+// AppendRecordReply appends the compact form of r for the request record
+// of r's request id on r's calendar.
+func AppendRecordReply(b []byte, r *Reply) []byte {
+	b = append(b, recordReplyVersion)
+	b = data.AppendUvarint(b, uint64(r.V))
+	tc := typeCode(r.Type)
+	b = append(b, tc)
+	if tc == 0 {
+		b = data.AppendString(b, r.Type)
+	}
+	switch r.Outcome {
+	case OutcomeAccepted:
+		b = append(b, recAccepted)
+	case OutcomeRejected:
+		b = append(b, recRejected)
+	default:
+		b = append(b, 0)
+		b = data.AppendString(b, r.Outcome)
+	}
+	b = data.AppendString(b, r.Code)
+	b = data.AppendString(b, r.Message)
+	b = data.AppendUvarint(b, uint64(len(r.Details)))
+	for _, d := range r.Details {
+		b = data.AppendString(b, d.Field)
+		b = data.AppendString(b, d.Message)
+	}
+	var flags byte
+	if r.Created {
+		flags |= hasCreated
+	}
+	if r.Calendar != nil {
+		flags |= hasCalendar
+	}
+	if r.Booking != nil {
+		flags |= hasBooking
+	}
+	if r.Conflict != nil {
+		flags |= hasConflict
+	}
+	b = append(b, flags)
+	if r.Calendar != nil {
+		cj, _ := json.Marshal(r.Calendar)
+		b = data.AppendBytes(b, cj)
+	}
+	if r.Booking != nil {
+		b = data.AppendRecordBooking(b, r.Booking)
+	}
+	if r.Conflict != nil {
+		b = data.AppendTime(b, r.Conflict.Start)
+		b = data.AppendTime(b, r.Conflict.End)
+	}
+	return b
+}
+
+// ReplyFromRecord rebuilds the reply a request record was decided with.
+func ReplyFromRecord(rec data.RequestRecord) (Reply, error) {
+	if rec.Created != nil {
+		bk := *rec.Created
+		t := ""
+		if int(rec.Kind) < len(commandTypes) {
+			t = commandTypes[rec.Kind]
+		}
+		if t == "" {
+			return Reply{}, fmt.Errorf("actor: creation record of %s/%s has command type %d", rec.Calendar, rec.RequestID, rec.Kind)
+		}
+		return Reply{V: int(rec.V), RequestID: rec.RequestID, CalendarID: rec.Calendar, Type: t,
+			Outcome: OutcomeAccepted, Booking: &bk, Seq: rec.Seq}, nil
+	}
+	r := Reply{RequestID: rec.RequestID, CalendarID: rec.Calendar, Seq: rec.Seq}
+	rd := data.NewReader(rec.Reply)
+	if rd.Byte() != recordReplyVersion {
+		return r, data.ErrCorrupt
+	}
+	r.V = int(rd.Uvarint())
+	if tc := int(rd.Byte()); tc == 0 {
+		r.Type = rd.String()
+	} else if tc < len(commandTypes) {
+		r.Type = commandTypes[tc]
+	} else {
+		return r, data.ErrCorrupt
+	}
+	switch rd.Byte() {
+	case recAccepted:
+		r.Outcome = OutcomeAccepted
+	case recRejected:
+		r.Outcome = OutcomeRejected
+	default:
+		r.Outcome = rd.String()
+	}
+	r.Code = rd.String()
+	r.Message = rd.String()
+	if n := rd.Uvarint(); n > 0 && n <= uint64(len(rec.Reply)) {
+		r.Details = make([]FieldError, n)
+		for i := range r.Details {
+			r.Details[i] = FieldError{Field: rd.String(), Message: rd.String()}
+		}
+	}
+	flags := rd.Byte()
+	r.Created = flags&hasCreated != 0
+	if flags&hasCalendar != 0 {
+		var c data.Calendar
+		if err := json.Unmarshal(rd.Bytes(), &c); err != nil {
+			return r, data.ErrCorrupt
+		}
+		r.Calendar = &c
+	}
+	if flags&hasBooking != 0 {
+		bk := data.ReadRecordBooking(rd, rec.Calendar)
+		r.Booking = &bk
+	}
+	if flags&hasConflict != 0 {
+		r.Conflict = &data.Interval{Start: rd.Time(), End: rd.Time()}
+	}
+	return r, rd.Err()
+}
+
+// isCreation reports whether r, the reply to d, is the plain acceptance of
+// a booking or hold d created: its record is then kept with the booking
+// and rebuilt from it (ReplyFromRecord).
+func isCreation(d *Decoded, r *Reply) bool {
+	return (r.Type == TypeBookingCreate || r.Type == TypeHoldCreate) && r.Outcome == OutcomeAccepted &&
+		r.Booking != nil && r.Booking.ID == BookingID(d.Cmd.CalendarID, d.Cmd.RequestID) &&
+		r.Booking.CalendarID == d.Cmd.CalendarID && r.Code == "" && r.Message == "" && len(r.Details) == 0 &&
+		!r.Created && r.Calendar == nil && r.Conflict == nil && r.RequestID == d.Cmd.RequestID &&
+		r.CalendarID == d.Cmd.CalendarID && r.Seq == d.Seq && r.V >= 0 && r.V < 256
+}
