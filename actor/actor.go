@@ -451,12 +451,14 @@ func decide(tx *data.Tx, p int, d *Decoded) (*Reply, error) {
 	if err != nil {
 		return nil, err
 	}
-	rec := data.RequestRecord{Fingerprint: d.Fingerprint, Seq: d.Seq}
 	if isCreation(d, &r) {
-		rec.Created, rec.V, rec.Kind = r.Booking, uint8(r.V), typeCode(r.Type)
-	} else {
-		rec.Reply = AppendRecordReply(nil, &r)
+		// Its record was written with the booking (d.creation).
+		if cr := d.creation(); !cr.Expires.IsZero() {
+			return &r, tx.PutRequestExpiry(p, cmd.CalendarID, cmd.RequestID, cr.Expires)
+		}
+		return &r, nil
 	}
+	rec := data.RequestRecord{Fingerprint: d.Fingerprint, Seq: d.Seq, Reply: AppendRecordReply(nil, &r)}
 	if cmd.RecordTTLSeconds > 0 {
 		rec.Expires = d.At.Add(time.Duration(cmd.RecordTTLSeconds) * time.Second)
 		return &r, tx.PutExpiringRequest(p, cmd.CalendarID, cmd.RequestID, rec)

@@ -114,7 +114,7 @@ func createBooking(tx *data.Tx, d *Decoded) (Reply, error) {
 		return deref(rej), err
 	}
 	bk := newBooking(d, id, &cal, data.StatusConfirmed)
-	if err := tx.PutBooking(bk); err != nil {
+	if err := tx.CreateBooking(bk, d.creation()); err != nil {
 		return Reply{}, err
 	}
 	if err := mirror(tx, d, cal.Google, data.SyncCreate, &bk); err != nil {
@@ -165,7 +165,7 @@ func createHold(tx *data.Tx, d *Decoded) (Reply, error) {
 	bk := newBooking(d, id, &cal, data.StatusHeld)
 	exp := d.At.Add(ttl)
 	bk.ExpiresAt = &exp
-	if err := tx.PutBooking(bk); err != nil {
+	if err := tx.CreateBooking(bk, d.creation()); err != nil {
 		return Reply{}, err
 	}
 	r := d.accept()

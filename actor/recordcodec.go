@@ -1,8 +1,10 @@
 package actor
 
 import (
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/bookline/bookline/data"
 )
@@ -152,13 +154,26 @@ func ReplyFromRecord(rec data.RequestRecord) (Reply, error) {
 	return r, rd.Err()
 }
 
+// creation is the request record of d when it creates a booking or hold,
+// which the writer keeps with the booking (data.Tx.CreateBooking); its
+// reply is rebuilt from the booking (ReplyFromRecord). d is decided at its
+// log time (d.At), as decide's records are.
+func (d *Decoded) creation() *data.Creation {
+	cr := &data.Creation{V: uint8(SchemaVersion), Kind: typeCode(d.Cmd.Type), Seq: d.Seq}
+	if d.Cmd.RecordTTLSeconds > 0 {
+		cr.Expires = d.At.Add(time.Duration(d.Cmd.RecordTTLSeconds) * time.Second)
+	}
+	hex.Decode(cr.Fingerprint[:], []byte(d.Fingerprint))
+	return cr
+}
+
 // isCreation reports whether r, the reply to d, is the plain acceptance of
-// a booking or hold d created: its record is then kept with the booking
-// and rebuilt from it (ReplyFromRecord).
+// a booking or hold d created (createBooking, createHold): the record that
+// CreateBooking kept with the booking answers it.
 func isCreation(d *Decoded, r *Reply) bool {
 	return (r.Type == TypeBookingCreate || r.Type == TypeHoldCreate) && r.Outcome == OutcomeAccepted &&
 		r.Booking != nil && r.Booking.ID == BookingID(d.Cmd.CalendarID, d.Cmd.RequestID) &&
 		r.Booking.CalendarID == d.Cmd.CalendarID && r.Code == "" && r.Message == "" && len(r.Details) == 0 &&
 		!r.Created && r.Calendar == nil && r.Conflict == nil && r.RequestID == d.Cmd.RequestID &&
-		r.CalendarID == d.Cmd.CalendarID && r.Seq == d.Seq && r.V >= 0 && r.V < 256
+		r.CalendarID == d.Cmd.CalendarID && r.Seq == d.Seq && r.V == SchemaVersion
 }

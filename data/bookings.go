@@ -5,14 +5,28 @@ import (
 	"encoding/binary"
 	"fmt"
 	"time"
-
-	bolt "go.etcd.io/bbolt"
 )
 
 // BookingExists reports whether calendar calID has a booking (or hold)
 // record with id, whatever its status, without decoding it.
 func (t *Tx) BookingExists(calID, id string) bool {
-	return t.calTree(calID, iBookings).Get(idKey(id)) != nil
+	if t.knownAbsent(calID, id) {
+		return false
+	}
+	if t.calTree(calID, iBookings).Get(idKey(id)) != nil {
+		return true
+	}
+	t.txCal(calID).absent = id
+	return false
+}
+
+// knownAbsent reports whether the transaction found booking id of calID
+// absent and wrote no booking of calID since: a new command looks up the
+// booking its request id would create up to three times (its request
+// record, whether it was made before, the record it replaces).
+func (t *Tx) knownAbsent(calID, id string) bool {
+	tc := t.byCal[calID]
+	return tc != nil && tc.absent == id && id != ""
 }
 
 // Booking returns the booking id of calendar calID, or ErrNotFound.
@@ -45,18 +59,29 @@ func slotKey(start time.Time, id string) []byte {
 // A replaced record's creation record stays with it, and the first change
 // keeps the form the booking was created in (see stored.go).
 // The caller (the partition's actor) has already checked the rules.
-func (t *Tx) PutBooking(bk Booking) error {
-	cb, err := t.calBucket(bk.CalendarID, true)
-	if err != nil {
+func (t *Tx) PutBooking(bk Booking) error { return t.putBooking(bk, nil, false) }
+
+// CreateBooking stores bk, a booking (or hold) whose id has no record yet,
+// with cr, the record of the request that creates it (nil: none is kept
+// with it). See PutRequest.
+func (t *Tx) CreateBooking(bk Booking, cr *Creation) error { return t.putBooking(bk, cr, true) }
+
+func (t *Tx) putBooking(bk Booking, cr *Creation, fresh bool) error {
+	if err := t.calMark(bk.CalendarID); err != nil {
 		return err
 	}
 	bookings, slots := t.calTree(bk.CalendarID, iBookings), t.calTree(bk.CalendarID, iSlots)
 	ik := idKey(bk.ID)
-	var (
-		cr       *Creation
-		original []byte
-	)
-	if old := bookings.Get(ik); old != nil {
+	var old []byte
+	if !t.knownAbsent(bk.CalendarID, bk.ID) {
+		old = bookings.Get(ik)
+	}
+	t.txCal(bk.CalendarID).absent = ""
+	if fresh && old != nil {
+		return fmt.Errorf("data: booking %s/%s exists already", bk.CalendarID, bk.ID)
+	}
+	var original []byte
+	if old != nil {
 		prev, err := decodeStoredBooking(bk.CalendarID, bk.ID, old)
 		if err != nil {
 			return fmt.Errorf("data: booking %s: %w", bk.ID, err)
@@ -92,7 +117,7 @@ func (t *Tx) PutBooking(bk Booking) error {
 			return err
 		}
 	}
-	if err := t.growMaxSpan(bk.CalendarID, cb, bk.End.Sub(bk.Start)+bk.BufferBefore+bk.BufferAfter); err != nil {
+	if err := t.growMaxSpan(bk.CalendarID, bk.End.Sub(bk.Start)+bk.BufferBefore+bk.BufferAfter); err != nil {
 		return err
 	}
 	return slots.Put(key, encodeSlotValue(&bk))
@@ -101,6 +126,7 @@ func (t *Tx) PutBooking(bk Booking) error {
 // putCreation keeps cr, the record of the request that created booking id,
 // in the booking's record.
 func (t *Tx) putCreation(calID, id string, cr *Creation) error {
+	t.txCal(calID).absent = ""
 	s, err := t.storedBooking(calID, id)
 	if err != nil {
 		return fmt.Errorf("data: creation record of booking %s/%s: %w", calID, id, err)
@@ -184,34 +210,50 @@ func decodeSlot(k, v []byte) SlotEntry {
 	return s
 }
 
-var keyMaxSpan = []byte("maxspan") // per calendar: longest buffered span ever indexed
+// bucketSpan lists every calendar that has bookings or request records,
+// with its longest buffered span ever indexed (8 bytes; empty before its
+// first slot). A flat tree: a bucket per calendar costs an allocation
+// each time a transaction opens it.
+var bucketSpan = []byte("span")
+
+// calMark lists calID in bucketSpan (once per transaction).
+func (t *Tx) calMark(calID string) error {
+	tc := t.txCal(calID)
+	if tc.marked {
+		return nil
+	}
+	b := t.tx.Bucket(bucketSpan)
+	if b.Get([]byte(calID)) == nil {
+		if err := b.Put([]byte(calID), []byte{}); err != nil {
+			return err
+		}
+	}
+	tc.marked = true
+	return nil
+}
 
 // growMaxSpan records span if it is the calendar's longest so far. Scans for
 // slots near an interval look back this far; it never shrinks, which only
 // costs a longer scan.
-func (t *Tx) growMaxSpan(calID string, cb *bolt.Bucket, span time.Duration) error {
-	if t.maxSpan(calID, cb) >= span {
+func (t *Tx) growMaxSpan(calID string, span time.Duration) error {
+	if t.maxSpan(calID) >= span {
 		return nil
 	}
-	if err := cb.Put(keyMaxSpan, binary.BigEndian.AppendUint64(nil, uint64(span))); err != nil {
+	if err := t.tx.Bucket(bucketSpan).Put([]byte(calID), binary.BigEndian.AppendUint64(nil, uint64(span))); err != nil {
 		return err
 	}
 	t.txCal(calID).span = span
 	return nil
 }
 
-// maxSpan is the longest buffered span ever indexed in calendar calID,
-// whose bucket is cb (read once per transaction).
-func (t *Tx) maxSpan(calID string, cb *bolt.Bucket) time.Duration {
+// maxSpan is the longest buffered span ever indexed in calendar calID
+// (read once per transaction).
+func (t *Tx) maxSpan(calID string) time.Duration {
 	tc := t.txCal(calID)
 	if !tc.spanLoaded {
 		tc.span, tc.spanLoaded = 0, true
-		// No bucket: nothing indexed yet (growMaxSpan keeps tc.span
-		// right when the first slot comes in this transaction).
-		if cb != nil {
-			if v := cb.Get(keyMaxSpan); v != nil {
-				tc.span = time.Duration(binary.BigEndian.Uint64(v))
-			}
+		if v := t.tx.Bucket(bucketSpan).Get([]byte(calID)); len(v) == 8 {
+			tc.span = time.Duration(binary.BigEndian.Uint64(v))
 		}
 	}
 	return tc.span
@@ -221,11 +263,7 @@ func (t *Tx) maxSpan(calID string, cb *bolt.Bucket) time.Duration {
 // span overlaps [from, to) (a superset: fn filters further). fn returns false
 // to stop.
 func (t *Tx) SlotsNear(calID string, from, to time.Time, fn func(SlotEntry) bool) {
-	cb, _ := t.calBucket(calID, false)
-	if cb == nil {
-		return
-	}
-	span := t.maxSpan(calID, cb)
+	span := t.maxSpan(calID)
 	c := t.calTree(calID, iSlots).Cursor()
 	end := seekKey(to.Add(span))
 	for k, v := c.Seek(seekKey(from.Add(-span))); k != nil && bytes.Compare(k[:8], end) < 0; k, v = c.Next() {
@@ -290,8 +328,7 @@ func (t *Tx) ListBookings(calID string, from, to time.Time, limit int, after Cur
 	} else {
 		// A booking that starts before from reaches into the range only if
 		// it is no longer than the calendar's longest.
-		cb, _ := t.calBucket(calID, false)
-		k, v = c.Seek(seekKey(from.Add(-t.maxSpan(calID, cb))))
+		k, v = c.Seek(seekKey(from.Add(-t.maxSpan(calID))))
 	}
 	toKey := seekKey(to)
 	for ; k != nil; k, v = c.Next() {

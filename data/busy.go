@@ -65,11 +65,15 @@ func decodeBusy(id string, v []byte) (BusyBlock, error) {
 
 // busyBuckets returns the calendar's busy buckets, creating them when asked.
 func (t *Tx) busyBuckets(calID string, create bool) (cb, recs, slots *bolt.Bucket, err error) {
+	tc := t.txCal(calID)
+	if !create && tc.busyLooked && tc.cb == nil {
+		return nil, nil, nil, nil // most calendars have no busy time
+	}
 	cb, err = t.calBucket(calID, create)
 	if cb == nil || err != nil {
+		tc.busyLooked = err == nil
 		return nil, nil, nil, err
 	}
-	tc := t.txCal(calID)
 	if !tc.busyLooked {
 		tc.busyRecs, tc.busySlots, tc.busyLooked = cb.Bucket(subBusy), cb.Bucket(subBusySlots), true
 	}

@@ -58,10 +58,12 @@ func (t *Tx) Digest() (Digest, error) {
 	for _, id := range t.CalendarIDs() {
 		ids[string(id)] = true
 	}
-	_ = t.tx.Bucket(bucketCal).ForEach(func(k, _ []byte) error {
-		ids[string(k)] = true
-		return nil
-	})
+	for _, b := range [][]byte{bucketCal, bucketSpan} {
+		_ = t.tx.Bucket(b).ForEach(func(k, _ []byte) error {
+			ids[string(k)] = true
+			return nil
+		})
+	}
 	sorted := make([]string, 0, len(ids))
 	for id := range ids {
 		sorted = append(sorted, id)

@@ -3,6 +3,8 @@ package data
 import (
 	"bytes"
 	"encoding/binary"
+
+	bolt "go.etcd.io/bbolt"
 )
 
 var keyStreamID = []byte("stream") // identity of the stream the index was built from
@@ -26,13 +28,13 @@ func (t *Tx) SetStreamIdentity(id string) error {
 func (t *Tx) ResetPartition(p int, belongs func(calID string) bool) error {
 	t.forgetCalendars()
 	defer t.forgetCalendars()
-	root, cals := t.tx.Bucket(bucketCal), t.tx.Bucket(bucketCalendars)
+	root, cals, spans := t.tx.Bucket(bucketCal), t.tx.Bucket(bucketCalendars), t.tx.Bucket(bucketSpan)
+	seen := map[string]bool{}
 	var doomed [][]byte
-	for _, b := range []interface {
-		ForEach(func(k, v []byte) error) error
-	}{root, cals} {
+	for _, b := range []*bolt.Bucket{root, cals, spans} {
 		_ = b.ForEach(func(k, _ []byte) error {
-			if belongs(string(k)) {
+			if belongs(string(k)) && !seen[string(k)] {
+				seen[string(k)] = true
 				doomed = append(doomed, append([]byte(nil), k...))
 			}
 			return nil
@@ -45,6 +47,9 @@ func (t *Tx) ResetPartition(p int, belongs func(calID string) bool) error {
 			}
 		}
 		if err := cals.Delete(k); err != nil {
+			return err
+		}
+		if err := spans.Delete(k); err != nil {
 			return err
 		}
 		for _, name := range treeNames {

@@ -32,8 +32,12 @@ func (t *Tx) Request(calID, reqID string) (RequestRecord, bool, error) {
 // reqID created, if it did and the record is kept.
 func (t *Tx) creationRecord(calID, reqID string) (RequestRecord, bool, error) {
 	id := BookingID(calID, reqID)
+	if t.knownAbsent(calID, id) {
+		return RequestRecord{}, false, nil
+	}
 	v := t.calTree(calID, iBookings).Get(idKey(id))
 	if v == nil {
+		t.txCal(calID).absent = id
 		return RequestRecord{}, false, nil
 	}
 	s, err := decodeStoredBooking(calID, id, v)
@@ -57,25 +61,20 @@ func creationToRecord(calID, reqID string, cr *Creation, created *Booking) Reque
 // A request on a calendar that does not exist is recorded too. Only valid
 // commands are recorded, so rec must have a fingerprint.
 //
-// A record with Created set is the creation of that booking, which must
-// be the one BookingID(calID, reqID) names and already be stored: it is
-// kept in the booking's record, and its reply is rebuilt from the booking.
-// Any other record keeps rec.Reply.
+// The record of a request that created a booking or hold is not written
+// here but with the booking (CreateBooking): found from the request id
+// (the booking's id is BookingID(calID, reqID)), its reply is rebuilt from
+// the booking. Any other record keeps rec.Reply.
 func (t *Tx) PutRequest(calID, reqID string, rec RequestRecord) error {
 	fp, err := hex.DecodeString(rec.Fingerprint)
 	if err != nil || len(fp) != 16 {
 		return fmt.Errorf("data: request record of %s/%s without a fingerprint of 16 bytes", calID, reqID)
 	}
-	if _, err := t.calBucket(calID, true); err != nil {
+	if err := t.calMark(calID); err != nil {
 		return err
 	}
 	if rec.Created != nil {
-		if id := BookingID(calID, reqID); rec.Created.ID != id || rec.Created.CalendarID != calID {
-			return fmt.Errorf("data: request %s/%s did not create booking %s/%s", calID, reqID, rec.Created.CalendarID, rec.Created.ID)
-		}
-		cr := &Creation{V: rec.V, Kind: rec.Kind, Seq: rec.Seq, Expires: rec.Expires}
-		copy(cr.Fingerprint[:], fp)
-		return t.putCreation(calID, rec.Created.ID, cr)
+		return fmt.Errorf("data: the creation record of %s/%s is written with its booking (CreateBooking)", calID, reqID)
 	}
 	return t.calTree(calID, iRequests).Put([]byte(reqID), encodeRecord(fp, rec))
 }

@@ -52,17 +52,25 @@ func (t *Tx) PutExpiringRequest(p int, calID, reqID string, rec RequestRecord) e
 	if err := t.PutRequest(calID, reqID, rec); err != nil {
 		return err
 	}
+	return t.PutRequestExpiry(p, calID, reqID, rec.Expires)
+}
+
+// PutRequestExpiry lists the record of reqID on calID, which expires at
+// exp, in partition p's request expiry index: PutExpiringRequest does it
+// for a record of its own, the writer for a creation record kept with its
+// booking (CreateBooking).
+func (t *Tx) PutRequestExpiry(p int, calID, reqID string, exp time.Time) error {
 	b, err := t.tx.CreateBucketIfNotExists(bucketRequestExpiry)
 	if err != nil {
 		return err
 	}
-	if next, ok := t.nextExpiry[p]; ok && rec.Expires.Before(next) {
-		t.nextExpiry[p] = rec.Expires
+	if next, ok := t.nextExpiry[p]; ok && exp.Before(next) {
+		t.nextExpiry[p] = exp
 	}
 	// A record it replaces (one whose expiry had passed, or one kept
 	// forever) may leave an entry behind; PruneRequests then finds the
 	// record's expiry differs and only drops the entry.
-	return b.Put(requestExpiryKey(p, rec.Expires, calID, reqID), nil)
+	return b.Put(requestExpiryKey(p, exp, calID, reqID), nil)
 }
 
 // PruneRequests drops request records of partition p whose expiry is at or

@@ -137,7 +137,7 @@ func CheckRestored(path string, want SnapshotState, checkDigest bool) error {
 		if v := btx.Bucket(bucketMeta).Get(keySchema); string(v) != schemaVersion {
 			return fmt.Errorf("%w: %v: schema %q, this build needs %q", ErrSchema, ErrSnapshotMismatch, v, schemaVersion)
 		}
-		if btx.Bucket(treeBookings) == nil || btx.Bucket(treeSlots) == nil || btx.Bucket(treeRequests) == nil {
+		if btx.Bucket(treeBookings) == nil || btx.Bucket(treeSlots) == nil || btx.Bucket(treeRequests) == nil || btx.Bucket(bucketSpan) == nil {
 			return fmt.Errorf("%w: not a bookline index", ErrSnapshotMismatch)
 		}
 		tx := &Tx{tx: btx}

@@ -29,9 +29,9 @@ var (
 	bucketMeta      = []byte("meta")
 	bucketApplied   = []byte("applied")
 	bucketCalendars = []byte("calendars")
-	// cal/<id>: a small bucket per calendar that has bookings or
-	// request records (its maxspan, and its busy blocks: busy.go); the
-	// records themselves are in the shared trees of tree.go.
+	// cal/<id>: a bucket per calendar with busy blocks (busy.go);
+	// bookings, slots and request records are in the shared trees of
+	// tree.go, and the calendars that have any in bucketSpan.
 	bucketCal = []byte("cal")
 
 	keySchema = []byte("schema")
@@ -117,7 +117,7 @@ func OpenWith(path string, opt Options) (*Store, error) {
 		return nil, fmt.Errorf("data: open %s: %w", path, err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, name := range [][]byte{bucketMeta, bucketApplied, bucketCalendars, bucketCal, treeBookings, treeSlots, treeRequests} {
+		for _, name := range [][]byte{bucketMeta, bucketApplied, bucketCalendars, bucketCal, bucketSpan, treeBookings, treeSlots, treeRequests} {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return err
 			}

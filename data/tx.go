@@ -42,6 +42,11 @@ type txCalendar struct {
 	// check asks.
 	busyRecs, busySlots *bolt.Bucket
 	busyLooked          bool
+	// marked is set once the calendar is known to be in bucketSpan.
+	marked bool
+	// absent is a booking id found absent since the calendar's last
+	// booking write (see knownAbsent).
+	absent string
 }
 
 // Indexes of txCalendar.subs.
@@ -192,8 +197,7 @@ func (t *Tx) PutCalendar(c Calendar) error {
 	}
 	tc := t.txCal(c.ID)
 	tc.loaded, tc.found, tc.cal = false, false, Calendar{} // decoded from v when next read
-	_, err = t.calBucket(c.ID, true)
-	return err
+	return t.calMark(c.ID)
 }
 
 // calBucket returns the per-calendar bucket, creating it when asked.
