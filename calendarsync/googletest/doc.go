@@ -5,5 +5,6 @@
 // their id, with status cancelled), supports insert, get, patch, update,
 // delete, list with sync and page tokens, and freeBusy, and can inject
 // faults: any status with a Google error reason, errors after the change
-// was made (a lost response), slow responses and 401 for everything.
+// was made (a lost response), slow responses (dropped once the client gives
+// up) and 401 for everything.
 package googletest

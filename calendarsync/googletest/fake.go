@@ -1,6 +1,7 @@
 package googletest
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -29,6 +30,7 @@ type Fault struct {
 	// response lost on the way back).
 	After bool
 	// Delay before answering (a slow response; the client may time out).
+	// A request whose client gave up meanwhile is dropped, not applied.
 	Delay time.Duration
 	// RetryAfter, when set, is sent as the Retry-After header (seconds).
 	RetryAfter int
@@ -385,6 +387,15 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	s.requests.Add(1)
+	// Read the body first: net/http watches the connection (and ends
+	// r.Context() when the client goes away) only once the body is read,
+	// so without this a delayed patch whose client gave up would still be
+	// applied after the delay.
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		return
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
 	s.mu.Lock()
 	f := s.pickFault(r.Method)
 	delay := s.delay
