@@ -7,7 +7,17 @@
 // drains that outbox per calendar, in sequence order, with idempotent
 // calls: the Google event id is the booking id (26 characters of base32hex,
 // a valid client-chosen event id), so a retried insert answers 409
-// duplicate instead of creating a second event. Transient failures (429,
+// duplicate instead of creating a second event. Every patch is
+// conditional: it carries If-Match with the event's etag as the mirror
+// last saw it (kept in memory; the event is read first when it is not
+// known, and an event that already is what the operation wants is not
+// written), so a patch that Google applies late, after its call timed out
+// here, meets a newer etag and is refused (412) instead of overwriting a
+// later change. A 412 to the mirror's own patch means the event changed
+// under it: it is read again and patched from there, a few times at once,
+// then with the backoff of transient failures, never set aside. Inserts
+// need no condition (a second insert of the id answers 409), nor do
+// deletes (a booking's last operation). Transient failures (429,
 // 403 rate limits, 5xx, timeouts) are retried with capped exponential
 // backoff and jitter; usage quotas (quotaExceeded, dailyLimitExceeded)
 // pause every call for a long time; authorization failures (401,
@@ -25,10 +35,13 @@
 // the same way. It writes the index only through those commands (and its
 // own outbox bookkeeping).
 //
-// Caveats: sync tokens, push channels and link state live in memory (a
-// restart does a full resync, makes new channels and reports no last_sync
-// until the first success); the mirror is at least once and eventually
-// consistent; events edited by hand in Google are overwritten only when
-// their booking changes again; a change whose answer was lost may still
-// be applied by Google after a later one.
+// Caveats: sync tokens, push channels, link state and etags live in
+// memory (a restart does a full resync, makes new channels, reads each
+// event before its next change and reports no last_sync until the first
+// success); the mirror is at least once and eventually consistent; an
+// event edited by hand in Google keeps the edit until its booking changes
+// again, and is then overwritten (the stale etag's 412 makes the mirror
+// read the edit first; fields the mirror does not write, such as the
+// location, stay); a late insert or delete of the mirror's own may still
+// land after its retry, which at most repeats it.
 package calendarsync

@@ -216,9 +216,10 @@ func compareMirror(t testing.TB, n node, fake *googletest.Server, cal, googleCal
 // TestMirrorExactUnderFaultsAcrossRestart: hundreds of bookings, cancels,
 // reschedules and hold confirmations through a real node while the fake
 // fails a third of the calls at random (429, 403 rate limits, 500, 503,
-// 409, a change whose answer is lost, slower than the client timeout); the
-// node is restarted in the middle with work still queued. Once the outbox
-// drains, Google holds exactly the confirmed bookings.
+// 409, a change whose answer is lost, slower than the client timeout, a
+// call applied after its client gave up); the node is restarted in the
+// middle with work still queued. Once the outbox drains and the late calls
+// were tried, Google holds exactly the confirmed bookings.
 //
 // Around it: a second bookline calendar (bob, busy-synced) is linked to
 // the same Google calendar, whose zone is Los Angeles and which holds
@@ -232,13 +233,15 @@ func TestMirrorExactUnderFaultsAcrossRestart(t *testing.T) {
 	fake.AddCalendar(g)
 	fake.SetRandomFaults(0.35, 42, googletest.RateLimited, googletest.UserRateLimited, googletest.Forbidden403,
 		googletest.ServerError, googletest.Unavailable, googletest.Conflict, googletest.LostResponse,
-		// Slow answers, far past the client's 300 ms: the client gives up
-		// and the fake then drops the request. With a margin of less
-		// than a second, a CI machine busy enough to notice the closed
-		// connection late let a dropped patch land after the next one:
-		// the stale write the package comment describes, which the mirror
-		// does not prevent.
-		googletest.Fault{Delay: 3 * time.Second}, googletest.Fault{Delay: 3 * time.Second, Status: 500})
+		// Slow answers, past the client's 300 ms: the client gives up and
+		// the fake drops the request.
+		googletest.Fault{Delay: time.Second}, googletest.Fault{Delay: time.Second, Status: 500},
+		// Requests Google applies after their client gave up: after the
+		// retry, now and then after the next operation of the same
+		// booking. Only the If-Match of patches keeps them from
+		// overwriting newer changes.
+		googletest.Fault{Late: 500 * time.Millisecond}, googletest.Fault{Late: 2 * time.Second},
+		googletest.Fault{Late: time.Second, Status: 500, Reason: "backendError"})
 	dir := t.TempDir()
 	gc := fastRetries(fake.Service)
 	n := startNode(t, dir, gc)
@@ -366,6 +369,7 @@ func TestMirrorExactUnderFaultsAcrossRestart(t *testing.T) {
 		}
 		return nil
 	})
+	lateTried(t, fake)
 	confirmed := compareMirror(t, n, fake, "alice", g)
 	if confirmed != len(live) {
 		t.Fatalf("%d confirmed bookings in the index, the test made %d", confirmed, len(live))
@@ -376,6 +380,7 @@ func TestMirrorExactUnderFaultsAcrossRestart(t *testing.T) {
 		}
 		return nil
 	})
+	lateTried(t, fake)
 	if c := compareMirror(t, n, fake, "bob", g); c != len(bobLive) {
 		t.Fatalf("bob: %d confirmed, the test kept %d", c, len(bobLive))
 	}
@@ -409,15 +414,35 @@ func TestMirrorExactUnderFaultsAcrossRestart(t *testing.T) {
 		}
 	}
 	req, writes, injected := fake.Stats()
+	lateApplied, lateRefused, _ := fake.LateRequests()
 	st := n.GoogleStatus("alice", &data.GoogleLink{CalendarID: g})
-	t.Logf("%d confirmed, %d events; fake: %d requests, %d writes, %d injected faults; status %+v", confirmed, len(fake.Events(g)), req, writes, injected, st)
+	t.Logf("%d confirmed, %d events; fake: %d requests, %d writes, %d injected faults, late calls %d applied and %d refused, %d changes refused by If-Match; status %+v",
+		confirmed, len(fake.Events(g)), req, writes, injected, lateApplied, lateRefused, fake.PreconditionFailures(), st)
 	if injected == 0 || len(st.Failures) == 0 {
 		t.Fatalf("no faults were injected or seen")
+	}
+	// Seldom is a booking changed again within a late call's delay here
+	// (TestLatePatchCannotOverwriteANewerOne makes sure of it), but late
+	// patches meet the newer etag of their retry.
+	if lateRefused == 0 || fake.PreconditionFailures() == 0 {
+		t.Fatalf("no late change was refused by its If-Match: the late calls were not exercised")
 	}
 	if st.Status != calendarsync.StatusOK || st.DeadLetters != 0 {
 		t.Fatalf("status %+v", st)
 	}
 	stopNode(t, n)
+}
+
+// lateTried waits until the fake has tried every call it holds to apply
+// late.
+func lateTried(t testing.TB, fake *googletest.Server) {
+	t.Helper()
+	queuetest.CheckFor(t, 20*time.Second, func() error {
+		if _, _, p := fake.LateRequests(); p > 0 {
+			return fmt.Errorf("%d late calls not tried yet", p)
+		}
+		return nil
+	})
 }
 
 // TestExternalEventBlocksBooking: an event created directly in Google blocks

@@ -21,6 +21,10 @@ const (
 	actConflict               // 409 duplicate
 	actGone                   // 410
 	actThrottle               // usage quota spent: every call waits long
+	// actPrecondition: 412, the event changed since its etag was read
+	// (a late write of ours, another instance, a hand edit): read it
+	// again and re-apply; never a dead letter, never the link's fault.
+	actPrecondition
 )
 
 // Failure reasons (metric labels; stable).
@@ -37,6 +41,7 @@ const (
 	ReasonCredentials      = "credentials"
 	ReasonNoCredentials    = "no_credentials"
 	ReasonBadRequest       = "bad_request"
+	ReasonPrecondition     = "precondition_failed"
 	ReasonOther            = "other"
 )
 
@@ -84,6 +89,8 @@ func classify(err error) (action, string) {
 			return actConflict, ReasonOther
 		case ge.Code == http.StatusGone:
 			return actGone, ReasonOther
+		case ge.Code == http.StatusPreconditionFailed:
+			return actPrecondition, ReasonPrecondition
 		case ge.Code >= 500:
 			return actRetry, ReasonServerError
 		case ge.Code == http.StatusBadRequest:

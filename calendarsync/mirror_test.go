@@ -288,3 +288,177 @@ func TestUnlinkAfterRestartClearsBusyTime(t *testing.T) {
 		return nil
 	})
 }
+
+// reschedule moves booking id of cal to slot i.
+func reschedule(t testing.TB, n node, cal, id string, i int) {
+	t.Helper()
+	s, e := slot(i)
+	if r := submit(t, n, &actor.Command{Type: actor.TypeBookingReschedule, CalendarID: cal, BookingID: id,
+		Reschedule: &actor.IntervalSpec{Start: s, End: e}}); r.Outcome != actor.OutcomeAccepted {
+		t.Fatalf("reschedule: %+v", r)
+	}
+}
+
+// eventAt fails unless the event of booking id in Google is at slot i.
+func eventAt(t testing.TB, fake *googletest.Server, g, id string, i int) {
+	t.Helper()
+	ev := fake.Events(g)[id]
+	s, e, _ := googletest.Interval(&ev)
+	ws, we := slot(i)
+	if !s.Equal(ws) || !e.Equal(we) || ev.Status != "confirmed" {
+		t.Fatalf("the event is [%s, %s) %s, want [%s, %s) confirmed", s, e, ev.Status, ws, we)
+	}
+}
+
+// TestLatePatchCannotOverwriteANewerOne: the patch of a first reschedule
+// times out here but Google applies it later, after the mirror retried it
+// and after the patch of a second reschedule. It carries the etag the
+// event had before the first, so Google refuses it (412) and the event
+// stays where the second put it.
+func TestLatePatchCannotOverwriteANewerOne(t *testing.T) {
+	fake := googletest.New(t)
+	const g = "late@example.com"
+	fake.AddCalendar(g)
+	n := startNode(t, t.TempDir(), fastRetries(fake.Service))
+	defer stopNode(t, n)
+	link(t, n, "late", g, false)
+	s, e := slot(1)
+	id := book(t, n, "late", s, e).Booking.ID
+	waitDrained(t, n, "late")
+
+	// Far past the client's 300 ms: the retry and the second reschedule
+	// are done long before.
+	fake.Inject("PATCH", googletest.Fault{Late: 2 * time.Second})
+	reschedule(t, n, "late", id, 3)
+	reschedule(t, n, "late", id, 5)
+	waitDrained(t, n, "late")
+	if a, r, _ := fake.LateRequests(); a+r > 0 {
+		t.Skip("the late patch landed before the mirror was done: this machine is too slow to order them")
+	}
+	eventAt(t, fake, g, id, 5)
+	queuetest.CheckFor(t, 20*time.Second, func() error {
+		if _, _, p := fake.LateRequests(); p > 0 {
+			return fmt.Errorf("the late patch was not tried yet")
+		}
+		return nil
+	})
+	if a, r, _ := fake.LateRequests(); a != 0 || r != 1 {
+		t.Errorf("late patch: %d applied, %d refused; want it refused", a, r)
+	}
+	eventAt(t, fake, g, id, 5)
+	compareMirror(t, n, fake, "late", g)
+	if st := status(n, "late", g); st.Status != calendarsync.StatusOK || st.DeadLetters != 0 {
+		t.Fatalf("status %+v", st)
+	}
+}
+
+// TestLatePatchBeforeTheRetry: Google applies the timed-out patch before
+// the retry reads the event; the read shows the change is there, and the
+// retry writes nothing.
+func TestLatePatchBeforeTheRetry(t *testing.T) {
+	fake := googletest.New(t)
+	const g = "early@example.com"
+	fake.AddCalendar(g)
+	n := startNode(t, t.TempDir(), fastRetries(fake.Service))
+	defer stopNode(t, n)
+	link(t, n, "early", g, false)
+	s, e := slot(1)
+	id := book(t, n, "early", s, e).Booking.ID
+	waitDrained(t, n, "early")
+	_, before, _ := fake.Stats()
+	// Applied while the client still waits; the client is answered 503.
+	fake.Inject("PATCH", googletest.Fault{Late: 50 * time.Millisecond})
+	reschedule(t, n, "early", id, 3)
+	waitDrained(t, n, "early")
+	eventAt(t, fake, g, id, 3)
+	if a, r, _ := fake.LateRequests(); a != 1 || r != 0 {
+		t.Fatalf("late patch: %d applied, %d refused", a, r)
+	}
+	if _, w, _ := fake.Stats(); w-before != 1 {
+		t.Fatalf("%d writes for one reschedule whose first patch was applied", w-before)
+	}
+	reschedule(t, n, "early", id, 5)
+	waitDrained(t, n, "early")
+	eventAt(t, fake, g, id, 5)
+}
+
+// TestPreconditionFailedReadsAgain: the event changed in Google since the
+// mirror wrote it (a hand edit, another instance), so the next patch,
+// conditional on the old etag, answers 412: the mirror reads the event
+// again and patches it from there; it neither degrades the link nor sets
+// the operation aside. When the event already is what the operation
+// wants, nothing is written.
+func TestPreconditionFailedReadsAgain(t *testing.T) {
+	fake := googletest.New(t)
+	const g = "edit@example.com"
+	fake.AddCalendar(g)
+	gc := fastRetries(fake.Service)
+	gc.EntryAttempts = 2
+	reasons := make(chan string, 1000)
+	gc.OnFailure = func(r string) { reasons <- r }
+	n := startNode(t, t.TempDir(), gc)
+	defer stopNode(t, n)
+	link(t, n, "edit", g, false)
+	s, e := slot(1)
+	bk := book(t, n, "edit", s, e).Booking
+	waitDrained(t, n, "edit")
+	preconditions := func() (k int) {
+		for {
+			select {
+			case r := <-reasons:
+				if r == calendarsync.ReasonPrecondition {
+					k++
+				}
+			default:
+				return k
+			}
+		}
+	}
+
+	// Moved and retitled by hand, then the booking moves: overwritten.
+	ev := fake.Events(g)[bk.ID]
+	hs, he := slot(2)
+	ev.Summary, ev.Start, ev.End = "moved by hand", dt(hs), dt(he)
+	fake.PutEvent(g, ev)
+	reschedule(t, n, "edit", bk.ID, 3)
+	waitDrained(t, n, "edit")
+	eventAt(t, fake, g, bk.ID, 3)
+	if got := fake.Events(g)[bk.ID].Summary; got != calendarsync.DefaultEventTitle {
+		t.Fatalf("title %q", got)
+	}
+	if k := preconditions(); k != 1 {
+		t.Fatalf("%d precondition failures, want 1", k)
+	}
+
+	// Changed in Google to exactly what the next operation wants (as a
+	// late write of ours would): the 412 and the read, no write.
+	moved := *bk
+	moved.Start, moved.End = slot(5)
+	want := *calendarsync.EventFor(&moved, &data.GoogleLink{CalendarID: g})
+	fake.PutEvent(g, want)
+	_, before, _ := fake.Stats()
+	reschedule(t, n, "edit", bk.ID, 5)
+	waitDrained(t, n, "edit")
+	eventAt(t, fake, g, bk.ID, 5)
+	if _, w, _ := fake.Stats(); w != before {
+		t.Fatalf("%d writes to an event already right", w-before)
+	}
+	if k := preconditions(); k != 1 {
+		t.Fatalf("%d precondition failures, want 1", k)
+	}
+
+	// 412 on every patch for a while: more than EntryAttempts rounds of
+	// patch's own re-reads, still neither a dead letter nor degraded.
+	for range 10 {
+		fake.Inject("PATCH", googletest.Fault{Status: 412, Reason: "conditionNotMet"})
+	}
+	reschedule(t, n, "edit", bk.ID, 7)
+	waitDrained(t, n, "edit")
+	eventAt(t, fake, g, bk.ID, 7)
+	if k := preconditions(); k != 10 {
+		t.Fatalf("%d precondition failures, want 10", k)
+	}
+	if st := status(n, "edit", g); st.Status != calendarsync.StatusOK || st.DeadLetters != 0 || st.Failures[calendarsync.ReasonPrecondition] != 12 {
+		t.Fatalf("status %+v", st)
+	}
+}

@@ -203,6 +203,9 @@ type Syncer struct {
 	chanByCal map[string]*pushChannel
 	watching  atomic.Bool
 	runCtx    context.Context
+	// etags: the etag of each mirrored event as Google last showed it,
+	// for the If-Match of its next change.
+	etags *etagCache
 }
 
 // New creates a Syncer on the index store; publish sends busy commands.
@@ -216,7 +219,8 @@ func New(cfg Config, store *data.Store, publish Publisher) *Syncer {
 	}
 	return &Syncer{cfg: cfg, store: store, publish: publish, log: cfg.Logger.With("component", "calendarsync"),
 		kick: make(chan struct{}, 1), links: map[string]*linkState{}, running: map[string]bool{}, busyKnown: map[string]bool{}, limiter: lim,
-		chanByID: map[string]*pushChannel{}, chanByCal: map[string]*pushChannel{}, pruned: map[string]time.Time{}}
+		chanByID: map[string]*pushChannel{}, chanByCal: map[string]*pushChannel{}, pruned: map[string]time.Time{},
+		etags: newEtagCache(etagCacheSize)}
 }
 
 // RateLimit is the limit of Google calls per second of all calendars.
@@ -668,6 +672,9 @@ func (s *Syncer) mirrorOne(ctx context.Context, e data.SyncEntry, link *data.Goo
 				return false, ""
 			}
 		default:
+			// Transient failures, and 412s that outlasted patch's own
+			// re-reads (an event changing under it): never the entry's
+			// fault, so never a dead letter.
 			s.log.Debug("google call failed; retrying", "calendar", e.Calendar, "reason", reason, "err", err)
 			if !sleep(ctx, backoff(retry, s.cfg.RetryBase, s.cfg.RetryMax), nil) {
 				return false, ""
@@ -747,6 +754,10 @@ func (s *Syncer) applyOnce(ctx context.Context, e data.SyncEntry, link *data.Goo
 	g := e.GoogleCalendar
 	switch e.Op {
 	case data.SyncDelete:
+		// Unconditional: a delete is a booking's last operation, and a
+		// change of ours arriving after it carries an older etag, so
+		// Google refuses it (412). The etag is of no further use.
+		s.etags.forget(eventKey{g, ev.Id})
 		c, cancel := s.callCtx(ctx)
 		err := svc.Events.Delete(g, ev.Id).Context(c).Do()
 		cancel()
@@ -759,37 +770,91 @@ func (s *Syncer) applyOnce(ctx context.Context, e data.SyncEntry, link *data.Goo
 		}
 		return err
 	case data.SyncUpdate:
-		// No status in this patch: a patch that arrives late (its call
-		// timed out here but ran in Google after the booking's delete)
-		// must not bring a deleted event back.
+		// No status in this patch, a second guard besides its If-Match: a
+		// patch Google applies late must never bring a deleted event back.
 		moved := *ev
 		moved.Status = ""
-		err := s.patch(ctx, svc, g, &moved)
+		err := s.patch(ctx, svc, e.Calendar, g, &moved)
 		if act, _ := classify(err); err != nil && (act == actNotFound || act == actGone) {
-			return s.insert(ctx, svc, g, ev) // never mirrored (linked later)
+			return s.insert(ctx, svc, e.Calendar, g, ev) // never mirrored (linked later)
 		}
 		return err
 	default:
-		return s.insert(ctx, svc, g, ev)
+		return s.insert(ctx, svc, e.Calendar, g, ev)
 	}
 }
 
-// patch changes the event. Google answers 403 to a change of an event its
-// owner deleted in the UI; that 403 is about the event, not the link.
-func (s *Syncer) patch(ctx context.Context, svc *calendar.Service, g string, ev *calendar.Event) error {
+// preconditionRounds is how often patch reads the event and tries again
+// after 412s in a row before it leaves the operation to mirrorOne's
+// backoff: a few rounds absorb a late write or a hand edit at once, and
+// an event that keeps changing under it cannot make it spin.
+const preconditionRounds = 3
+
+// getEvent reads the event and remembers its etag.
+func (s *Syncer) getEvent(ctx context.Context, svc *calendar.Service, g, id string) (*calendar.Event, error) {
 	c, cancel := s.callCtx(ctx)
-	_, err := svc.Events.Patch(g, ev.Id, ev).Context(c).Do()
+	got, err := svc.Events.Get(g, id).Context(c).Do()
 	cancel()
-	if act, reason := classify(err); err == nil || act != actDegrade || reason != ReasonForbidden {
+	if err != nil {
+		s.etags.forget(eventKey{g, id})
+		return nil, err
+	}
+	s.etags.put(eventKey{g, id}, got.Etag)
+	return got, nil
+}
+
+// patch brings the event to ev by a patch conditional on the etag the
+// mirror last saw (If-Match), reading the event first when that etag is
+// not known; an event that already is ev is left alone. A write of ours
+// that Google applies late (its call timed out here) carries an older
+// etag than any later change, so Google refuses it instead of letting it
+// overwrite that change. 412 means the event changed since its etag was
+// read: it is read and patched again. cal is the bookline calendar (for
+// the failure counts).
+//
+// Google answers 403 to a change of an event its owner deleted in the UI;
+// that 403 is about the event, not the link.
+func (s *Syncer) patch(ctx context.Context, svc *calendar.Service, cal, g string, ev *calendar.Event) error {
+	key := eventKey{g, ev.Id}
+	etag, known := s.etags.get(key)
+	for round := 1; ; round++ {
+		if !known {
+			got, err := s.getEvent(ctx, svc, g, ev.Id)
+			if err != nil {
+				return err
+			}
+			if got.Status != "cancelled" && sameEvent(got, ev) {
+				return nil
+			}
+			etag = got.Etag
+		}
+		c, cancel := s.callCtx(ctx)
+		call := svc.Events.Patch(g, ev.Id, ev).Context(c)
+		call.Header().Set("If-Match", etag)
+		got, err := call.Do()
+		cancel()
+		if err == nil {
+			s.etags.put(key, got.Etag)
+			return nil
+		}
+		// Applied or not, late or never (a timeout, a 5xx), or changed by
+		// someone else (412): only a new read tells the etag.
+		s.etags.forget(key)
+		act, reason := classify(err)
+		if act == actPrecondition && round < preconditionRounds && ctx.Err() == nil {
+			s.failed(cal, reason)
+			known = false
+			continue
+		}
+		if act != actDegrade || reason != ReasonForbidden {
+			return err
+		}
+		got, gerr := s.getEvent(ctx, svc, g, ev.Id)
+		if gerr == nil && got.Status == "cancelled" {
+			return &entryError{fmt.Errorf("the event was deleted in Google and cannot be changed: %w", err)}
+		}
 		return err
 	}
-	c, cancel = s.callCtx(ctx)
-	got, gerr := svc.Events.Get(g, ev.Id).Context(c).Do()
-	cancel()
-	if gerr == nil && got.Status == "cancelled" {
-		return &entryError{fmt.Errorf("the event was deleted in Google and cannot be changed: %w", err)}
-	}
-	return err
 }
 
 // calendarReadable tells a missing event from a missing calendar: nil when
@@ -801,26 +866,31 @@ func (s *Syncer) calendarReadable(ctx context.Context, svc *calendar.Service, g 
 	return err
 }
 
-// insert creates the event; a 409 means an earlier attempt created it: if
-// that event was deleted since (status cancelled) or differs, it is
-// restored by a patch.
-func (s *Syncer) insert(ctx context.Context, svc *calendar.Service, g string, ev *calendar.Event) error {
+// insert creates the event (Google has no conditional insert; the
+// client-chosen id makes every insert after the first answer 409); a 409
+// means an earlier attempt created it: if that event was deleted since
+// (status cancelled) or differs, it is restored by a conditional patch.
+func (s *Syncer) insert(ctx context.Context, svc *calendar.Service, cal, g string, ev *calendar.Event) error {
+	key := eventKey{g, ev.Id}
 	c, cancel := s.callCtx(ctx)
-	_, err := svc.Events.Insert(g, ev).Context(c).Do()
+	created, err := svc.Events.Insert(g, ev).Context(c).Do()
 	cancel()
-	if act, _ := classify(err); err == nil || act != actConflict {
+	if err == nil {
+		s.etags.put(key, created.Etag)
+		return nil
+	}
+	s.etags.forget(key)
+	if act, _ := classify(err); act != actConflict {
 		return err
 	}
-	c, cancel = s.callCtx(ctx)
-	got, err := svc.Events.Get(g, ev.Id).Context(c).Do()
-	cancel()
+	got, err := s.getEvent(ctx, svc, g, ev.Id)
 	if act, _ := classify(err); err != nil && (act == actNotFound || act == actGone) {
 		return &entryError{errInconsistent}
 	} else if err != nil {
 		return err
 	}
 	if got.Status == "cancelled" || !sameEvent(got, ev) {
-		return s.patch(ctx, svc, g, ev)
+		return s.patch(ctx, svc, cal, g, ev)
 	}
 	return nil
 }
@@ -839,5 +909,14 @@ func sameEvent(a, b *calendar.Event) bool {
 		}
 		return e.ExtendedProperties.Private[PropBookingID]
 	}
-	return at(a.Start).Equal(at(b.Start)) && at(a.End).Equal(at(b.End)) && prop(a) == prop(b) && a.Summary == b.Summary
+	// Google leaves out fields at their defaults.
+	orDef := func(v, def string) string {
+		if v == "" {
+			return def
+		}
+		return v
+	}
+	return at(a.Start).Equal(at(b.Start)) && at(a.End).Equal(at(b.End)) && prop(a) == prop(b) && a.Summary == b.Summary &&
+		a.Description == b.Description && orDef(a.Visibility, "default") == orDef(b.Visibility, "default") &&
+		orDef(a.Transparency, "opaque") == orDef(b.Transparency, "opaque")
 }

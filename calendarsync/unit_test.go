@@ -43,6 +43,7 @@ func TestClassify(t *testing.T) {
 		{gerr(404, "notFound"), actNotFound, ReasonCalendarNotFound},
 		{gerr(409, "duplicate"), actConflict, ReasonOther},
 		{gerr(410, "deleted"), actGone, ReasonOther},
+		{gerr(412, "conditionNotMet"), actPrecondition, ReasonPrecondition},
 		{gerr(500, "backendError"), actRetry, ReasonServerError},
 		{gerr(503, ""), actRetry, ReasonServerError},
 		{gerr(400, "invalid"), actDrop, ReasonBadRequest},
@@ -143,5 +144,34 @@ func TestTokenRefreshIsBounded(t *testing.T) {
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("the refresh is not bounded")
+	}
+}
+
+func TestEtagCacheIsBoundedLRU(t *testing.T) {
+	c := newEtagCache(2)
+	a, b, d := eventKey{"g", "a"}, eventKey{"g", "b"}, eventKey{"g", "d"}
+	c.put(a, `"1"`)
+	c.put(b, `"2"`)
+	if _, ok := c.get(a); !ok { // a is now the most recently used
+		t.Fatal("a missing")
+	}
+	c.put(d, `"3"`)
+	if _, ok := c.get(b); ok || c.len() != 2 {
+		t.Fatalf("the least recently used entry must go first (len %d)", c.len())
+	}
+	if e, _ := c.get(a); e != `"1"` {
+		t.Fatalf("a = %q", e)
+	}
+	c.put(a, `"4"`)
+	if e, _ := c.get(a); e != `"4"` || c.len() != 2 {
+		t.Fatalf("a = %q, len %d", e, c.len())
+	}
+	if _, ok := c.get(eventKey{"other", "a"}); ok {
+		t.Fatal("etags are per Google calendar")
+	}
+	c.put(a, "") // an answer without an etag
+	c.forget(d)
+	if _, ok := c.get(a); ok || c.len() != 0 {
+		t.Fatalf("len %d after forgetting everything", c.len())
 	}
 }

@@ -80,7 +80,7 @@ func NewMetrics() *Metrics {
 	}, []string{"reason"})
 	m.syncFails = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "bookline_calendar_sync_failures_total",
-		Help: "Failed Google Calendar calls of the sync, by reason (rate_limited, quota_exceeded, server_error, timeout, network, unauthorized, invalid_grant, forbidden, calendar_not_found, credentials, bad_request, other).",
+		Help: "Failed Google Calendar calls of the sync, by reason (rate_limited, quota_exceeded, server_error, timeout, network, unauthorized, invalid_grant, forbidden, calendar_not_found, credentials, bad_request, precondition_failed, other).",
 	}, []string{"reason"})
 	m.logSync = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "bookline_log_sync_duration_seconds",

@@ -3,7 +3,10 @@
 // (google.golang.org/api/calendar/v3) talks to it through
 // option.WithEndpoint. It keeps events per calendar (deleted events keep
 // their id, with status cancelled), supports insert, get, patch, update,
-// delete, list with sync and page tokens, and freeBusy, and can inject
-// faults: any status with a Google error reason, errors after the change
-// was made (a lost response), slow responses and 401 for everything.
+// delete (honouring If-Match with 412 conditionNotMet; every change makes
+// a new etag), list with sync and page tokens, and freeBusy, and can
+// inject faults: any status with a Google error reason, errors after the
+// change was made (a lost response), slow responses (dropped once the
+// client gives up), requests applied late, after their client gave up
+// (Fault.Late), and 401 for everything.
 package googletest

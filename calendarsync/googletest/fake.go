@@ -1,6 +1,7 @@
 package googletest
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -29,7 +30,15 @@ type Fault struct {
 	// response lost on the way back).
 	After bool
 	// Delay before answering (a slow response; the client may time out).
+	// A request whose client gave up meanwhile is dropped, not applied.
 	Delay time.Duration
+	// Late applies the request Late after it arrived, whatever the client
+	// did meanwhile, as Google may apply a call whose client timed out:
+	// the request is answered nothing until its client gives up (or, with
+	// Status, that error at once; if the client still waits when the
+	// request is applied, 503). If-Match is evaluated when it is applied.
+	// LateRequests counts the outcomes. Delay and After are ignored.
+	Late time.Duration
 	// RetryAfter, when set, is sent as the Retry-After header (seconds).
 	RetryAfter int
 }
@@ -90,6 +99,13 @@ type Server struct {
 	requests atomic.Int64
 	writes   atomic.Int64
 	injected atomic.Int64
+	// Requests of Late faults: applied (answered 2xx then), refused
+	// (e.g. 412) or not yet tried.
+	lateApplied, lateRejected, latePending atomic.Int64
+	preconditionFailed                     atomic.Int64 // 412s answered (not injected)
+	late                                   sync.WaitGroup
+	closed                                 chan struct{}
+	closeOnce                              sync.Once
 }
 
 type queuedFault struct {
@@ -101,14 +117,18 @@ type queuedFault struct {
 // answer 404 notFound). It is closed at the end of the test.
 func New(tb testing.TB) *Server {
 	s := &Server{cals: map[string]map[string]*stored{}, zones: map[string]string{}, channels: map[string]*channel{},
-		chanTTL: time.Hour, hc: &http.Client{Timeout: 5 * time.Second}, rng: rand.New(rand.NewPCG(1, 2))}
+		chanTTL: time.Hour, hc: &http.Client{Timeout: 5 * time.Second}, rng: rand.New(rand.NewPCG(1, 2)), closed: make(chan struct{})}
 	s.srv = httptest.NewServer(http.HandlerFunc(s.serve))
 	tb.Cleanup(s.Close)
 	return s
 }
 
-// Close stops the server.
-func (s *Server) Close() { s.srv.Close() }
+// Close stops the server; late requests not applied yet never are.
+func (s *Server) Close() {
+	s.closeOnce.Do(func() { close(s.closed) })
+	s.late.Wait()
+	s.srv.Close()
+}
 
 // Endpoint is the base URL for option.WithEndpoint (trailing slash included).
 func (s *Server) Endpoint() string { return s.srv.URL + "/calendar/v3/" }
@@ -229,6 +249,17 @@ func (s *Server) ExpireSyncTokens() {
 func (s *Server) Stats() (requests, writes, injected int64) {
 	return s.requests.Load(), s.writes.Load(), s.injected.Load()
 }
+
+// LateRequests counts the requests of Late faults applied (answered 2xx
+// when applied), refused (any other answer, e.g. 412 for an If-Match that
+// no longer holds) and still waiting to be tried.
+func (s *Server) LateRequests() (applied, rejected, pending int64) {
+	return s.lateApplied.Load(), s.lateRejected.Load(), s.latePending.Load()
+}
+
+// PreconditionFailures counts the changes refused with 412 because their
+// If-Match named an etag the event no longer had (injected 412s aside).
+func (s *Server) PreconditionFailures() int64 { return s.preconditionFailed.Load() }
 
 // Events returns a copy of every event of calendar id, cancelled ones too,
 // by event id.
@@ -385,6 +416,15 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	s.requests.Add(1)
+	// Read the body first: net/http watches the connection (and ends
+	// r.Context() when the client goes away) only once the body is read,
+	// so without this a delayed patch whose client gave up would still be
+	// applied after the delay.
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		return
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
 	s.mu.Lock()
 	f := s.pickFault(r.Method)
 	delay := s.delay
@@ -397,6 +437,10 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	if f != nil {
 		s.injected.Add(1)
 		delay += f.Delay
+	}
+	if f != nil && f.Late > 0 {
+		s.serveLate(w, r, body, *f)
+		return
 	}
 	if !sleepCtx(r.Context(), delay) {
 		return
@@ -413,6 +457,60 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.route(w, r)
+}
+
+// serveLate applies request r (with body) f.Late after now, off the
+// client's request, and answers as f says meanwhile.
+func (s *Server) serveLate(w http.ResponseWriter, r *http.Request, body []byte, f Fault) {
+	req := r.Clone(context.Background())
+	req.Body = io.NopCloser(bytes.NewReader(body))
+	applied := make(chan struct{})
+	s.late.Add(1)
+	s.latePending.Add(1)
+	go func() {
+		defer s.late.Done()
+		defer s.latePending.Add(-1)
+		defer close(applied)
+		t := time.NewTimer(f.Late)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-s.closed:
+			return
+		}
+		rec := httptest.NewRecorder()
+		s.route(rec, req)
+		if rec.Code/100 == 2 {
+			s.lateApplied.Add(1)
+		} else {
+			s.lateRejected.Add(1)
+		}
+	}()
+	if f.Status != 0 {
+		writeErrorAfter(w, f.Status, f.Reason, "injected fault; the request will be applied later", f.RetryAfter)
+		return
+	}
+	select {
+	case <-r.Context().Done():
+	case <-s.closed:
+	case <-applied:
+		writeError(w, 503, "backendError", "injected fault; the request was applied late")
+	}
+}
+
+// ifMatch reports whether the request's If-Match header, if any, names
+// the stored event's etag (or is "*"), as Google checks it on changes.
+func ifMatch(r *http.Request, st *stored) bool {
+	want := r.Header.Get("If-Match")
+	if want == "" || want == "*" {
+		return true
+	}
+	for _, tag := range strings.Split(want, ",") {
+		if strings.TrimSpace(tag) == st.ev.Etag {
+			return true
+		}
+	}
+	return false
 }
 
 func (s *Server) route(w http.ResponseWriter, r *http.Request) {
@@ -476,6 +574,11 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 			writeError(w, 404, "notFound", "event not found")
 			return
 		}
+		if !ifMatch(r, st) {
+			s.preconditionFailed.Add(1)
+			writeError(w, 412, "conditionNotMet", "Precondition Failed")
+			return
+		}
 		if st.userDeleted {
 			writeError(w, 403, "forbidden", "Forbidden")
 			return
@@ -514,6 +617,9 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case st == nil:
 			writeError(w, 404, "notFound", "event not found")
+		case !ifMatch(r, st):
+			s.preconditionFailed.Add(1)
+			writeError(w, 412, "conditionNotMet", "Precondition Failed")
 		case st.ev.Status == "cancelled":
 			writeError(w, 410, "deleted", "Resource has been deleted")
 		default:
