@@ -2,6 +2,10 @@ package actor_test
 
 import (
 	"fmt"
+	"hash/fnv"
+	"os"
+	"path/filepath"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -137,4 +141,84 @@ func cpuTime() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkIndexSize builds an index the way a replay does (ApplyReplay in
+// chunks of 16384 commands over 2 partitions, committed without fsync)
+// from b.N bookings spread round-robin over 10,000 calendars, as the
+// recovery benchmark's data (request ids b-<n>, customers customer-b-<n>,
+// 30-minute slots one after another per calendar), and reports the index
+// file's bytes per booking. Run with -benchtime 1000000x for the figure
+// of 1M bookings.
+func BenchmarkIndexSize(b *testing.B) {
+	path := filepath.Join(b.TempDir(), "index.db")
+	s, err := data.Open(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	const cals, parts, chunk = 10000, 2, 16384
+	h := &ruleHarness{tb: b, s: s}
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	var ups []actor.Input
+	for c := 0; c < cals; c++ {
+		ups = append(ups, h.input(now, actor.Command{Type: actor.TypeCalendarUpsert, CalendarID: fmt.Sprintf("cal-%05d", c),
+			Calendar: &actor.CalendarSpec{Name: "cal", Timezone: "UTC"}}))
+	}
+	apply := func(in []actor.Input) {
+		byPart := make([][]actor.Decoded, parts)
+		for _, m := range in {
+			p := queuePartition(m.SubjectCalendar, parts)
+			byPart[p] = append(byPart[p], actor.Decode(m))
+		}
+		if err := s.CommitUnsynced(func(tx *data.Tx) error {
+			for p, batch := range byPart {
+				if _, err := actor.ApplyReplay(tx, p, batch); err != nil {
+					return err
+				}
+			}
+			return nil
+		}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	apply(ups)
+	start := time.Date(2027, 1, 4, 0, 0, 0, 0, time.UTC)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for off := 0; off < b.N; off += chunk {
+		b.StopTimer()
+		in := make([]actor.Input, 0, chunk)
+		for i := off; i < min(off+chunk, b.N); i++ {
+			req := "b-" + strconv.Itoa(i)
+			in = append(in, h.input(now, actor.Command{Type: actor.TypeBookingCreate, RequestID: req, CalendarID: fmt.Sprintf("cal-%05d", i%cals),
+				Booking: &actor.BookingSpec{Start: start.Add(time.Duration(i/cals) * 30 * time.Minute), End: start.Add(time.Duration(i/cals+1) * 30 * time.Minute), Customer: "customer-" + req}}))
+		}
+		b.StartTimer()
+		apply(in)
+	}
+	b.StopTimer()
+	confirmed := 0
+	_ = s.View(func(tx *data.Tx) error {
+		d, err := tx.Digest()
+		confirmed = int(d.Counts["confirmed"])
+		return err
+	})
+	if confirmed != b.N {
+		b.Fatalf("%d confirmed bookings, want %d", confirmed, b.N)
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(fi.Size())/float64(b.N), "index-B/booking")
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "commands/s")
+}
+
+// queuePartition is queue.PartitionOf's choice (FNV-1a of the calendar id),
+// which this package cannot import.
+func queuePartition(cal string, n int) int {
+	h := fnv.New32a()
+	h.Write([]byte(cal))
+	return int(h.Sum32() % uint32(n))
 }
