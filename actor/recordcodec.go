@@ -171,9 +171,35 @@ func (d *Decoded) creation() *data.Creation {
 // a booking or hold d created (createBooking, createHold): the record that
 // CreateBooking kept with the booking answers it.
 func isCreation(d *Decoded, r *Reply) bool {
+	return plainCreation(r, d.Cmd.CalendarID, d.Cmd.RequestID, d.Seq) && r.V == SchemaVersion
+}
+
+// plainCreation reports whether r, decided at seq for request reqID on
+// cal, is the acceptance of the booking or hold it created and nothing
+// else: ReplyFromRecord rebuilds exactly such a reply from the booking.
+func plainCreation(r *Reply, cal, reqID string, seq uint64) bool {
 	return (r.Type == TypeBookingCreate || r.Type == TypeHoldCreate) && r.Outcome == OutcomeAccepted &&
-		r.Booking != nil && r.Booking.ID == BookingID(d.Cmd.CalendarID, d.Cmd.RequestID) &&
-		r.Booking.CalendarID == d.Cmd.CalendarID && r.Code == "" && r.Message == "" && len(r.Details) == 0 &&
-		!r.Created && r.Calendar == nil && r.Conflict == nil && r.RequestID == d.Cmd.RequestID &&
-		r.CalendarID == d.Cmd.CalendarID && r.Seq == d.Seq && r.V == SchemaVersion
+		r.Booking != nil && r.Booking.ID == BookingID(cal, reqID) && r.Booking.CalendarID == cal &&
+		r.Code == "" && r.Message == "" && len(r.Details) == 0 && !r.Created && r.Calendar == nil &&
+		r.Conflict == nil && r.RequestID == reqID && r.CalendarID == cal && r.Seq == seq && r.V >= 1 && r.V < 256
+}
+
+// MigrateIndex writes the index at from, of an older layout, into a new
+// index at to in this build's (data.Migrate), converting each request
+// record's reply as sent into what the index now keeps.
+func MigrateIndex(from, to string) error {
+	return data.Migrate(from, to, func(rec data.LegacyRecord) (data.MigratedRecord, error) {
+		r, err := DecodeReply(rec.Reply)
+		if err != nil {
+			return data.MigratedRecord{}, err
+		}
+		if plainCreation(&r, rec.Calendar, rec.RequestID, rec.Seq) {
+			cr := &data.Creation{V: uint8(r.V), Kind: typeCode(r.Type), Seq: rec.Seq, Expires: rec.Expires}
+			if _, err := hex.Decode(cr.Fingerprint[:], []byte(rec.Fingerprint)); err != nil {
+				return data.MigratedRecord{}, err
+			}
+			return data.MigratedRecord{Creation: cr, Created: r.Booking}, nil
+		}
+		return data.MigratedRecord{Reply: AppendRecordReply(nil, &r)}, nil
+	})
 }

@@ -201,15 +201,7 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 	noSync := cfg.NATSURL == ""
 	n.Store, err = data.OpenWith(IndexFile(cfg.DataDir), data.Options{NoSync: noSync})
 	if errors.Is(err, data.ErrSchema) {
-		// An index another version laid out: everything in it is derived
-		// from the stream, so it is rebuilt (from a snapshot of this
-		// layout and the stream's tail, or from the whole stream) and the
-		// old file is kept for a downgrade.
-		cfg.Logger.Error("INDEX LAYOUT CHANGED: rebuilding the index from the stream before serving",
-			"reason", err.Error(), "kept_as", IndexFile(cfg.DataDir)+".old-schema")
-		if err = data.SetAside(IndexFile(cfg.DataDir), ".old-schema"); err == nil {
-			n.Store, err = data.OpenWith(IndexFile(cfg.DataDir), data.Options{NoSync: noSync})
-		}
+		n.Store, err = convertIndex(IndexFile(cfg.DataDir), noSync, err, cfg.Logger)
 	}
 	if err != nil {
 		return nil, err
@@ -369,6 +361,44 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 	}
 	n.StartWriters()
 	return n, nil
+}
+
+// convertIndex replaces an index another version laid out (why says
+// how): one of the layout before this one is migrated record by record
+// (a trimmed stream no longer holds the history to rebuild it from);
+// any other is left empty, to be rebuilt from a snapshot of this layout
+// and the stream's tail, or the whole stream. The old file is kept as
+// index.db.old-schema either way, for a downgrade.
+func convertIndex(path string, noSync bool, why error, log *slog.Logger) (*data.Store, error) {
+	if v, err := data.IndexSchema(path); err == nil && v == "4" {
+		log.Error("INDEX LAYOUT CHANGED: migrating the index to this version's layout before serving",
+			"reason", why.Error(), "kept_as", path+".old-schema")
+		began := time.Now()
+		tmp := path + ".migrating"
+		if err := data.RemoveIndex(tmp); err != nil {
+			return nil, err
+		}
+		if err := actor.MigrateIndex(path, tmp); err != nil {
+			return nil, fmt.Errorf("queue: migrate the index: %w", err)
+		}
+		if err := data.SetAside(path, ".old-schema"); err != nil {
+			return nil, err
+		}
+		if err := os.Rename(tmp, path); err != nil {
+			return nil, err
+		}
+		if err := data.SyncDir(filepath.Dir(path)); err != nil {
+			return nil, err
+		}
+		log.Info("index migrated", "took", time.Since(began).Round(time.Millisecond))
+		return data.OpenWith(path, data.Options{NoSync: noSync})
+	}
+	log.Error("INDEX LAYOUT CHANGED: rebuilding the index from the stream before serving",
+		"reason", why.Error(), "kept_as", path+".old-schema")
+	if err := data.SetAside(path, ".old-schema"); err != nil {
+		return nil, err
+	}
+	return data.OpenWith(path, data.Options{NoSync: noSync})
 }
 
 // restoreIfEmpty replaces an empty index (new, or discarded after a power

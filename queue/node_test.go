@@ -340,7 +340,7 @@ func TestIndexOfOtherLayoutIsRebuilt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := db.Update(func(tx *bolt.Tx) error { return tx.Bucket([]byte("meta")).Put([]byte("schema"), []byte("4")) }); err != nil {
+	if err := db.Update(func(tx *bolt.Tx) error { return tx.Bucket([]byte("meta")).Put([]byte("schema"), []byte("3")) }); err != nil {
 		t.Fatal(err)
 	}
 	if err := db.Close(); err != nil {
