@@ -35,7 +35,9 @@
 # fresh state (bookline: a new data dir; the baseline: tables recreated,
 # and a CHECKPOINT before and after the run so that no run pays for the
 # previous one's dirty pages) and ends with the audit. (4) bookline's RSS
-# after importing RSS_BOOKINGS commands (default bookline). Prints tables of
+# after importing RSS_BOOKINGS commands (default bookline), then its index
+# file's bytes per confirmed booking, and PostgreSQL's for as many
+# bookings in the baseline's table (with a request id column). Prints tables of
 # medians and ratios, rows of equal durability first, and writes them, with
 # the machine and the commit, into docs/benchmarks.md between the RESULTS
 # markers. Everything it started is stopped at the end.
@@ -57,7 +59,8 @@
 #                         off: not even written first (a PostgreSQL crash
 #                         can lose the last ~3 x wal_writer_delay of
 #                         commits), weaker than --sync interval
-#   RSS_BOOKINGS (1000000) commands imported to measure bookline's RSS; 0 skips
+#   RSS_BOOKINGS (1000000) commands imported to measure bookline's RSS and
+#                         both index sizes; 0 skips
 #   RSS_SETTLE (60)       seconds idle after the import before RSS is read again
 #   LOAD_ARGS ("")        extra `bookline bench` flags for uniform, mixed, the
 #                         open-loop runs and the pool tuning (not hot, one
@@ -385,6 +388,7 @@ fi
 
 # --- RSS after 1M bookings ------------------------------------------------------
 RSS_LINE="not measured (RSS_BOOKINGS=0)"
+SIZE_LINE="not measured (RSS_BOOKINGS=0)"
 if [ "$RSS_BOOKINGS" -gt 0 ]; then
 	start_target bookline
 	log "importing $RSS_BOOKINGS booking.create commands into bookline over NATS for the RSS measurement"
@@ -409,7 +413,34 @@ if [ "$RSS_BOOKINGS" -gt 0 ]; then
 		RSS_LINE="$RSS_LINE; ${RSS_SETTLE} s later, idle: $((rss_kb / 1024)) MB VmRSS ($((anon_kb / 1024)) MB anonymous, $((file_kb / 1024)) MB file-backed)"
 	fi
 	log "bookline RSS: $RSS_LINE"
+	index_bytes=$(stat -c %s "$SERVER_DIR/index.db")
 	stop_target bookline
+	# The same number of bookings in the baseline's table, with a request
+	# id column and its unique index (bookline keeps every keyed request's
+	# record), field sizes as the import's (26-character ids, rss-<n>
+	# calendars, bench-import-<n> customers), one 30-minute slot after the
+	# other per calendar; sizes after VACUUM, every index included.
+	if [ -z "${PG_PORT[fsync]:-}" ]; then
+		SIZE_LINE="bookline's index $((index_bytes / accepted)) bytes per confirmed booking; PostgreSQL not measured (no pg target)"
+	else
+	start_target pg 16
+	log "inserting $accepted bookings into PostgreSQL for the size comparison"
+	psql_on fsync "ALTER TABLE bookings ADD COLUMN request_id text;
+		CREATE UNIQUE INDEX bookings_request ON bookings (calendar_id, request_id);
+		INSERT INTO calendars SELECT 'rss-' || c, 'rss-' || c, 'UTC', now(), now() FROM generate_series(0, 9999) c;
+		INSERT INTO bookings (id, calendar_id, start_time, end_time, customer, status, created_at, request_id)
+			SELECT substr(md5(i::text) || md5(i::text), 1, 26), 'rss-' || (i % 10000),
+				'2030-01-01'::timestamptz + (i / 10000) * interval '30 minutes',
+				'2030-01-01'::timestamptz + (i / 10000 + 1) * interval '30 minutes',
+				'bench-import-' || i, 'confirmed', now(), 'imp-' || substr(md5('r' || i::text), 1, 24)
+			FROM generate_series(0, $accepted - 1) i;" || die "PostgreSQL size load failed"
+	psql_on fsync "VACUUM ANALYZE bookings" || die "VACUUM failed"
+	pg_bytes=$(psql_on fsync "SELECT pg_total_relation_size('bookings')")
+	pg_rows=$(psql_on fsync "SELECT count(*) FROM bookings")
+	stop_target pg
+	SIZE_LINE="bookline's index $((index_bytes / accepted)) bytes per confirmed booking ($((index_bytes / 1048576)) MB for $accepted bookings over 10,000 calendars, imported over NATS); PostgreSQL $((pg_bytes / pg_rows)) bytes per booking ($((pg_bytes / 1048576)) MB: table, primary key, exclusion (gist), start and request id indexes, after VACUUM, for $pg_rows bookings)"
+	fi
+	log "index size: $SIZE_LINE"
 fi
 ELAPSED=$(($(date +%s) - START))
 
@@ -576,6 +607,8 @@ SECTION=$(mktemp "$WORK/section.XXXXXX")
 	echo
 	echo "bookline memory: $RSS_LINE."
 	echo
+	echo "Index size: $SIZE_LINE."
+	echo
 	echo "<details><summary>Every run</summary>"
 	echo
 	cat "$RUNS"
@@ -604,6 +637,7 @@ echo
 cat "$TABLE"
 echo
 echo "bookline memory: $RSS_LINE"
+echo "index size: $SIZE_LINE"
 echo "commit $COMMIT$DIRTY; raw results in $RESULTS/; table written to $OUT"
 if [ -n "$AUDIT_FAILED" ]; then
 	die "audit FAILED for:$AUDIT_FAILED"
