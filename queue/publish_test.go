@@ -226,3 +226,68 @@ func TestPublisherWithoutStream(t *testing.T) {
 		t.Error("a command Publish refused was reported")
 	}
 }
+
+// TestPublisherAckTimeout: a publish that nobody acknowledges is reported
+// as timed out after ackTimeout, and its room is given back; a late
+// acknowledgement is dropped.
+func TestPublisherAckTimeout(t *testing.T) {
+	n := startNode(t, t.TempDir(), nil)
+	n.StopWriters()
+	ctx := context.Background()
+	if err := n.JS.DeleteStream(ctx, queue.StreamName); err != nil {
+		t.Fatal(err)
+	}
+	// Something listens on the command subjects but never acknowledges:
+	// no "no responders", no PubAck.
+	var late []*nats.Msg
+	var mu sync.Mutex
+	sink, err := n.NC.Subscribe(queue.CommandSubjectPrefix+">", func(m *nats.Msg) {
+		mu.Lock()
+		late = append(late, m)
+		mu.Unlock()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sink.Unsubscribe()
+	if err := n.NC.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	c, err := queue.NewClient(n.NC, nil, queue.InboxName("publisher-test"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	p, err := c.NewPublisher(1, 200*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &publishRecorder{t: t, p: p, results: map[string][]queue.PublishResult{}}
+	if err := r.publish(ctx, "first", book("c", "r1", 0, 1)); err != nil {
+		t.Fatal(err)
+	}
+	// The one slot comes back with the timeout.
+	short, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := r.publish(short, "second", book("c", "r2", 0, 1)); err != nil {
+		t.Fatalf("no room after the first publish timed out: %v", err)
+	}
+	got := r.wait("first", "second")
+	for _, name := range []string{"first", "second"} {
+		if res := got[name]; !errors.Is(res.Err, jetstream.ErrAsyncPublishTimeout) || res.Ack != nil {
+			t.Errorf("%s: %+v, want %v", name, res, jetstream.ErrAsyncPublishTimeout)
+		}
+	}
+	// A late acknowledgement of the first is not reported again.
+	mu.Lock()
+	first := late[0]
+	mu.Unlock()
+	if err := n.NC.Publish(first.Reply, []byte(`{"stream":"`+queue.StreamName+`","seq":1}`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.NC.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	r.wait("first", "second") // still one result each
+}
