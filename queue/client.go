@@ -64,8 +64,12 @@ type waiter struct {
 // ackToken prefixes a token in the subject of a publish acknowledgement:
 // <prefix>.a.<token>. Reply subjects are <prefix>.<token>; tokens never
 // contain a dot. Submit's tokens are nuids ([0-9A-Za-z]); a Publisher's
-// start with '_' (pubToken).
-const ackToken = "a."
+// start with '_' (pubToken), and replyBatchToken names the subject of the
+// answers that come in bulk.
+const (
+	ackToken        = "a."
+	replyBatchToken = "_r"
+)
 
 // ClientOption configures NewClient.
 type ClientOption func(*Client)
@@ -113,6 +117,10 @@ func (c *Client) Close() error {
 
 func (c *Client) deliver(m *nats.Msg) {
 	token := m.Subject[len(c.prefix)+1:]
+	if token == replyBatchToken {
+		c.answerBatch(m.Data)
+		return
+	}
 	if t, isAck := strings.CutPrefix(token, ackToken); isAck {
 		if p, id, ok := c.pubToken(t); ok {
 			p.acked(id, m)
@@ -169,6 +177,26 @@ func (c *Client) pubToken(token string) (*Publisher, uint64, bool) {
 		return nil, 0, false
 	}
 	return c.pubs[i], id, true
+}
+
+// answerBatch hands over the answers a writer sent in bulk (see
+// HeaderReplyBatch): lines of "<Bookline-Reply-To> <reply>\n". A line for
+// another inbox, or one that cannot be read, is skipped: its command's
+// result then stays missing, as with a lost reply.
+func (c *Client) answerBatch(data []byte) {
+	for len(data) > 0 {
+		line := data
+		if i := bytes.IndexByte(data, '\n'); i >= 0 {
+			line, data = data[:i], data[i+1:]
+		} else {
+			data = nil
+		}
+		subj, reply, ok := bytes.Cut(line, []byte{' '})
+		if !ok || len(subj) <= len(c.prefix)+1 || string(subj[:len(c.prefix)]) != c.prefix || subj[len(c.prefix)] != '.' {
+			continue
+		}
+		c.answer(string(subj[len(c.prefix)+1:]), reply)
+	}
 }
 
 // DeliverLocal hands a writer's reply addressed to this client's inbox

@@ -61,6 +61,11 @@ func CommandMsg(ctx context.Context, cmd *actor.Command, fingerprint, replyTo st
 // acknowledgements are lost. The PubAck's stream sequence tells a new
 // decision from the recorded answer of an earlier one (a reply whose seq
 // is below it).
+//
+// Commands also ask for their answers in bulk (HeaderReplyBatch): a writer
+// that knows the header sends the answers of one batch to the client in a
+// few messages instead of one per command; an older writer answers each on
+// its own, which arrives the same way.
 type Publisher struct {
 	c          *Client
 	prefix     string // of its tokens: "_<index among the client's publishers>_"
@@ -157,6 +162,7 @@ func (p *Publisher) Publish(ctx context.Context, cmd *actor.Command, fingerprint
 	if err != nil {
 		return err
 	}
+	msg.Header.Set(HeaderReplyBatch, p.c.prefix+"."+replyBatchToken)
 	msg.Reply = p.c.prefix + "." + ackToken + token
 	select {
 	case p.room <- struct{}{}:

@@ -61,6 +61,8 @@ type Partition struct {
 	// submitted is the last stream sequence of the batches handed to the
 	// store (see submit).
 	submitted uint64
+	// replies gathers the answers asked for in bulk (HeaderReplyBatch).
+	replies replyBatches
 
 	// Cluster mode (cluster.go); nil when this instance is the only one.
 	cluster *clusterMode
@@ -595,16 +597,23 @@ func (p *Partition) finish(b *inFlight) error {
 			p.log.Info("command rejected", "seq", o.Seq, "code", in[i].Reject.Code, "message", in[i].Reject.Message,
 				"request_id", batch[i].Headers().Get(HeaderRequestID), "trace_id", batch[i].Headers().Get(HeaderTraceID))
 		}
-		to := batch[i].Headers().Get(HeaderReplyTo)
+		hdr := batch[i].Headers()
+		to := hdr.Get(HeaderReplyTo)
 		if o.Reply == nil || !ValidReplySubject(to) {
 			continue
 		}
 		if p.local != nil && p.local(to, o.Reply) {
 			continue
 		}
+		if bulk := hdr.Get(HeaderReplyBatch); bulk != "" && p.replies.add(p.nc, bulk, to, o.Reply) {
+			continue
+		}
 		if err := p.nc.Publish(to, o.Reply); err != nil {
 			p.log.Warn("reply", "seq", o.Seq, "err", err)
 		}
+	}
+	if err := p.replies.flush(p.nc); err != nil {
+		p.log.Warn("replies", "err", err)
 	}
 	// AckAll: acknowledging the last message acknowledges the batch. A
 	// held message and those after it are not acknowledged.
