@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -95,6 +96,11 @@ type eventPublisher struct {
 	// paused stops publishing (tests: an instance cut off from the event
 	// stream while it keeps deciding).
 	paused atomic.Bool
+	// acks receives the event stream's acknowledgements.
+	acks *eventAcks
+	// msgIDPrefix caches EventMsgID's prefix of the identity it was made
+	// from.
+	msgIDIdentity, msgIDPrefix string
 }
 
 // eventsCluster is what the publisher needs in cluster mode.
@@ -132,7 +138,7 @@ const (
 
 func newEventPublisher(js jetstream.JetStream, store *data.Store, log *slog.Logger) *eventPublisher {
 	return &eventPublisher{js: js, store: store, log: log.With("component", "events"), kick: make(chan struct{}, 1),
-		published: make(map[uint64]struct{}), held: make(map[uint64]int)}
+		published: make(map[uint64]struct{}), held: make(map[uint64]int), acks: newEventAcks(js.Conn())}
 }
 
 // notify tells the publisher that new events were committed.
@@ -269,44 +275,51 @@ func (e *eventPublisher) drainOnce(ctx context.Context) (int, error) {
 			return n, nil
 		}
 	}
-	futures := make([]jetstream.PubAckFuture, 0, len(evs))
-	var corrupt, published []uint64
-	for _, ev := range evs {
+	round, err := e.acks.start(len(evs))
+	if err != nil {
+		return 0, err
+	}
+	var corrupt []uint64
+	var firstErr error
+	for i, ev := range evs {
 		m, err := e.eventMsg(ev, identity)
 		if err != nil {
 			corrupt = append(corrupt, ev.Seq)
+			e.acks.settle(round, i, 0, err)
 			continue
 		}
-		f, err := e.js.PublishMsgAsync(m, jetstream.WithExpectStream(EventStreamName))
-		if err != nil {
+		m.Reply = e.acks.reply(round, i)
+		if err := e.js.Conn().PublishMsg(m); err != nil {
+			firstErr = err
+			for j := i; j < len(evs); j++ {
+				e.acks.settle(round, j, 0, err)
+			}
 			break
 		}
-		futures = append(futures, f)
-		published = append(published, ev.Seq)
 	}
 	done := corrupt
-	var firstErr error
-	wait, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-acks:
-	for i, f := range futures {
-		select {
-		case ack := <-f.Ok():
-			done = append(done, published[i])
-			if ack != nil {
-				e.newestAck = max(e.newestAck, ack.Sequence)
-			}
-		case err := <-f.Err():
-			if firstErr == nil {
-				firstErr = err
-			}
-		case <-wait.Done():
+	wait := time.NewTimer(10 * time.Second)
+	defer wait.Stop()
+	select {
+	case <-round.done:
+	case <-wait.C:
+	case <-ctx.Done():
+	}
+	e.acks.mu.Lock()
+	for i, ev := range evs {
+		switch {
+		case !round.acked[i]:
 			if firstErr == nil {
 				firstErr = errors.New("timed out waiting for event acks")
 			}
-			break acks
+		case round.res[i] == nil:
+			done = append(done, ev.Seq)
+		case firstErr == nil && !slices.Contains(corrupt, ev.Seq):
+			firstErr = round.res[i]
 		}
 	}
+	e.newestAck = max(e.newestAck, round.newest)
+	e.acks.mu.Unlock()
 	for _, seq := range done {
 		e.published[seq] = struct{}{}
 	}
@@ -359,15 +372,27 @@ func (e *eventPublisher) eventMsg(ev data.Event, identity string) (*nats.Msg, er
 		e.log.Error("dropping undecodable outcome event", "seq", ev.Seq, "stream", identity, "err", err)
 		return nil, err
 	}
-	m := nats.NewMsg(EventSubject(ev.Calendar))
-	m.Data = payload
-	m.Header.Set(HeaderSchema, strconv.Itoa(actor.SchemaVersion))
-	m.Header.Set(HeaderContentType, "application/json")
-	m.Header.Set(HeaderCommandSeq, strconv.FormatUint(ev.Seq, 10))
-	m.Header.Set(HeaderCommandStream, identity)
-	m.Header.Set(jetstream.MsgIDHeader, EventMsgID(identity, ev.Seq))
+	seq := strconv.FormatUint(ev.Seq, 10)
+	if identity != e.msgIDIdentity {
+		e.msgIDIdentity, e.msgIDPrefix = identity, strings.TrimSuffix(EventMsgID(identity, 0), "0")
+	}
+	m := &nats.Msg{Subject: EventSubject(ev.Calendar), Data: payload, Header: make(nats.Header, 6)}
+	m.Header[HeaderSchema] = schemaHeader
+	m.Header[HeaderContentType] = jsonHeader
+	m.Header[HeaderCommandSeq] = []string{seq}
+	m.Header[HeaderCommandStream] = []string{identity}
+	m.Header[jetstream.MsgIDHeader] = []string{e.msgIDPrefix + seq}
+	m.Header[jetstream.ExpectedStreamHeader] = eventStreamHeader
 	return m, nil
 }
+
+// Header values every event carries, shared by their messages (nats.go
+// only reads them).
+var (
+	schemaHeader      = []string{strconv.Itoa(actor.SchemaVersion)}
+	jsonHeader        = []string{"application/json"}
+	eventStreamHeader = []string{EventStreamName}
+)
 
 // EventMsgID is the Nats-Msg-Id of the outcome event of the command at
 // stream sequence seq of the command stream incarnation identity

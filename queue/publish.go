@@ -347,27 +347,31 @@ func (p *Publisher) watch(status chan nats.Status) {
 	}
 }
 
-// pubAckHead is how JetStream's acknowledgements from the command stream
-// begin (without a JetStream domain); what follows is the sequence and "}"
-// or the duplicate flag.
-const pubAckHead = `{"stream":"` + StreamName + `","seq":`
+// parsePubAck reads JetStream's answer to a publish of a command (see
+// parseStreamAck).
+func parsePubAck(data []byte) (*jetstream.PubAck, error) { return parseStreamAck(data, StreamName) }
 
-// parsePubAck reads JetStream's answer to a publish of a command. The
-// common answers are recognised without decoding them; anything else is
+// parseStreamAck reads JetStream's answer to a publish to stream. The
+// common answers, {"stream":"<stream>","seq":N} and the same with the
+// duplicate flag, are recognised without decoding them; anything else is
 // decoded, and an error answer (the stream refused the message) is returned
 // as the *jetstream.APIError it carries.
-func parsePubAck(data []byte) (*jetstream.PubAck, error) {
-	if rest, ok := bytes.CutPrefix(data, []byte(pubAckHead)); ok {
-		n := 0
-		for n < len(rest) && rest[n] >= '0' && rest[n] <= '9' {
-			n++
-		}
-		if seq, err := strconv.ParseUint(string(rest[:n]), 10, 64); err == nil && n > 0 {
-			switch string(rest[n:]) {
-			case "}":
-				return &jetstream.PubAck{Stream: StreamName, Sequence: seq}, nil
-			case `,"duplicate": true}`, `,"duplicate":true}`:
-				return &jetstream.PubAck{Stream: StreamName, Sequence: seq, Duplicate: true}, nil
+func parseStreamAck(data []byte, stream string) (*jetstream.PubAck, error) {
+	if rest, ok := bytes.CutPrefix(data, []byte(`{"stream":"`)); ok {
+		if rest, ok = bytes.CutPrefix(rest, []byte(stream)); ok {
+			if rest, ok = bytes.CutPrefix(rest, []byte(`","seq":`)); ok {
+				n := 0
+				for n < len(rest) && rest[n] >= '0' && rest[n] <= '9' {
+					n++
+				}
+				if seq, err := strconv.ParseUint(string(rest[:n]), 10, 64); err == nil && n > 0 {
+					switch string(rest[n:]) {
+					case "}":
+						return &jetstream.PubAck{Stream: stream, Sequence: seq}, nil
+					case `,"duplicate": true}`, `,"duplicate":true}`:
+						return &jetstream.PubAck{Stream: stream, Sequence: seq, Duplicate: true}, nil
+					}
+				}
 			}
 		}
 	}
@@ -381,7 +385,7 @@ func parsePubAck(data []byte) (*jetstream.PubAck, error) {
 	switch {
 	case ack.Error != nil:
 		return nil, ack.Error
-	case ack.Stream != StreamName:
+	case ack.Stream != stream:
 		return nil, fmt.Errorf("publish acknowledged by stream %q", ack.Stream)
 	}
 	return &ack.PubAck, nil
