@@ -98,6 +98,8 @@ type eventPublisher struct {
 	paused atomic.Bool
 	// acks receives the event stream's acknowledgements.
 	acks *eventAcks
+	// work, when set, counts the events published (memoryReleaser).
+	work *atomic.Uint64
 	// msgIDPrefix caches EventMsgID's prefix of the identity it was made
 	// from.
 	msgIDIdentity, msgIDPrefix string
@@ -158,6 +160,9 @@ func (e *eventPublisher) run(ctx context.Context) {
 	var flush <-chan time.Time // set while deletions wait
 	for {
 		n, err := e.drainOnce(ctx)
+		if e.work != nil {
+			e.work.Add(uint64(n))
+		}
 		if err == nil {
 			err = e.flushDeletes(false)
 		}

@@ -63,6 +63,8 @@ type Partition struct {
 	submitted uint64
 	// replies gathers the answers asked for in bulk (HeaderReplyBatch).
 	replies replyBatches
+	// work, when set, counts the commands applied (memoryReleaser).
+	work *atomic.Uint64
 
 	// Cluster mode (cluster.go); nil when this instance is the only one.
 	cluster *clusterMode
@@ -621,6 +623,9 @@ func (p *Partition) finish(b *inFlight) error {
 		if err := batch[last].Ack(); err != nil {
 			p.log.Warn("ack", "err", err)
 		}
+	}
+	if p.work != nil {
+		p.work.Add(uint64(last + 1))
 	}
 	if p.observe != nil {
 		// Last, so that Done covers the replies and the acknowledgement.
