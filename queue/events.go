@@ -98,8 +98,10 @@ type eventPublisher struct {
 	paused atomic.Bool
 	// acks receives the event stream's acknowledgements.
 	acks *eventAcks
-	// work, when set, counts the events published (memoryReleaser).
+	// work, when set, counts the events published (memoryReleaser); idle
+	// is set while the publisher waits with nothing left to publish.
 	work *atomic.Uint64
+	idle atomic.Bool
 	// msgIDPrefix caches EventMsgID's prefix of the identity it was made
 	// from.
 	msgIDIdentity, msgIDPrefix string
@@ -159,6 +161,7 @@ func (e *eventPublisher) run(ctx context.Context) {
 	backoff := 100 * time.Millisecond
 	var flush <-chan time.Time // set while deletions wait
 	for {
+		e.idle.Store(false)
 		n, err := e.drainOnce(ctx)
 		if e.work != nil {
 			e.work.Add(uint64(n))
@@ -187,6 +190,7 @@ func (e *eventPublisher) run(ctx context.Context) {
 			continue // more queued
 		}
 		backoff = 100 * time.Millisecond
+		e.idle.Store(true) // nothing queued was left (the memory releaser's sign)
 		select {
 		case <-ctx.Done():
 			// Published events not deleted yet are published again

@@ -358,6 +358,15 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 		n.Parts = append(n.Parts, p)
 	}
 	n.holds.parts = n.Parts
+	n.memory.writersIdle = func() bool {
+		for _, p := range n.Parts {
+			if !p.idle.Load() {
+				return false
+			}
+		}
+		return true
+	}
+	n.memory.eventsIdle = n.events.idle.Load
 	if n.members != nil {
 		n.members.parts = n.Parts
 		n.events.cluster = &eventsCluster{parts: n.Parts, progress: n.progress}

@@ -20,18 +20,20 @@ import (
 // a process that just imported 1M commands stayed at ~700 MB for two
 // minutes (docs/benchmarks.md). Once the writers, or the event publisher,
 // went quiet after a bulk load, the node runs one GC and returns every free
-// page (runtime/debug.FreeOSMemory): ~0.1-0.3 s of one core, once per bulk
-// load.
+// page (freeOSMemory): ~0.1-0.3 s of one core, once per bulk load. Not in
+// the middle of one: a GC over the heap of a load in progress, and the
+// pages it then faults in again, cost it seconds.
 type MemoryRelease struct {
 	// After is how many commands applied (or outcome events published)
 	// since the last release make one worthwhile; 0 means
 	// DefaultReleaseAfter, negative never.
 	After int
-	// Every is how often the node looks (default 1s). A second in which
-	// the writers applied (or the publisher published) fewer than
-	// quietBelow after After or more is the end of a bulk load.
+	// Every is how often the node looks (default 1s). The end of a bulk
+	// load is a look that finds the writers (or the publisher) idle, with
+	// fewer than quietBelow commands applied (events published) since the
+	// look before, after After or more.
 	Every time.Duration
-	// Release returns the memory (default debug.FreeOSMemory; tests).
+	// Release returns the memory (default freeOSMemory; tests).
 	Release func()
 }
 
@@ -43,6 +45,15 @@ const DefaultReleaseAfter = 20_000
 // requests after an import does not keep its memory from being released.
 const quietBelow = 200
 
+// freeOSMemory runs two GCs and returns every free page to the OS. The
+// first GC only moves what sync.Pools hold to their victim caches (bbolt
+// keeps a commit's dirty pages in one: 200 MB after large catch-up
+// commits); the second, debug.FreeOSMemory's, frees them.
+func freeOSMemory() {
+	runtime.GC()
+	debug.FreeOSMemory()
+}
+
 // memoryReleaser counts the work of the writers and of the event publisher
 // and releases memory at the end of each bulk of it.
 type memoryReleaser struct {
@@ -51,8 +62,9 @@ type memoryReleaser struct {
 	// commands and events count what the writers applied and the event
 	// publisher published.
 	commands, events atomic.Uint64
-	// released counts the releases (tests, logs).
-	released atomic.Uint64
+	// writersIdle and eventsIdle tell whether the writers and the event
+	// publisher wait for work (set by the node).
+	writersIdle, eventsIdle func() bool
 }
 
 func newMemoryReleaser(cfg MemoryRelease, log *slog.Logger) *memoryReleaser {
@@ -63,7 +75,7 @@ func newMemoryReleaser(cfg MemoryRelease, log *slog.Logger) *memoryReleaser {
 		cfg.Every = time.Second
 	}
 	if cfg.Release == nil {
-		cfg.Release = debug.FreeOSMemory
+		cfg.Release = freeOSMemory
 	}
 	return &memoryReleaser{cfg: cfg, log: log.With("component", "memory")}
 }
@@ -81,9 +93,17 @@ func (r *memoryReleaser) run(ctx context.Context) {
 	type counter struct {
 		what        string
 		n           *atomic.Uint64
+		idle        func() bool
 		last, since uint64
 	}
-	counters := []*counter{{what: "commands", n: &r.commands}, {what: "events", n: &r.events}}
+	idle := func(f func() bool) func() bool {
+		if f == nil {
+			return func() bool { return true }
+		}
+		return f
+	}
+	counters := []*counter{{what: "commands", n: &r.commands, idle: idle(r.writersIdle)},
+		{what: "events", n: &r.events, idle: idle(r.eventsIdle)}}
 	for _, c := range counters {
 		c.last = c.n.Load()
 	}
@@ -97,7 +117,10 @@ func (r *memoryReleaser) run(ctx context.Context) {
 			now := c.n.Load()
 			delta := now - c.last
 			c.last, c.since = now, c.since+delta
-			if c.since >= uint64(r.cfg.After) && delta < quietBelow {
+			// Idle now and quiet since the last look: a stall of the
+			// writers (a slow sync, a long commit) or of the publisher
+			// in the middle of a load is neither.
+			if c.since >= uint64(r.cfg.After) && delta < quietBelow && c.idle() {
 				r.release(c.what, c.since)
 				for _, o := range counters {
 					if o != c && o.since < uint64(r.cfg.After) {
@@ -117,7 +140,6 @@ func (r *memoryReleaser) release(what string, n uint64) {
 	r.cfg.Release()
 	took := time.Since(began)
 	runtime.ReadMemStats(&after)
-	r.released.Add(1)
 	const mb = 1 << 20
 	r.log.Info("bulk load done: memory returned to the OS", "after", what, "count", n,
 		"heap_in_use_mb", after.HeapInuse/mb, "returned_mb", int64(after.HeapReleased-before.HeapReleased)/mb,

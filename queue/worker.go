@@ -63,8 +63,11 @@ type Partition struct {
 	submitted uint64
 	// replies gathers the answers asked for in bulk (HeaderReplyBatch).
 	replies replyBatches
-	// work, when set, counts the commands applied (memoryReleaser).
+	// work, when set, counts the commands applied (memoryReleaser);
+	// idle is set while the goroutine waits with no batch in flight and
+	// no message received.
 	work *atomic.Uint64
+	idle atomic.Bool
 
 	// Cluster mode (cluster.go); nil when this instance is the only one.
 	cluster *clusterMode
@@ -259,6 +262,8 @@ func (p *Partition) stall(ctx context.Context, e *actor.NewerSchemaError) {
 }
 
 func (p *Partition) run(ctx context.Context) error {
+	p.idle.Store(false)
+	defer p.idle.Store(true)
 	cons, backlog, err := p.consumer(ctx)
 	if err != nil {
 		return err
@@ -337,6 +342,9 @@ func (p *Partition) run(ctx context.Context) error {
 		if len(flight) >= maxInFlight {
 			in = nil // wait for the oldest batch first
 		}
+		// Idle: nothing in flight and nothing received that waits (the
+		// memory releaser's sign that a bulk load ended).
+		p.idle.Store(len(flight) == 0 && len(msgs) == 0)
 		var batch []jetstream.Msg
 		select {
 		case <-ctx.Done():
