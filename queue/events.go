@@ -82,6 +82,10 @@ type eventPublisher struct {
 	// flushDeletes), and drains skip these meanwhile.
 	published  map[uint64]struct{}
 	lastDelete time.Time
+	// deleting is the answer of the deletion being committed, of the
+	// events deletingSeqs (see flushDeletes).
+	deleting     <-chan error
+	deletingSeqs []uint64
 	// newestAck is the event stream's highest sequence acknowledged to
 	// this publisher: a sync must cover it before deletions.
 	newestAck uint64
@@ -207,12 +211,41 @@ func (e *eventPublisher) run(ctx context.Context) {
 }
 
 // flushDeletes deletes the published events from the outbox, once their
-// event stream is durable, when enough have gathered or force is set.
+// event stream is durable, when enough have gathered or force is set. The
+// deletion is committed in the background: waiting for it (behind the
+// writers' large commits during an import, and the event stream's sync)
+// held the publisher up for most of its time, and the events of an import
+// were sent long after it ended. One deletion is in flight at a time; its
+// events stay in published (skipped by the drains) until it is committed.
+// force waits for the one in flight before it starts the next.
 func (e *eventPublisher) flushDeletes(force bool) error {
+	if e.deleting != nil {
+		var err error
+		if force {
+			err = e.store.Await(e.deleting)
+		} else {
+			select {
+			case err = <-e.deleting:
+			default:
+				return nil
+			}
+		}
+		e.deleting = nil
+		if err != nil {
+			return err // its events are deleted with the next ones
+		}
+		for _, seq := range e.deletingSeqs {
+			delete(e.published, seq)
+		}
+		e.deletingSeqs = e.deletingSeqs[:0]
+		if force {
+			force = len(e.published) > 0
+		}
+	}
 	if len(e.published) == 0 || !force && len(e.published) < deleteBatch && time.Since(e.lastDelete) < deleteEvery {
 		return nil
 	}
-	seqs := make([]uint64, 0, len(e.published))
+	seqs := e.deletingSeqs[:0]
 	for seq := range e.published {
 		seqs = append(seqs, seq)
 	}
@@ -221,10 +254,8 @@ func (e *eventPublisher) flushDeletes(force bool) error {
 		durable = e.logSync.RequestSeq(e.newestAck)
 	}
 	e.lastDelete = time.Now()
-	if err := e.store.CommitDurable(durable, func(tx *data.Tx) error { return tx.DeleteEvents(seqs) }); err != nil {
-		return err
-	}
-	clear(e.published)
+	e.deletingSeqs = seqs
+	e.deleting = e.store.CommitDurableAsync(durable, func(tx *data.Tx) error { return tx.DeleteEvents(seqs) })
 	return nil
 }
 
