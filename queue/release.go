@@ -18,20 +18,18 @@ import (
 // the bulk load put it until a GC runs; with no work after the load, that
 // is the runtime's forced GC two minutes later. So the anonymous memory of
 // a process that just imported 1M commands stayed at ~700 MB for two
-// minutes (docs/benchmarks.md). Once the writers, or the event publisher,
-// went quiet after a bulk load, the node runs one GC and returns every free
+// minutes (docs/benchmarks.md). Once the writers and the event publisher
+// went quiet after a bulk load, the node runs a GC and returns every free
 // page (freeOSMemory): ~0.1-0.3 s of one core, once per bulk load. Not in
 // the middle of one: a GC over the heap of a load in progress, and the
 // pages it then faults in again, cost it seconds.
 type MemoryRelease struct {
-	// After is how many commands applied (or outcome events published)
+	// After is how many commands applied and outcome events published
 	// since the last release make one worthwhile; 0 means
 	// DefaultReleaseAfter, negative never.
 	After int
-	// Every is how often the node looks (default 1s). The end of a bulk
-	// load is a look that finds the writers (or the publisher) idle, with
-	// fewer than quietBelow commands applied (events published) since the
-	// look before, after After or more.
+	// Every is how often the node looks (default 1s; see run for what
+	// ends a bulk load).
 	Every time.Duration
 	// Release returns the memory (default freeOSMemory; tests).
 	Release func()
@@ -80,60 +78,40 @@ func newMemoryReleaser(cfg MemoryRelease, log *slog.Logger) *memoryReleaser {
 	return &memoryReleaser{cfg: cfg, log: log.With("component", "memory")}
 }
 
-// run releases memory after every bulk of commands and every bulk of
-// events, until ctx ends. The two are counted apart: after an import the
-// event publisher often still works through the events of the import when
-// the writers went quiet, and then each end is a release.
+// run releases memory after every bulk load until ctx ends: once the
+// commands applied and the events published since the last release reach
+// After, at the first look that finds the writers and the event publisher
+// idle and fewer than quietBelow of either since the look before. Idle and
+// quiet both: a stall of the writers (a slow sync, a long commit) in the
+// middle of a load is not idle, and the publisher keeping pace with an
+// import waits for work between the writers' commits, idle but not quiet.
 func (r *memoryReleaser) run(ctx context.Context) {
 	if r.cfg.After < 0 {
 		return
 	}
 	t := time.NewTicker(r.cfg.Every)
 	defer t.Stop()
-	type counter struct {
-		what        string
-		n           *atomic.Uint64
-		idle        func() bool
-		last, since uint64
-	}
-	idle := func(f func() bool) func() bool {
-		if f == nil {
-			return func() bool { return true }
-		}
-		return f
-	}
-	counters := []*counter{{what: "commands", n: &r.commands, idle: idle(r.writersIdle)},
-		{what: "events", n: &r.events, idle: idle(r.eventsIdle)}}
-	for _, c := range counters {
-		c.last = c.n.Load()
-	}
+	idle := func(f func() bool) bool { return f == nil || f() }
+	lastC, lastE := r.commands.Load(), r.events.Load()
+	var sinceC, sinceE uint64
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		for _, c := range counters {
-			now := c.n.Load()
-			delta := now - c.last
-			c.last, c.since = now, c.since+delta
-			// Idle now and quiet since the last look: a stall of the
-			// writers (a slow sync, a long commit) or of the publisher
-			// in the middle of a load is neither.
-			if c.since >= uint64(r.cfg.After) && delta < quietBelow && c.idle() {
-				r.release(c.what, c.since)
-				for _, o := range counters {
-					if o != c && o.since < uint64(r.cfg.After) {
-						o.since = 0 // covered by this release
-					}
-				}
-				c.since = 0
-			}
+		c, e := r.commands.Load(), r.events.Load()
+		dC, dE := c-lastC, e-lastE
+		lastC, lastE = c, e
+		sinceC, sinceE = sinceC+dC, sinceE+dE
+		if sinceC+sinceE >= uint64(r.cfg.After) && dC+dE < quietBelow && idle(r.writersIdle) && idle(r.eventsIdle) {
+			r.release(sinceC, sinceE)
+			sinceC, sinceE = 0, 0
 		}
 	}
 }
 
-func (r *memoryReleaser) release(what string, n uint64) {
+func (r *memoryReleaser) release(commands, events uint64) {
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
 	began := time.Now()
@@ -141,7 +119,7 @@ func (r *memoryReleaser) release(what string, n uint64) {
 	took := time.Since(began)
 	runtime.ReadMemStats(&after)
 	const mb = 1 << 20
-	r.log.Info("bulk load done: memory returned to the OS", "after", what, "count", n,
+	r.log.Info("bulk load done: memory returned to the OS", "commands", commands, "events", events,
 		"heap_in_use_mb", after.HeapInuse/mb, "returned_mb", int64(after.HeapReleased-before.HeapReleased)/mb,
 		"took", took.Round(time.Millisecond))
 }
