@@ -34,13 +34,15 @@ fmt:
 	gofmt -w .
 
 # Coverage-guided fuzzing of the command decoder and apply path, then of the
-# decoder's and the HTTP booking body's fast paths against encoding/json (the
-# checked-in corpus and seeds already run in `make test`).
+# decoder's, the HTTP booking body's and the command encoder's fast paths
+# against encoding/json (the checked-in corpus and seeds already run in
+# `make test`).
 FUZZTIME ?= 60s
 fuzz:
 	$(GO) test -run='^$$' -fuzz=FuzzDecodeApply -fuzztime=$(FUZZTIME) ./actor
 	$(GO) test -run='^$$' -fuzz=FuzzDecodeMatchesReference -fuzztime=$(FUZZTIME) ./actor
 	$(GO) test -run='^$$' -fuzz=FuzzBookingBodyFastPath -fuzztime=$(FUZZTIME) ./httpapi
+	$(GO) test -run='^$$' -fuzz=FuzzMarshalCommand -fuzztime=$(FUZZTIME) ./queue
 
 # Go micro- and end-to-end benchmarks, benchstat-comparable (count=6).
 BENCH ?= .

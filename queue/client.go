@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -50,22 +51,25 @@ type Client struct {
 
 	mu      sync.Mutex
 	waiters map[string]*waiter
+	pubs    []*Publisher // by the index in their tokens
 }
 
 // waiter is one Submit's mailbox: the JetStream acknowledgement and the
-// writer's answer, each delivered at most once. A command of a Publisher
-// has pub instead, which takes the answer (its acknowledgement does not
-// come through the inbox).
+// writer's answer, each delivered at most once.
 type waiter struct {
 	ack   chan *nats.Msg
 	reply chan []byte
-	pub   *Publisher
 }
 
 // ackToken prefixes a token in the subject of a publish acknowledgement:
-// <prefix>.a.<token>. Reply subjects are <prefix>.<token>; tokens (nuid)
-// never contain a dot.
-const ackToken = "a."
+// <prefix>.a.<token>. Reply subjects are <prefix>.<token>; tokens never
+// contain a dot. Submit's tokens are nuids ([0-9A-Za-z]); a Publisher's
+// start with '_' (pubToken), and replyBatchToken names the subject of the
+// answers that come in bulk.
+const (
+	ackToken        = "a."
+	replyBatchToken = "_r"
+)
 
 // ClientOption configures NewClient.
 type ClientOption func(*Client)
@@ -113,7 +117,15 @@ func (c *Client) Close() error {
 
 func (c *Client) deliver(m *nats.Msg) {
 	token := m.Subject[len(c.prefix)+1:]
+	if token == replyBatchToken {
+		c.answerBatch(m.Data)
+		return
+	}
 	if t, isAck := strings.CutPrefix(token, ackToken); isAck {
+		if p, id, ok := c.pubToken(t); ok {
+			p.acked(id, m)
+			return
+		}
 		c.mu.Lock()
 		w := c.waiters[t]
 		c.mu.Unlock()
@@ -131,16 +143,59 @@ func (c *Client) deliver(m *nats.Msg) {
 // answer hands the writer's reply to the Submit or Publisher waiting for
 // token.
 func (c *Client) answer(token string, reply []byte) {
+	if p, id, ok := c.pubToken(token); ok {
+		p.answered(id, reply)
+		return
+	}
 	c.mu.Lock()
 	w := c.waiters[token]
 	delete(c.waiters, token)
 	c.mu.Unlock()
-	switch {
-	case w == nil:
-	case w.pub != nil:
-		w.pub.answered(token, reply)
-	default:
+	if w != nil {
 		w.reply <- reply // buffered 1, one delivery per token
+	}
+}
+
+// pubToken finds the Publisher and publish number of a Publisher's token,
+// "_<index of the publisher>_<number in base 36>".
+func (c *Client) pubToken(token string) (*Publisher, uint64, bool) {
+	if len(token) < 4 || token[0] != '_' {
+		return nil, 0, false
+	}
+	pub, num, ok := strings.Cut(token[1:], "_")
+	if !ok {
+		return nil, 0, false
+	}
+	i, err1 := strconv.Atoi(pub)
+	id, err2 := strconv.ParseUint(num, 36, 64)
+	if err1 != nil || err2 != nil {
+		return nil, 0, false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if i < 0 || i >= len(c.pubs) {
+		return nil, 0, false
+	}
+	return c.pubs[i], id, true
+}
+
+// answerBatch hands over the answers a writer sent in bulk (see
+// HeaderReplyBatch): lines of "<Bookline-Reply-To> <reply>\n". A line for
+// another inbox, or one that cannot be read, is skipped: its command's
+// result then stays missing, as with a lost reply.
+func (c *Client) answerBatch(data []byte) {
+	for len(data) > 0 {
+		line := data
+		if i := bytes.IndexByte(data, '\n'); i >= 0 {
+			line, data = data[:i], data[i+1:]
+		} else {
+			data = nil
+		}
+		subj, reply, ok := bytes.Cut(line, []byte{' '})
+		if !ok || len(subj) <= len(c.prefix)+1 || string(subj[:len(c.prefix)]) != c.prefix || subj[len(c.prefix)] != '.' {
+			continue
+		}
+		c.answer(string(subj[len(c.prefix)+1:]), reply)
 	}
 }
 

@@ -436,13 +436,20 @@ func (p *Partition) applyLog(msgs []logMsg, floor uint64) (int, error) {
 			break
 		}
 		decided++
-		to := msgs[split+i].header.Get(HeaderReplyTo)
+		hdr := msgs[split+i].header
+		to := hdr.Get(HeaderReplyTo)
 		if o.Reply == nil || !ValidReplySubject(to) {
+			continue
+		}
+		if bulk := hdr.Get(HeaderReplyBatch); bulk != "" && p.replies.add(p.nc, bulk, to, o.Reply) {
 			continue
 		}
 		if err := p.nc.Publish(to, o.Reply); err != nil {
 			p.log.Warn("reply", "seq", o.Seq, "err", err)
 		}
+	}
+	if err := p.replies.flush(p.nc); err != nil {
+		p.log.Warn("replies", "err", err)
 	}
 	return decided, held
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -81,6 +82,10 @@ type eventPublisher struct {
 	// flushDeletes), and drains skip these meanwhile.
 	published  map[uint64]struct{}
 	lastDelete time.Time
+	// deleting is the answer of the deletion being committed, of the
+	// events deletingSeqs (see flushDeletes).
+	deleting     <-chan error
+	deletingSeqs []uint64
 	// newestAck is the event stream's highest sequence acknowledged to
 	// this publisher: a sync must cover it before deletions.
 	newestAck uint64
@@ -95,6 +100,15 @@ type eventPublisher struct {
 	// paused stops publishing (tests: an instance cut off from the event
 	// stream while it keeps deciding).
 	paused atomic.Bool
+	// acks receives the event stream's acknowledgements.
+	acks *eventAcks
+	// work, when set, counts the events published (memoryReleaser); idle
+	// is set while the publisher waits with nothing left to publish.
+	work *atomic.Uint64
+	idle atomic.Bool
+	// msgIDPrefix caches EventMsgID's prefix of the identity it was made
+	// from.
+	msgIDIdentity, msgIDPrefix string
 }
 
 // eventsCluster is what the publisher needs in cluster mode.
@@ -132,7 +146,7 @@ const (
 
 func newEventPublisher(js jetstream.JetStream, store *data.Store, log *slog.Logger) *eventPublisher {
 	return &eventPublisher{js: js, store: store, log: log.With("component", "events"), kick: make(chan struct{}, 1),
-		published: make(map[uint64]struct{}), held: make(map[uint64]int)}
+		published: make(map[uint64]struct{}), held: make(map[uint64]int), acks: newEventAcks(js.Conn())}
 }
 
 // notify tells the publisher that new events were committed.
@@ -151,7 +165,11 @@ func (e *eventPublisher) run(ctx context.Context) {
 	backoff := 100 * time.Millisecond
 	var flush <-chan time.Time // set while deletions wait
 	for {
+		e.idle.Store(false)
 		n, err := e.drainOnce(ctx)
+		if e.work != nil {
+			e.work.Add(uint64(n))
+		}
 		if err == nil {
 			err = e.flushDeletes(false)
 		}
@@ -176,6 +194,7 @@ func (e *eventPublisher) run(ctx context.Context) {
 			continue // more queued
 		}
 		backoff = 100 * time.Millisecond
+		e.idle.Store(true) // nothing queued was left (the memory releaser's sign)
 		select {
 		case <-ctx.Done():
 			// Published events not deleted yet are published again
@@ -192,12 +211,41 @@ func (e *eventPublisher) run(ctx context.Context) {
 }
 
 // flushDeletes deletes the published events from the outbox, once their
-// event stream is durable, when enough have gathered or force is set.
+// event stream is durable, when enough have gathered or force is set. The
+// deletion is committed in the background: waiting for it (behind the
+// writers' large commits during an import, and the event stream's sync)
+// held the publisher up for most of its time, and the events of an import
+// were sent long after it ended. One deletion is in flight at a time; its
+// events stay in published (skipped by the drains) until it is committed.
+// force waits for the one in flight before it starts the next.
 func (e *eventPublisher) flushDeletes(force bool) error {
+	if e.deleting != nil {
+		var err error
+		if force {
+			err = e.store.Await(e.deleting)
+		} else {
+			select {
+			case err = <-e.deleting:
+			default:
+				return nil
+			}
+		}
+		e.deleting = nil
+		if err != nil {
+			return err // its events are deleted with the next ones
+		}
+		for _, seq := range e.deletingSeqs {
+			delete(e.published, seq)
+		}
+		e.deletingSeqs = e.deletingSeqs[:0]
+		if force {
+			force = len(e.published) > 0
+		}
+	}
 	if len(e.published) == 0 || !force && len(e.published) < deleteBatch && time.Since(e.lastDelete) < deleteEvery {
 		return nil
 	}
-	seqs := make([]uint64, 0, len(e.published))
+	seqs := e.deletingSeqs[:0]
 	for seq := range e.published {
 		seqs = append(seqs, seq)
 	}
@@ -206,10 +254,8 @@ func (e *eventPublisher) flushDeletes(force bool) error {
 		durable = e.logSync.RequestSeq(e.newestAck)
 	}
 	e.lastDelete = time.Now()
-	if err := e.store.CommitDurable(durable, func(tx *data.Tx) error { return tx.DeleteEvents(seqs) }); err != nil {
-		return err
-	}
-	clear(e.published)
+	e.deletingSeqs = seqs
+	e.deleting = e.store.CommitDurableAsync(durable, func(tx *data.Tx) error { return tx.DeleteEvents(seqs) })
 	return nil
 }
 
@@ -269,44 +315,51 @@ func (e *eventPublisher) drainOnce(ctx context.Context) (int, error) {
 			return n, nil
 		}
 	}
-	futures := make([]jetstream.PubAckFuture, 0, len(evs))
-	var corrupt, published []uint64
-	for _, ev := range evs {
+	round, err := e.acks.start(len(evs))
+	if err != nil {
+		return 0, err
+	}
+	var corrupt []uint64
+	var firstErr error
+	for i, ev := range evs {
 		m, err := e.eventMsg(ev, identity)
 		if err != nil {
 			corrupt = append(corrupt, ev.Seq)
+			e.acks.settle(round, i, 0, err)
 			continue
 		}
-		f, err := e.js.PublishMsgAsync(m, jetstream.WithExpectStream(EventStreamName))
-		if err != nil {
+		m.Reply = e.acks.reply(round, i)
+		if err := e.js.Conn().PublishMsg(m); err != nil {
+			firstErr = err
+			for j := i; j < len(evs); j++ {
+				e.acks.settle(round, j, 0, err)
+			}
 			break
 		}
-		futures = append(futures, f)
-		published = append(published, ev.Seq)
 	}
 	done := corrupt
-	var firstErr error
-	wait, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-acks:
-	for i, f := range futures {
-		select {
-		case ack := <-f.Ok():
-			done = append(done, published[i])
-			if ack != nil {
-				e.newestAck = max(e.newestAck, ack.Sequence)
-			}
-		case err := <-f.Err():
-			if firstErr == nil {
-				firstErr = err
-			}
-		case <-wait.Done():
+	wait := time.NewTimer(10 * time.Second)
+	defer wait.Stop()
+	select {
+	case <-round.done:
+	case <-wait.C:
+	case <-ctx.Done():
+	}
+	e.acks.mu.Lock()
+	for i, ev := range evs {
+		switch {
+		case !round.acked[i]:
 			if firstErr == nil {
 				firstErr = errors.New("timed out waiting for event acks")
 			}
-			break acks
+		case round.res[i] == nil:
+			done = append(done, ev.Seq)
+		case firstErr == nil && !slices.Contains(corrupt, ev.Seq):
+			firstErr = round.res[i]
 		}
 	}
+	e.newestAck = max(e.newestAck, round.newest)
+	e.acks.mu.Unlock()
 	for _, seq := range done {
 		e.published[seq] = struct{}{}
 	}
@@ -359,15 +412,27 @@ func (e *eventPublisher) eventMsg(ev data.Event, identity string) (*nats.Msg, er
 		e.log.Error("dropping undecodable outcome event", "seq", ev.Seq, "stream", identity, "err", err)
 		return nil, err
 	}
-	m := nats.NewMsg(EventSubject(ev.Calendar))
-	m.Data = payload
-	m.Header.Set(HeaderSchema, strconv.Itoa(actor.SchemaVersion))
-	m.Header.Set(HeaderContentType, "application/json")
-	m.Header.Set(HeaderCommandSeq, strconv.FormatUint(ev.Seq, 10))
-	m.Header.Set(HeaderCommandStream, identity)
-	m.Header.Set(jetstream.MsgIDHeader, EventMsgID(identity, ev.Seq))
+	seq := strconv.FormatUint(ev.Seq, 10)
+	if identity != e.msgIDIdentity {
+		e.msgIDIdentity, e.msgIDPrefix = identity, strings.TrimSuffix(EventMsgID(identity, 0), "0")
+	}
+	m := &nats.Msg{Subject: EventSubject(ev.Calendar), Data: payload, Header: make(nats.Header, 6)}
+	m.Header[HeaderSchema] = schemaHeader
+	m.Header[HeaderContentType] = jsonHeader
+	m.Header[HeaderCommandSeq] = []string{seq}
+	m.Header[HeaderCommandStream] = []string{identity}
+	m.Header[jetstream.MsgIDHeader] = []string{e.msgIDPrefix + seq}
+	m.Header[jetstream.ExpectedStreamHeader] = eventStreamHeader
 	return m, nil
 }
+
+// Header values every event carries, shared by their messages (nats.go
+// only reads them).
+var (
+	schemaHeader      = []string{strconv.Itoa(actor.SchemaVersion)}
+	jsonHeader        = []string{"application/json"}
+	eventStreamHeader = []string{EventStreamName}
+)
 
 // EventMsgID is the Nats-Msg-Id of the outcome event of the command at
 // stream sequence seq of the command stream incarnation identity

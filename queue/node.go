@@ -86,6 +86,9 @@ type NodeConfig struct {
 	// Followers make what runs beside the writers (see Follower), once
 	// the index is open; each is started and stopped with the writers.
 	Followers []func(*Node) Follower
+	// MemoryRelease says when the memory of a bulk load is returned to
+	// the OS (the zero value: after DefaultReleaseAfter commands).
+	MemoryRelease MemoryRelease
 }
 
 // Node is the running queue side of a bookline process: NATS connection
@@ -111,6 +114,7 @@ type Node struct {
 	// condition as cmdSync).
 	snapSync *logSync
 	events   *eventPublisher
+	memory   *memoryReleaser
 	holds    *holdExpirer
 	// members and progress spread partitions and their side effects over
 	// the instances (cluster mode; membership.go, progress.go).
@@ -325,6 +329,8 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 	}
 	n.events = newEventPublisher(n.JS, n.Store, cfg.Logger)
 	n.events.logSync = n.evtSync
+	n.memory = newMemoryReleaser(cfg.MemoryRelease, cfg.Logger)
+	n.events.work = &n.memory.events
 	every := cfg.HoldExpiryInterval
 	if every <= 0 {
 		every = time.Second
@@ -345,6 +351,7 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 		p := NewPartition(i, n.NC, n.JS, n.Store, cfg.Logger)
 		p.committed = n.committed
 		p.logSync = n.cmdSync
+		p.work = &n.memory.commands
 		p.local = n.Client.DeliverLocal
 		if n.cluster != nil {
 			p.cluster, p.reads = n.cluster, make(chan catchRequest)
@@ -355,6 +362,15 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 		n.Parts = append(n.Parts, p)
 	}
 	n.holds.parts = n.Parts
+	n.memory.writersIdle = func() bool {
+		for _, p := range n.Parts {
+			if !p.idle.Load() {
+				return false
+			}
+		}
+		return true
+	}
+	n.memory.eventsIdle = n.events.idle.Load
 	if n.members != nil {
 		n.members.parts = n.Parts
 		n.events.cluster = &eventsCluster{parts: n.Parts, progress: n.progress}
@@ -523,10 +539,14 @@ func (n *Node) StartWriters() {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	n.cancel = cancel
-	n.wg.Add(4)
+	n.wg.Add(5)
 	go func() {
 		defer n.wg.Done()
 		n.events.run(ctx)
+	}()
+	go func() {
+		defer n.wg.Done()
+		n.memory.run(ctx)
 	}()
 	go func() {
 		defer n.wg.Done()

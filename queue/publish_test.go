@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -224,5 +225,130 @@ func TestPublisherWithoutStream(t *testing.T) {
 	}
 	if _, ok := got["no room"]; ok {
 		t.Error("a command Publish refused was reported")
+	}
+}
+
+// TestPublisherAckTimeout: a publish that nobody acknowledges is reported
+// as timed out after ackTimeout, and its room is given back; a late
+// acknowledgement is dropped.
+func TestPublisherAckTimeout(t *testing.T) {
+	n := startNode(t, t.TempDir(), nil)
+	n.StopWriters()
+	ctx := context.Background()
+	if err := n.JS.DeleteStream(ctx, queue.StreamName); err != nil {
+		t.Fatal(err)
+	}
+	// Something listens on the command subjects but never acknowledges:
+	// no "no responders", no PubAck.
+	var late []*nats.Msg
+	var mu sync.Mutex
+	sink, err := n.NC.Subscribe(queue.CommandSubjectPrefix+">", func(m *nats.Msg) {
+		mu.Lock()
+		late = append(late, m)
+		mu.Unlock()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sink.Unsubscribe()
+	if err := n.NC.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	c, err := queue.NewClient(n.NC, nil, queue.InboxName("publisher-test"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	p, err := c.NewPublisher(1, 200*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &publishRecorder{t: t, p: p, results: map[string][]queue.PublishResult{}}
+	if err := r.publish(ctx, "first", book("c", "r1", 0, 1)); err != nil {
+		t.Fatal(err)
+	}
+	// The one slot comes back with the timeout.
+	short, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := r.publish(short, "second", book("c", "r2", 0, 1)); err != nil {
+		t.Fatalf("no room after the first publish timed out: %v", err)
+	}
+	got := r.wait("first", "second")
+	for _, name := range []string{"first", "second"} {
+		if res := got[name]; !errors.Is(res.Err, jetstream.ErrAsyncPublishTimeout) || res.Ack != nil {
+			t.Errorf("%s: %+v, want %v", name, res, jetstream.ErrAsyncPublishTimeout)
+		}
+	}
+	// A late acknowledgement of the first is not reported again.
+	mu.Lock()
+	first := late[0]
+	mu.Unlock()
+	if err := n.NC.Publish(first.Reply, []byte(`{"stream":"`+queue.StreamName+`","seq":1}`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.NC.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	r.wait("first", "second") // still one result each
+}
+
+// TestPublisherAnswersInBulk: the writer sends the answers of a
+// Publisher's commands in bulk, a few messages on the client's batch
+// subject rather than one per command, and every command still gets its
+// own answer.
+func TestPublisherAnswersInBulk(t *testing.T) {
+	n := startNode(t, t.TempDir(), nil)
+	submit(t, n, upsert("c"))
+	var mu sync.Mutex
+	bulk, single, lines := 0, 0, 0
+	sub, err := n.NC.Subscribe("_INBOX.publisher-test.*.*", func(m *nats.Msg) {
+		mu.Lock()
+		defer mu.Unlock()
+		if strings.HasSuffix(m.Subject, "._r") {
+			bulk++
+			lines += bytes.Count(m.Data, []byte("\n"))
+		} else {
+			single++
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	if err := n.NC.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	r := newPublishRecorder(t, n, 256)
+	n.StopWriters() // so that the commands are decided in few batches
+	const cmds = 200
+	names := make([]string, cmds)
+	for i := range names {
+		names[i] = fmt.Sprint("b", i)
+		if err := r.publish(context.Background(), names[i], book("c", names[i], i, 1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n.StartWriters()
+	got := r.wait(names...)
+	for _, name := range names {
+		var reply actor.Reply
+		if res := got[name]; res.Err != nil || res.Ack == nil || json.Unmarshal(res.Reply, &reply) != nil ||
+			reply.Outcome != actor.OutcomeAccepted || reply.RequestID != name || reply.Seq != res.Ack.Sequence {
+			t.Fatalf("%s: %+v (%s)", name, res, res.Reply)
+		}
+	}
+	queuetest.CheckFor(t, 5*time.Second, func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		if lines < cmds {
+			return fmt.Errorf("%d answers in bulk, want %d", lines, cmds)
+		}
+		return nil
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if single > 0 || bulk == 0 || bulk > cmds/10 {
+		t.Errorf("%d answers on their own and %d bulk messages for %d commands; want none on their own, a few in bulk", single, bulk, cmds)
 	}
 }

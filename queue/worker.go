@@ -61,6 +61,13 @@ type Partition struct {
 	// submitted is the last stream sequence of the batches handed to the
 	// store (see submit).
 	submitted uint64
+	// replies gathers the answers asked for in bulk (HeaderReplyBatch).
+	replies replyBatches
+	// work, when set, counts the commands applied (memoryReleaser);
+	// idle is set while the goroutine waits with no batch in flight and
+	// no message received.
+	work *atomic.Uint64
+	idle atomic.Bool
 
 	// Cluster mode (cluster.go); nil when this instance is the only one.
 	cluster *clusterMode
@@ -255,6 +262,8 @@ func (p *Partition) stall(ctx context.Context, e *actor.NewerSchemaError) {
 }
 
 func (p *Partition) run(ctx context.Context) error {
+	p.idle.Store(false)
+	defer p.idle.Store(true)
 	cons, backlog, err := p.consumer(ctx)
 	if err != nil {
 		return err
@@ -333,6 +342,9 @@ func (p *Partition) run(ctx context.Context) error {
 		if len(flight) >= maxInFlight {
 			in = nil // wait for the oldest batch first
 		}
+		// Idle: nothing in flight and nothing received that waits (the
+		// memory releaser's sign that a bulk load ended).
+		p.idle.Store(len(flight) == 0 && len(msgs) == 0)
 		var batch []jetstream.Msg
 		select {
 		case <-ctx.Done():
@@ -595,16 +607,23 @@ func (p *Partition) finish(b *inFlight) error {
 			p.log.Info("command rejected", "seq", o.Seq, "code", in[i].Reject.Code, "message", in[i].Reject.Message,
 				"request_id", batch[i].Headers().Get(HeaderRequestID), "trace_id", batch[i].Headers().Get(HeaderTraceID))
 		}
-		to := batch[i].Headers().Get(HeaderReplyTo)
+		hdr := batch[i].Headers()
+		to := hdr.Get(HeaderReplyTo)
 		if o.Reply == nil || !ValidReplySubject(to) {
 			continue
 		}
 		if p.local != nil && p.local(to, o.Reply) {
 			continue
 		}
+		if bulk := hdr.Get(HeaderReplyBatch); bulk != "" && p.replies.add(p.nc, bulk, to, o.Reply) {
+			continue
+		}
 		if err := p.nc.Publish(to, o.Reply); err != nil {
 			p.log.Warn("reply", "seq", o.Seq, "err", err)
 		}
+	}
+	if err := p.replies.flush(p.nc); err != nil {
+		p.log.Warn("replies", "err", err)
 	}
 	// AckAll: acknowledging the last message acknowledges the batch. A
 	// held message and those after it are not acknowledged.
@@ -612,6 +631,9 @@ func (p *Partition) finish(b *inFlight) error {
 		if err := batch[last].Ack(); err != nil {
 			p.log.Warn("ack", "err", err)
 		}
+	}
+	if p.work != nil {
+		p.work.Add(uint64(last + 1))
 	}
 	if p.observe != nil {
 		// Last, so that Done covers the replies and the acknowledgement.
