@@ -94,6 +94,7 @@ func (r *memoryReleaser) run(ctx context.Context) {
 	idle := func(f func() bool) bool { return f == nil || f() }
 	lastC, lastE := r.commands.Load(), r.events.Load()
 	var sinceC, sinceE uint64
+	var settle time.Time // of the second release (see below)
 	for {
 		select {
 		case <-ctx.Done():
@@ -104,14 +105,25 @@ func (r *memoryReleaser) run(ctx context.Context) {
 		dC, dE := c-lastC, e-lastE
 		lastC, lastE = c, e
 		sinceC, sinceE = sinceC+dC, sinceE+dE
-		if sinceC+sinceE >= uint64(r.cfg.After) && dC+dE < quietBelow && idle(r.writersIdle) && idle(r.eventsIdle) {
-			r.release(sinceC, sinceE)
+		quiet := dC+dE < quietBelow && idle(r.writersIdle) && idle(r.eventsIdle)
+		switch {
+		case sinceC+sinceE >= uint64(r.cfg.After) && quiet:
+			r.release("bulk load done", sinceC, sinceE)
 			sinceC, sinceE = 0, 0
+			// What the load left in the embedded server's dedupe
+			// windows (the ids of the last 30 s of commands and 2 min
+			// of events: 100-200 MB after 1M commands) is freed only
+			// when they pass; a second release then returns it, instead
+			// of the scavenger after the next GC.
+			settle = time.Now().Add(max(DuplicateWindow, EventDuplicateWindow) + 10*time.Second)
+		case !settle.IsZero() && time.Now().After(settle) && quiet:
+			settle = time.Time{}
+			r.release("dedupe windows of the bulk load passed", sinceC, sinceE)
 		}
 	}
 }
 
-func (r *memoryReleaser) release(commands, events uint64) {
+func (r *memoryReleaser) release(why string, commands, events uint64) {
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
 	began := time.Now()
@@ -119,7 +131,7 @@ func (r *memoryReleaser) release(commands, events uint64) {
 	took := time.Since(began)
 	runtime.ReadMemStats(&after)
 	const mb = 1 << 20
-	r.log.Info("bulk load done: memory returned to the OS", "commands", commands, "events", events,
+	r.log.Info(why+": memory returned to the OS", "commands", commands, "events", events,
 		"heap_in_use_mb", after.HeapInuse/mb, "returned_mb", int64(after.HeapReleased-before.HeapReleased)/mb,
 		"took", took.Round(time.Millisecond))
 }
