@@ -29,6 +29,33 @@ func AppendReply(b []byte, r *Reply) []byte {
 	b = data.AppendString(b, r.CalendarID)
 	b = data.AppendString(b, r.Type)
 	b = data.AppendString(b, r.Outcome)
+	b = appendReplyParts(b, r, data.AppendBooking)
+	return data.AppendUvarint(b, r.Seq)
+}
+
+// DecodeReply reads what AppendReply wrote.
+func DecodeReply(b []byte) (Reply, error) {
+	var r Reply
+	rd := data.NewReader(b)
+	if rd.Byte() != replyCodecVersion {
+		return r, data.ErrCorrupt
+	}
+	r.V = int(rd.Uvarint())
+	r.RequestID = rd.String()
+	r.CalendarID = rd.String()
+	r.Type = rd.String()
+	r.Outcome = rd.String()
+	if err := readReplyParts(rd, &r, len(b), data.ReadBooking); err != nil {
+		return r, err
+	}
+	r.Seq = rd.Uvarint()
+	return r, rd.Err()
+}
+
+// appendReplyParts appends what both binary forms of a reply share: code,
+// message, details, the presence flags and the optional parts, the
+// booking written by appendBooking.
+func appendReplyParts(b []byte, r *Reply, appendBooking func([]byte, *data.Booking) []byte) []byte {
 	b = data.AppendString(b, r.Code)
 	b = data.AppendString(b, r.Message)
 	b = data.AppendUvarint(b, uint64(len(r.Details)))
@@ -56,30 +83,21 @@ func AppendReply(b []byte, r *Reply) []byte {
 		b = data.AppendBytes(b, cj)
 	}
 	if r.Booking != nil {
-		b = data.AppendBooking(b, r.Booking)
+		b = appendBooking(b, r.Booking)
 	}
 	if r.Conflict != nil {
 		b = data.AppendTime(b, r.Conflict.Start)
 		b = data.AppendTime(b, r.Conflict.End)
 	}
-	return data.AppendUvarint(b, r.Seq)
+	return b
 }
 
-// DecodeReply reads what AppendReply wrote.
-func DecodeReply(b []byte) (Reply, error) {
-	var r Reply
-	rd := data.NewReader(b)
-	if rd.Byte() != replyCodecVersion {
-		return r, data.ErrCorrupt
-	}
-	r.V = int(rd.Uvarint())
-	r.RequestID = rd.String()
-	r.CalendarID = rd.String()
-	r.Type = rd.String()
-	r.Outcome = rd.String()
+// readReplyParts reads what appendReplyParts wrote into r (size bounds
+// the details' count: the encoded reply's length).
+func readReplyParts(rd *data.Reader, r *Reply, size int, readBooking func(*data.Reader) data.Booking) error {
 	r.Code = rd.String()
 	r.Message = rd.String()
-	if n := rd.Uvarint(); n > 0 && n <= uint64(len(b)) {
+	if n := rd.Uvarint(); n > 0 && n <= uint64(size) {
 		r.Details = make([]FieldError, n)
 		for i := range r.Details {
 			r.Details[i] = FieldError{Field: rd.String(), Message: rd.String()}
@@ -90,17 +108,16 @@ func DecodeReply(b []byte) (Reply, error) {
 	if flags&hasCalendar != 0 {
 		var c data.Calendar
 		if err := json.Unmarshal(rd.Bytes(), &c); err != nil {
-			return r, data.ErrCorrupt
+			return data.ErrCorrupt
 		}
 		r.Calendar = &c
 	}
 	if flags&hasBooking != 0 {
-		bk := data.ReadBooking(rd)
+		bk := readBooking(rd)
 		r.Booking = &bk
 	}
 	if flags&hasConflict != 0 {
 		r.Conflict = &data.Interval{Start: rd.Time(), End: rd.Time()}
 	}
-	r.Seq = rd.Uvarint()
-	return r, rd.Err()
+	return nil
 }

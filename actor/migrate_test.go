@@ -2,9 +2,6 @@ package actor_test
 
 import (
 	"bytes"
-	"compress/gzip"
-	"io"
-	"os"
 	"path/filepath"
 	"testing"
 
@@ -21,22 +18,7 @@ import (
 func TestMigrateSchema4(t *testing.T) {
 	dir := t.TempDir()
 	old := filepath.Join(dir, "old.db")
-	gz, err := os.Open("testdata/index-schema4.db.gz")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer gz.Close()
-	zr, err := gzip.NewReader(gz)
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, err := io.ReadAll(zr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(old, raw, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	datatest.Gunzip(t, "testdata/index-schema4.db.gz", old)
 	if _, err := data.Open(old); err == nil {
 		t.Fatal("this build opened a schema 4 index")
 	}

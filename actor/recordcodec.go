@@ -2,7 +2,6 @@ package actor
 
 import (
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -57,39 +56,7 @@ func AppendRecordReply(b []byte, r *Reply) []byte {
 		b = append(b, 0)
 		b = data.AppendString(b, r.Outcome)
 	}
-	b = data.AppendString(b, r.Code)
-	b = data.AppendString(b, r.Message)
-	b = data.AppendUvarint(b, uint64(len(r.Details)))
-	for _, d := range r.Details {
-		b = data.AppendString(b, d.Field)
-		b = data.AppendString(b, d.Message)
-	}
-	var flags byte
-	if r.Created {
-		flags |= hasCreated
-	}
-	if r.Calendar != nil {
-		flags |= hasCalendar
-	}
-	if r.Booking != nil {
-		flags |= hasBooking
-	}
-	if r.Conflict != nil {
-		flags |= hasConflict
-	}
-	b = append(b, flags)
-	if r.Calendar != nil {
-		cj, _ := json.Marshal(r.Calendar)
-		b = data.AppendBytes(b, cj)
-	}
-	if r.Booking != nil {
-		b = data.AppendRecordBooking(b, r.Booking)
-	}
-	if r.Conflict != nil {
-		b = data.AppendTime(b, r.Conflict.Start)
-		b = data.AppendTime(b, r.Conflict.End)
-	}
-	return b
+	return appendReplyParts(b, r, data.AppendRecordBooking)
 }
 
 // ReplyFromRecord rebuilds the reply a request record was decided with.
@@ -127,29 +94,9 @@ func ReplyFromRecord(rec data.RequestRecord) (Reply, error) {
 	default:
 		r.Outcome = rd.String()
 	}
-	r.Code = rd.String()
-	r.Message = rd.String()
-	if n := rd.Uvarint(); n > 0 && n <= uint64(len(rec.Reply)) {
-		r.Details = make([]FieldError, n)
-		for i := range r.Details {
-			r.Details[i] = FieldError{Field: rd.String(), Message: rd.String()}
-		}
-	}
-	flags := rd.Byte()
-	r.Created = flags&hasCreated != 0
-	if flags&hasCalendar != 0 {
-		var c data.Calendar
-		if err := json.Unmarshal(rd.Bytes(), &c); err != nil {
-			return r, data.ErrCorrupt
-		}
-		r.Calendar = &c
-	}
-	if flags&hasBooking != 0 {
-		bk := data.ReadRecordBooking(rd, rec.Calendar)
-		r.Booking = &bk
-	}
-	if flags&hasConflict != 0 {
-		r.Conflict = &data.Interval{Start: rd.Time(), End: rd.Time()}
+	err := readReplyParts(rd, &r, len(rec.Reply), func(rd *data.Reader) data.Booking { return data.ReadRecordBooking(rd, rec.Calendar) })
+	if err != nil {
+		return r, err
 	}
 	return r, rd.Err()
 }

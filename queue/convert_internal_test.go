@@ -2,14 +2,13 @@ package queue
 
 import (
 	"bytes"
-	"compress/gzip"
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"testing"
 
 	"github.com/bookline/bookline/data"
+	"github.com/bookline/bookline/data/datatest"
 	"github.com/bookline/bookline/queue/queuetest"
 )
 
@@ -18,23 +17,8 @@ import (
 // migration itself is checked record by record by actor's
 // TestMigrateSchema4, from the same fixture.
 func TestConvertIndexMigratesTheLayoutBefore(t *testing.T) {
-	gz, err := os.Open("../actor/testdata/index-schema4.db.gz")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer gz.Close()
-	zr, err := gzip.NewReader(gz)
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, err := io.ReadAll(zr)
-	if err != nil {
-		t.Fatal(err)
-	}
 	path := filepath.Join(t.TempDir(), "index.db")
-	if err := os.WriteFile(path, raw, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	datatest.Gunzip(t, "../actor/testdata/index-schema4.db.gz", path)
 	_, why := data.Open(path)
 	logs := &queuetest.SyncBuffer{}
 	s, err := convertIndex(path, true, why, slog.New(slog.NewTextHandler(logs, nil)))

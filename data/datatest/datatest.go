@@ -1,10 +1,13 @@
 package datatest
 
 import (
+	"compress/gzip"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"math"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -398,3 +401,25 @@ func checkBusy(tx *data.Tx, calID string) []string {
 }
 
 var errTooMany = errors.New("too many problems")
+
+// Gunzip writes the gzip-compressed file src (a checked-in index fixture)
+// uncompressed to dst.
+func Gunzip(tb testing.TB, src, dst string) {
+	tb.Helper()
+	f, err := os.Open(src)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	raw, err := io.ReadAll(zr)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := os.WriteFile(dst, raw, 0o600); err != nil {
+		tb.Fatal(err)
+	}
+}
