@@ -494,20 +494,20 @@ func appendFingerprintBody(b []byte, c *Command) ([]byte, bool) {
 	}
 	ok := true
 	b = append(b, `{"type":`...)
-	b = appendJSONString(b, c.Type)
+	b = AppendJSONString(b, c.Type)
 	b = append(b, `,"calendar_id":`...)
-	b = appendJSONString(b, c.CalendarID)
+	b = AppendJSONString(b, c.CalendarID)
 	if bk := c.Booking; bk != nil {
 		b = append(b, `,"booking":{"start":`...)
-		if b, ok = appendJSONTime(b, bk.Start); !ok {
+		if b, ok = AppendJSONTime(b, bk.Start); !ok {
 			return b, false
 		}
 		b = append(b, `,"end":`...)
-		if b, ok = appendJSONTime(b, bk.End); !ok {
+		if b, ok = AppendJSONTime(b, bk.End); !ok {
 			return b, false
 		}
 		b = append(b, `,"customer":`...)
-		b = appendJSONString(b, bk.Customer)
+		b = AppendJSONString(b, bk.Customer)
 		if len(bk.Metadata) > 0 {
 			if !compactHTMLSafe(bk.Metadata) {
 				return b, false
@@ -523,7 +523,7 @@ func appendFingerprintBody(b []byte, c *Command) ([]byte, bool) {
 	}
 	if c.BookingID != "" {
 		b = append(b, `,"booking_id":`...)
-		b = appendJSONString(b, c.BookingID)
+		b = AppendJSONString(b, c.BookingID)
 	}
 	if iv := c.Reschedule; iv != nil {
 		if b, ok = appendJSONInterval(append(b, `,"reschedule":`...), iv.Start, iv.End); !ok {
@@ -538,19 +538,19 @@ func appendFingerprintBody(b []byte, c *Command) ([]byte, bool) {
 func appendJSONInterval(b []byte, start, end time.Time) ([]byte, bool) {
 	ok := true
 	b = append(b, `{"start":`...)
-	if b, ok = appendJSONTime(b, start); !ok {
+	if b, ok = AppendJSONTime(b, start); !ok {
 		return b, false
 	}
 	b = append(b, `,"end":`...)
-	if b, ok = appendJSONTime(b, end); !ok {
+	if b, ok = AppendJSONTime(b, end); !ok {
 		return b, false
 	}
 	return append(b, '}'), true
 }
 
-// appendJSONTime appends t as Time.MarshalJSON writes it (AppendText uses
+// AppendJSONTime appends t as Time.MarshalJSON writes it (AppendText uses
 // the same strict RFC 3339 formatting and refuses the same times).
-func appendJSONTime(b []byte, t time.Time) ([]byte, bool) {
+func AppendJSONTime(b []byte, t time.Time) ([]byte, bool) {
 	b = append(b, '"')
 	out, err := t.AppendText(b)
 	if err != nil {
@@ -589,11 +589,11 @@ func compactHTMLSafe(raw []byte) bool {
 	return json.Valid(raw)
 }
 
-// appendJSONString appends s as a JSON string exactly as json.Marshal does
+// AppendJSONString appends s as a JSON string exactly as json.Marshal does
 // (HTML escaping on): \" \\ \b \f \n \r \t, other control characters and
 // <, >, & as \u00XX (lowercase hex), invalid UTF-8 as \ufffd, U+2028 and
 // U+2029 as \u2028 and \u2029.
-func appendJSONString(b []byte, s string) []byte {
+func AppendJSONString(b []byte, s string) []byte {
 	const hex = "0123456789abcdef"
 	b = append(b, '"')
 	start := 0

@@ -37,7 +37,7 @@ func appendReplyJSON(b []byte, r *Reply) ([]byte, bool) {
 	b = appendOmitString(b, `,"calendar_id":`, r.CalendarID)
 	b = appendOmitString(b, `,"type":`, r.Type)
 	b = append(b, `,"outcome":`...)
-	b = appendJSONString(b, r.Outcome)
+	b = AppendJSONString(b, r.Outcome)
 	b = appendOmitString(b, `,"code":`, r.Code)
 	b = appendOmitString(b, `,"message":`, r.Message)
 	if len(r.Details) > 0 {
@@ -47,9 +47,9 @@ func appendReplyJSON(b []byte, r *Reply) ([]byte, bool) {
 				b = append(b, ',')
 			}
 			b = append(b, `{"field":`...)
-			b = appendJSONString(b, d.Field)
+			b = AppendJSONString(b, d.Field)
 			b = append(b, `,"message":`...)
-			b = appendJSONString(b, d.Message)
+			b = AppendJSONString(b, d.Message)
 			b = append(b, '}')
 		}
 		b = append(b, ']')
@@ -77,34 +77,34 @@ func appendReplyJSON(b []byte, r *Reply) ([]byte, bool) {
 func appendBookingJSON(b []byte, bk *data.Booking) ([]byte, bool) {
 	ok := true
 	b = append(b, `{"id":`...)
-	b = appendJSONString(b, bk.ID)
+	b = AppendJSONString(b, bk.ID)
 	b = append(b, `,"calendar_id":`...)
-	b = appendJSONString(b, bk.CalendarID)
+	b = AppendJSONString(b, bk.CalendarID)
 	b = append(b, `,"start":`...)
-	if b, ok = appendJSONTime(b, bk.Start); !ok {
+	if b, ok = AppendJSONTime(b, bk.Start); !ok {
 		return b, false
 	}
 	b = append(b, `,"end":`...)
-	if b, ok = appendJSONTime(b, bk.End); !ok {
+	if b, ok = AppendJSONTime(b, bk.End); !ok {
 		return b, false
 	}
 	b = append(b, `,"customer":`...)
-	b = appendJSONString(b, bk.Customer)
+	b = AppendJSONString(b, bk.Customer)
 	b = append(b, `,"status":`...)
-	b = appendJSONString(b, bk.Status)
+	b = AppendJSONString(b, bk.Status)
 	b = append(b, `,"created_at":`...)
-	if b, ok = appendJSONTime(b, bk.CreatedAt); !ok {
+	if b, ok = AppendJSONTime(b, bk.CreatedAt); !ok {
 		return b, false
 	}
 	if bk.CancelledAt != nil {
 		b = append(b, `,"cancelled_at":`...)
-		if b, ok = appendJSONTime(b, *bk.CancelledAt); !ok {
+		if b, ok = AppendJSONTime(b, *bk.CancelledAt); !ok {
 			return b, false
 		}
 	}
 	if bk.ExpiresAt != nil {
 		b = append(b, `,"expires_at":`...)
-		if b, ok = appendJSONTime(b, *bk.ExpiresAt); !ok {
+		if b, ok = AppendJSONTime(b, *bk.ExpiresAt); !ok {
 			return b, false
 		}
 	}
@@ -125,7 +125,7 @@ func appendOmitString(b []byte, key, s string) []byte {
 	if s == "" {
 		return b
 	}
-	return appendJSONString(append(b, key...), s)
+	return AppendJSONString(append(b, key...), s)
 }
 
 // AcceptedBooking reads an accepted reply that carries a booking, as

@@ -3,7 +3,6 @@ package queue
 import (
 	"encoding/json"
 	"strconv"
-	"time"
 	"unicode/utf8"
 
 	"github.com/bookline/bookline/actor"
@@ -33,11 +32,11 @@ func appendCommandJSON(b []byte, c *actor.Command) ([]byte, bool) {
 	if bk := c.Booking; bk != nil {
 		var ok bool
 		b = append(b, `,"booking":{"start":`...)
-		if b, ok = appendTimeJSON(b, bk.Start); !ok {
+		if b, ok = actor.AppendJSONTime(b, bk.Start); !ok {
 			return b, false
 		}
 		b = append(b, `,"end":`...)
-		if b, ok = appendTimeJSON(b, bk.End); !ok {
+		if b, ok = actor.AppendJSONTime(b, bk.End); !ok {
 			return b, false
 		}
 		b = appendJSONField(b, `,"customer":`, bk.Customer)
@@ -62,18 +61,7 @@ func appendCommandJSON(b []byte, c *actor.Command) ([]byte, bool) {
 }
 
 func appendJSONField(b []byte, key, s string) []byte {
-	return appendJSONString(append(b, key...), s)
-}
-
-// appendTimeJSON appends t as Time.MarshalJSON does; false for the years it
-// refuses.
-func appendTimeJSON(b []byte, t time.Time) ([]byte, bool) {
-	if y := t.Year(); y < 0 || y > 9999 {
-		return b, false
-	}
-	b = append(b, '"')
-	b = t.AppendFormat(b, time.RFC3339Nano)
-	return append(b, '"'), true
+	return actor.AppendJSONString(append(b, key...), s)
 }
 
 // plainCompactJSON reports whether raw (valid JSON, as validation leaves
@@ -95,59 +83,4 @@ func plainCompactJSON(raw []byte) bool {
 		}
 	}
 	return !in
-}
-
-const hexDigits = "0123456789abcdef"
-
-// appendJSONString appends s as encoding/json encodes a string (with its
-// HTML escaping and its replacement of invalid UTF-8).
-func appendJSONString(b []byte, s string) []byte {
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		if c := s[i]; c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
-				i++
-				continue
-			}
-			b = append(b, s[start:i]...)
-			switch c {
-			case '\\', '"':
-				b = append(b, '\\', c)
-			case '\b':
-				b = append(b, '\\', 'b')
-			case '\f':
-				b = append(b, '\\', 'f')
-			case '\n':
-				b = append(b, '\\', 'n')
-			case '\r':
-				b = append(b, '\\', 'r')
-			case '\t':
-				b = append(b, '\\', 't')
-			default:
-				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			b = append(b, s[start:i]...)
-			b = append(b, `\ufffd`...)
-			i += size
-			start = i
-			continue
-		}
-		if r == '\u2028' || r == '\u2029' {
-			b = append(b, s[start:i]...)
-			b = append(b, '\\', 'u', '2', '0', '2', hexDigits[r&0xF])
-			i += size
-			start = i
-			continue
-		}
-		i += size
-	}
-	b = append(b, s[start:]...)
-	return append(b, '"')
 }
