@@ -123,19 +123,12 @@ func (t *Tx) putBooking(bk Booking, cr *Creation, fresh bool) error {
 	return slots.Put(key, encodeSlotValue(&bk))
 }
 
-// putCreation keeps cr, the record of the request that created booking id,
-// in the booking's record.
-func (t *Tx) putCreation(calID, id string, cr *Creation) error {
-	t.txCal(calID).absent = ""
-	s, err := t.storedBooking(calID, id)
-	if err != nil {
-		return fmt.Errorf("data: creation record of booking %s/%s: %w", calID, id, err)
-	}
-	s.creation = cr
-	if cr == nil {
-		s.original = nil // kept only for the creation's reply
-	}
-	return t.calTree(calID, iBookings).Put(idKey(id), s.encode())
+// dropCreation removes the creation record kept in s, a stored booking,
+// and the form as created kept only for that record's reply.
+func (t *Tx) dropCreation(s storedBooking) error {
+	t.txCal(s.CalendarID).absent = ""
+	s.creation, s.original = nil, nil
+	return t.calTree(s.CalendarID, iBookings).Put(idKey(s.ID), s.encode())
 }
 
 // Slot entry values: flags (1: hold, 2: buffers), the length (see

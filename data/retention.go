@@ -136,7 +136,7 @@ func (t *Tx) dropExpiredRequest(e RequestExpiry) error {
 	} else if err != nil {
 		return err
 	}
-	return t.putCreation(e.Calendar, id, nil)
+	return t.dropCreation(s)
 }
 
 // ForEachRequestExpiry calls fn for every entry of the request expiry
