@@ -25,9 +25,15 @@ func (t *Tx) SetStreamIdentity(id string) error {
 // request records, p's request expiry entries, and p's applied sequence,
 // horizon and log time. The partition then rebuilds
 // from the start of the stream.
-func (t *Tx) ResetPartition(p int, belongs func(calID string) bool) error {
-	t.forgetCalendars()
-	defer t.forgetCalendars()
+func (t *Tx) ResetPartition(p int, belongs func(calID string) bool) (err error) {
+	if err := t.forgetCalendars(); err != nil {
+		return err
+	}
+	defer func() {
+		if ferr := t.forgetCalendars(); err == nil {
+			err = ferr
+		}
+	}()
 	root, cals, spans := t.tx.Bucket(bucketCal), t.tx.Bucket(bucketCalendars), t.tx.Bucket(bucketSpan)
 	seen := map[string]bool{}
 	var doomed [][]byte

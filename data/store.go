@@ -62,6 +62,10 @@ type Store struct {
 	commitNs atomic.Uint64 // time spent in bbolt's Commit (write + fsync)
 
 	cals calCache // decoded calendars (see calcache.go)
+
+	// filters, when set (TrackKeys), hold every key of the bookings and
+	// request trees; only the commit goroutine touches them.
+	filters [3]*keyFilter
 }
 
 // CommitStats counts the store's group commits.
@@ -326,6 +330,29 @@ func (s *Store) commit(fn func(*Tx) error, nosync bool, durable func() error) er
 	return s.Await(r.err)
 }
 
+// TrackKeys keeps, from now on, a filter of the keys of the bookings and
+// request trees for about keys keys, so that lookups of new request ids
+// and booking ids, nearly every lookup of a replay or bulk import, are
+// answered without walking the trees. The index must hold no bookings or
+// request records yet: the filter must know every key there is. It stays
+// until ForgetKeys and costs 1.5 bytes per key.
+func (s *Store) TrackKeys(keys int) error {
+	return s.Commit(func(tx *Tx) error {
+		for _, i := range []int{iBookings, iRequests} {
+			if k, _ := tx.tx.Bucket(treeNames[i]).Cursor().First(); k != nil {
+				return fmt.Errorf("data: TrackKeys on an index with %s keys", treeNames[i])
+			}
+			s.filters[i] = newKeyFilter(keys)
+		}
+		return nil
+	})
+}
+
+// ForgetKeys drops the filters of TrackKeys.
+func (s *Store) ForgetKeys() error {
+	return s.Commit(func(*Tx) error { s.filters = [3]*keyFilter{}; return nil })
+}
+
 // initialMmapSize is the address space mapped for the index at Open.
 var initialMmapSize = func() int {
 	if strconv.IntSize == 64 {
@@ -382,7 +409,7 @@ func (s *Store) commitGroup(group []*commitReq) {
 			}
 			return
 		}
-		tx := &Tx{tx: btx, cals: &s.cals}
+		tx := &Tx{tx: btx, cals: &s.cals, buffered: true, filters: &s.filters}
 		failed := -1
 		var ferr error
 		for i, r := range group {
@@ -396,6 +423,13 @@ func (s *Store) commitGroup(group []*commitReq) {
 			group[failed].err <- ferr
 			group = append(group[:failed], group[failed+1:]...)
 			continue
+		}
+		if err := tx.flushRuns(); err != nil {
+			_ = btx.Rollback()
+			for _, r := range group {
+				r.err <- err
+			}
+			return
 		}
 		// Only this goroutine commits, so it may switch bbolt's sync
 		// flags per transaction: a store opened with NoSync never

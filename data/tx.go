@@ -24,6 +24,12 @@ type Tx struct {
 	// handles and decoded record, which the writer looks up several times
 	// per command. Dropped whenever a calendar bucket is deleted.
 	byCal map[string]*txCalendar
+	// buffered is set in write transactions: writes to the shared trees
+	// wait in memory until flushRuns (see overlay.go).
+	buffered bool
+	// filters are the store's key filters (Store.TrackKeys), in write
+	// transactions.
+	filters *[3]*keyFilter
 }
 
 // txCalendar is what a transaction has looked up about one calendar.
@@ -71,8 +77,14 @@ func (t *Tx) txCal(id string) *txCalendar {
 }
 
 // forgetCalendars drops the transaction's lookups (after buckets were
-// deleted).
-func (t *Tx) forgetCalendars() { t.byCal = nil }
+// deleted), putting their pending writes into bbolt first.
+func (t *Tx) forgetCalendars() error {
+	if err := t.flushRuns(); err != nil {
+		return err
+	}
+	t.byCal = nil
+	return nil
+}
 
 // EncodeTime turns t into 8 bytes whose byte order is time order (unix
 // nanoseconds with the sign bit flipped, big-endian).
@@ -226,6 +238,10 @@ func (t *Tx) calTree(calID string, i int) *calTree {
 	tc := t.txCal(calID)
 	if tc.subs[i] == nil {
 		tc.subs[i] = newCalTree(t.tx.Bucket(treeNames[i]), calID)
+		if t.buffered {
+			tc.subs[i].run = newMemRun()
+			tc.subs[i].filter = t.filter(i)
+		}
 	}
 	return tc.subs[i]
 }
