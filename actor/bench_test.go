@@ -2,6 +2,7 @@ package actor_test
 
 import (
 	"fmt"
+	bolt "go.etcd.io/bbolt"
 	"hash/fnv"
 	"os"
 	"path/filepath"
@@ -90,14 +91,17 @@ func BenchmarkDecode(b *testing.B) {
 
 // BenchmarkReplayCommitter measures the replay committer's stage alone: the
 // commands are decoded before the clock starts, then applied over 8
-// partitions and 256 calendars in chunks of 16384 committed without fsync,
+// partitions and 256 calendars in chunks of 32768 committed without fsync,
 // as queue.Replay does. cpu-ns/op is the process's CPU time per command,
 // which other load on the machine disturbs less than the wall clock.
 func BenchmarkReplayCommitter(b *testing.B) {
 	s := datatest.MustOpen(b)
 	h := &ruleHarness{tb: b, s: s}
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	const cals, parts, chunk = 256, 8, 16384
+	const cals, parts, chunk = 256, 8, 32768
+	if err := s.TrackKeys(b.N + cals); err != nil { // as queue.Replay does
+		b.Fatal(err)
+	}
 	for c := 0; c < cals; c++ {
 		h.do(now, calendarCmd(fmt.Sprintf("c%d", c), "Europe/Berlin", data.Rules{}))
 	}
@@ -144,7 +148,7 @@ func cpuTime() time.Duration {
 }
 
 // BenchmarkIndexSize builds an index the way a replay does (ApplyReplay in
-// chunks of 16384 commands over 2 partitions, committed without fsync)
+// chunks of 32768 commands over 2 partitions, committed without fsync)
 // from b.N bookings spread round-robin over 10,000 calendars, as the
 // recovery benchmark's data (request ids b-<n>, customers customer-b-<n>,
 // 30-minute slots one after another per calendar), and reports the index
@@ -157,7 +161,10 @@ func BenchmarkIndexSize(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer s.Close()
-	const cals, parts, chunk = 10000, 2, 16384
+	const cals, parts, chunk = 10000, 2, 32768
+	if err := s.TrackKeys(b.N + cals); err != nil { // as queue.Replay does
+		b.Fatal(err)
+	}
 	h := &ruleHarness{tb: b, s: s}
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	var ups []actor.Input
@@ -212,6 +219,24 @@ func BenchmarkIndexSize(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.ReportMetric(float64(fi.Size())/float64(b.N), "index-B/booking")
+	s.Close()
+	if db, err := bolt.Open(path, 0600, nil); err == nil {
+		st := db.Stats()
+		b.ReportMetric(float64(st.FreePageN+st.PendingPageN)*4096/float64(b.N), "free-B/booking")
+		db.View(func(tx *bolt.Tx) error {
+			var alloc, inuse int
+			tx.ForEach(func(name []byte, bk *bolt.Bucket) error {
+				bs := bk.Stats()
+				alloc += bs.LeafAlloc + bs.BranchAlloc
+				inuse += bs.LeafInuse + bs.BranchInuse
+				return nil
+			})
+			b.ReportMetric(float64(alloc)/float64(b.N), "alloc-B/booking")
+			b.ReportMetric(float64(inuse)/float64(b.N), "inuse-B/booking")
+			return nil
+		})
+		db.Close()
+	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "commands/s")
 }
 

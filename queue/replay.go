@@ -48,7 +48,7 @@ var ErrIndexNotEmpty = errors.New("queue: replay needs a new, empty index")
 // applying early instead of waiting for a whole chunk to be read and
 // decoded, and large chunks later rewrite fewer pages per command.
 const (
-	replayChunk      = 16384
+	replayChunk      = 32768
 	firstReplayChunk = 1024
 )
 
@@ -97,6 +97,15 @@ func Replay(ctx context.Context, js jetstream.JetStream, store *data.Store, opt 
 		return st, ErrIndexNotEmpty
 	case !opt.Continue:
 		clear(covered)
+	}
+	if !opt.Continue {
+		// Nearly every lookup of a replay is of a request id or booking id
+		// that is new: a filter of the keys written answers those
+		// without a walk of the trees. About one key per command.
+		if err := store.TrackKeys(int(min(info.State.Msgs, 1<<30))); err != nil {
+			return st, err
+		}
+		defer store.ForgetKeys()
 	}
 	// Everything is decided with this build's time zone data.
 	if err := store.CommitUnsynced(func(tx *data.Tx) error { _, err := tx.NoteTzdata(zones.Version); return err }); err != nil {
