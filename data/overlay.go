@@ -46,6 +46,9 @@ type memNode struct {
 	val  []byte // nil when del
 	del  bool   // a tombstone: the key is deleted in this transaction
 	next []*memNode
+	// low holds next for the three nodes in four of height one, so that
+	// they take one allocation and a walk stays in one object.
+	low [1]*memNode
 }
 
 func newMemRun() *memRun {
@@ -106,7 +109,12 @@ func (r *memRun) set(key, val []byte, del bool) {
 		update[i] = &r.head
 	}
 	r.level = max(r.level, lvl)
-	n := &memNode{key: key, val: val, del: del, next: make([]*memNode, lvl)}
+	n := &memNode{key: key, val: val, del: del}
+	if lvl == 1 {
+		n.next = n.low[:]
+	} else {
+		n.next = make([]*memNode, lvl)
+	}
 	for i := 0; i < lvl; i++ {
 		n.next[i], update[i].next[i] = update[i].next[i], n
 	}
