@@ -17,10 +17,9 @@ import (
 // commit splits it. Keys put in random order into such a node move half of
 // it each time, so a large transaction into a young tree slows down with
 // the square of its size (400,000 random puts into an empty tree took 686
-// µs each, the same keys in order 5 µs each), and a replay had to commit
-// small chunks, each of which rewrote most of the tree's leaves. In key
-// order a leaf takes its keys at its end, so replay and import can commit
-// large chunks, and a leaf is rewritten once per chunk, not per command.
+// µs each, the same keys in order 5 µs each). In key order a leaf takes
+// its keys at its end, and each key is put once: a replay commits larger
+// chunks, which rewrite fewer leaves per command.
 //
 // Reads of the transaction see the run over bbolt: a key the run holds
 // (written or deleted) answers from the run, every other key from bbolt,
@@ -177,9 +176,9 @@ func (t *Tx) filter(i int) *keyFilter {
 }
 
 // keyFilter is a Bloom filter of the keys a shared tree holds: "no" is
-// certain, "maybe" asks bbolt. A replay or import asks for request ids and
-// booking ids that are almost all new, and each such miss walked the tree
-// from its root (two per booking created, a quarter of the replay's time).
+// certain, "maybe" asks bbolt. A replay asks for request ids and booking
+// ids that are almost all new, and each such miss walked the tree from its
+// root (two per booking created, a quarter of the replay's time).
 // It is kept only while every key of the tree went through it (see
 // Store.TrackKeys) and only the committer uses it, so it needs no lock.
 // Deleted keys stay in it: a false "maybe" costs a lookup, nothing else.

@@ -332,8 +332,8 @@ func (s *Store) commit(fn func(*Tx) error, nosync bool, durable func() error) er
 
 // TrackKeys keeps, from now on, a filter of the keys of the bookings and
 // request trees for about keys keys, so that lookups of new request ids
-// and booking ids, nearly every lookup of a replay or bulk import, are
-// answered without walking the trees. The index must hold no bookings or
+// and booking ids, nearly every lookup of a replay, are answered without
+// walking the trees. The index must hold no bookings or
 // request records yet: the filter must know every key there is. It stays
 // until ForgetKeys and costs 1.5 bytes per key.
 func (s *Store) TrackKeys(keys int) error {

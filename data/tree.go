@@ -59,7 +59,7 @@ func (c *calTree) Get(k []byte) []byte {
 func (c *calTree) Put(k, v []byte) error {
 	if c.run != nil {
 		if v == nil {
-			v = []byte{} // bbolt stores a nil value as an empty one
+			v = []byte{} // a nil value would read as a missing key
 		}
 		c.run.set(c.key(k), v, false)
 		return nil
