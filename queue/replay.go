@@ -101,8 +101,9 @@ func Replay(ctx context.Context, js jetstream.JetStream, store *data.Store, opt 
 	if !opt.Continue {
 		// Nearly every lookup of a replay is of a request id or booking id
 		// that is new: a filter of the keys written answers those
-		// without a walk of the trees. About one key per command.
-		if err := store.TrackKeys(int(min(info.State.Msgs, 1<<30))); err != nil {
+		// without a walk of the trees. About one key per command; past
+		// 64M keys the filter only answers "maybe" more often (96 MB).
+		if err := store.TrackKeys(int(min(info.State.Msgs, 1<<26))); err != nil {
 			return st, err
 		}
 		defer store.ForgetKeys()
