@@ -91,14 +91,14 @@ func BenchmarkDecode(b *testing.B) {
 
 // BenchmarkReplayCommitter measures the replay committer's stage alone: the
 // commands are decoded before the clock starts, then applied over 8
-// partitions and 256 calendars in chunks of 32768 committed without fsync,
-// as queue.Replay does. cpu-ns/op is the process's CPU time per command,
+// partitions and 256 calendars and committed in chunks as queue.Replay
+// does (commitAsReplay). cpu-ns/op is the process's CPU time per command,
 // which other load on the machine disturbs less than the wall clock.
 func BenchmarkReplayCommitter(b *testing.B) {
 	s := datatest.MustOpen(b)
 	h := &ruleHarness{tb: b, s: s}
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	const cals, parts, chunk = 256, 8, 32768
+	const cals, parts = 256, 8
 	if err := s.TrackKeys(b.N + cals); err != nil { // as queue.Replay does
 		b.Fatal(err)
 	}
@@ -116,22 +116,20 @@ func BenchmarkReplayCommitter(b *testing.B) {
 	b.ReportAllocs()
 	cpu0 := cpuTime()
 	b.ResetTimer()
-	for off := 0; off < len(ds); off += chunk {
+	for off := 0; off < len(ds); off += replayChunk {
 		byPart := make([][]actor.Decoded, parts)
-		for i := off; i < min(off+chunk, len(ds)); i++ {
+		for i := off; i < min(off+replayChunk, len(ds)); i++ {
 			p := (i % cals) % parts
 			byPart[p] = append(byPart[p], ds[i])
 		}
-		if err := s.CommitUnsynced(func(tx *data.Tx) error {
+		commitAsReplay(b, s, func(tx *data.Tx) error {
 			for p, batch := range byPart {
 				if _, err := actor.ApplyReplay(tx, p+1, batch); err != nil {
 					return err
 				}
 			}
 			return nil
-		}); err != nil {
-			b.Fatal(err)
-		}
+		})
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "commands/s")
@@ -147,9 +145,9 @@ func cpuTime() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// BenchmarkIndexSize builds an index the way a replay does (ApplyReplay in
-// chunks of 32768 commands over 2 partitions, committed without fsync)
-// from b.N bookings spread round-robin over 10,000 calendars, as the
+// BenchmarkIndexSize builds an index the way a replay does (ApplyReplay
+// over 2 partitions, committed in chunks as queue.Replay does) from b.N
+// bookings spread round-robin over 10,000 calendars, as the
 // recovery benchmark's data (request ids b-<n>, customers customer-b-<n>,
 // 30-minute slots one after another per calendar), and reports the index
 // file's bytes per booking. Run with -benchtime 1000000x for the figure
@@ -161,7 +159,7 @@ func BenchmarkIndexSize(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer s.Close()
-	const cals, parts, chunk = 10000, 2, 32768
+	const cals, parts = 10000, 2
 	if err := s.TrackKeys(b.N + cals); err != nil { // as queue.Replay does
 		b.Fatal(err)
 	}
@@ -178,25 +176,24 @@ func BenchmarkIndexSize(b *testing.B) {
 			p := queuePartition(m.SubjectCalendar, parts)
 			byPart[p] = append(byPart[p], actor.Decode(m))
 		}
-		if err := s.CommitUnsynced(func(tx *data.Tx) error {
+		fn := func(tx *data.Tx) error {
 			for p, batch := range byPart {
 				if _, err := actor.ApplyReplay(tx, p, batch); err != nil {
 					return err
 				}
 			}
 			return nil
-		}); err != nil {
-			b.Fatal(err)
 		}
+		commitAsReplay(b, s, fn)
 	}
 	apply(ups)
 	start := time.Date(2027, 1, 4, 0, 0, 0, 0, time.UTC)
 	b.ReportAllocs()
 	b.ResetTimer()
-	for off := 0; off < b.N; off += chunk {
+	for off := 0; off < b.N; off += replayChunk {
 		b.StopTimer()
-		in := make([]actor.Input, 0, chunk)
-		for i := off; i < min(off+chunk, b.N); i++ {
+		in := make([]actor.Input, 0, replayChunk)
+		for i := off; i < min(off+replayChunk, b.N); i++ {
 			req := "b-" + strconv.Itoa(i)
 			in = append(in, h.input(now, actor.Command{Type: actor.TypeBookingCreate, RequestID: req, CalendarID: fmt.Sprintf("cal-%05d", i%cals),
 				Booking: &actor.BookingSpec{Start: start.Add(time.Duration(i/cals) * 30 * time.Minute), End: start.Add(time.Duration(i/cals+1) * 30 * time.Minute), Customer: "customer-" + req}}))
@@ -246,4 +243,23 @@ func queuePartition(cal string, n int) int {
 	h := fnv.New32a()
 	h.Write([]byte(cal))
 	return int(h.Sum32() % uint32(n))
+}
+
+// replayChunk and replayFlushKeys are queue.Replay's (this package cannot
+// import queue): chunks of 131072 commands decided in one transaction,
+// their tree writes put into bbolt 16384 keys at a time.
+const (
+	replayChunk     = 131072
+	replayFlushKeys = 16384
+)
+
+// commitAsReplay commits fn as queue.Replay commits a chunk.
+func commitAsReplay(b *testing.B, s *data.Store, fn func(*data.Tx) error) {
+	kept := data.NewPending()
+	if err := s.CommitPending(kept, fn); err != nil {
+		b.Fatal(err)
+	}
+	if err := s.FlushPending(kept, replayFlushKeys); err != nil {
+		b.Fatal(err)
+	}
 }

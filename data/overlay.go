@@ -214,3 +214,83 @@ func (f *keyFilter) probe(key []byte, set bool) bool {
 
 func (f *keyFilter) add(key []byte)          { f.probe(key, true) }
 func (f *keyFilter) mayHold(key []byte) bool { return f.probe(key, false) }
+
+// Pending is writes to the shared trees kept across transactions, for
+// building a new index in bulk (replay): CommitPending decides a large
+// chunk of commands in one transaction, keeping its tree writes here, and
+// FlushPending then puts them into bbolt in several smaller transactions,
+// each a range of calendars in key order. A transaction that rewrites
+// most leaves must find new pages for all of them before it frees the old
+// ones, so one large transaction leaves a file with as many free pages as
+// it rewrote; the smaller flushes reuse each other's. Between the two
+// calls the file's other buckets are ahead of its trees: only an index
+// nobody reads until the build ends may be built this way.
+type Pending struct {
+	cals map[string]*[3]*memRun
+}
+
+// NewPending returns an empty set of pending writes.
+func NewPending() *Pending { return &Pending{cals: map[string]*[3]*memRun{}} }
+
+func (p *Pending) run(calID string, i int) *memRun {
+	runs := p.cals[calID]
+	if runs == nil {
+		runs = new([3]*memRun)
+		p.cals[calID] = runs
+	}
+	if runs[i] == nil {
+		runs[i] = newMemRun()
+	}
+	return runs[i]
+}
+
+// CommitPending is CommitUnsynced, its writes to the shared trees kept in p
+// instead of put into bbolt (see Pending), and alone in its transaction.
+// If fn fails, p holds part of its writes: the build must be abandoned.
+func (s *Store) CommitPending(p *Pending, fn func(*Tx) error) error {
+	return s.submit(&commitReq{fn: fn, err: make(chan error, 1), nosync: true, pending: p})
+}
+
+// FlushPending puts p's writes into bbolt in transactions of about perTx
+// keys each (committed without fsync), calendars in key order, and empties
+// p.
+func (s *Store) FlushPending(p *Pending, perTx int) error {
+	ids := make([]string, 0, len(p.cals))
+	for id := range p.cals {
+		ids = append(ids, id)
+	}
+	// Calendar order is prefix order (the prefix ends with a zero byte,
+	// which no id holds), and so the trees' key order.
+	sort.Strings(ids)
+	for len(ids) > 0 {
+		n, keys := 0, 0
+		for ; n < len(ids) && (n == 0 || keys < perTx); n++ {
+			for _, r := range p.cals[ids[n]] {
+				if r != nil {
+					keys += r.n
+				}
+			}
+		}
+		batch := ids[:n]
+		if err := s.CommitUnsynced(func(tx *Tx) error {
+			for i, name := range treeNames {
+				b := tx.tx.Bucket(name)
+				for _, id := range batch {
+					if r := p.cals[id][i]; r != nil && r.n > 0 {
+						if err := r.flush(b, tx.filter(i)); err != nil {
+							return err
+						}
+					}
+				}
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+		for _, id := range batch {
+			delete(p.cals, id)
+		}
+		ids = ids[n:]
+	}
+	return nil
+}

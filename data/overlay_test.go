@@ -233,3 +233,96 @@ func TestIDKeyCanonical(t *testing.T) {
 		seen[string(k)] = id
 	}
 }
+
+// TestPendingAcrossTransactions applies the same random chunks of writes
+// and reads to two stores, one with Commit and one with CommitPending and
+// FlushPending in transactions of a few keys, and requires the same reads
+// in every chunk and the same trees at the end.
+func TestPendingAcrossTransactions(t *testing.T) {
+	open := func(name string) *Store {
+		s, err := Open(filepath.Join(t.TempDir(), name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
+	direct, kept := open("direct.db"), open("kept.db")
+	if err := kept.TrackKeys(100); err != nil {
+		t.Fatal(err)
+	}
+	type op struct {
+		kind, tree int
+		cal        string
+		key, val   []byte
+	}
+	cals := []string{"c1", "c10", "c2", "c"}
+	rng := rand.New(rand.NewPCG(3, 4))
+	key := func() []byte { return []byte{byte('a' + rng.IntN(5)), byte('a' + rng.IntN(3))} }
+	apply := func(ops []op, reads *[]string) func(*Tx) error {
+		return func(tx *Tx) error {
+			*reads = (*reads)[:0]
+			for _, o := range ops {
+				ct := tx.calTree(o.cal, o.tree)
+				switch o.kind {
+				case 0:
+					if err := ct.Put(o.key, o.val); err != nil {
+						return err
+					}
+				case 1:
+					if err := ct.Delete(o.key); err != nil {
+						return err
+					}
+				case 2:
+					*reads = append(*reads, fmt.Sprintf("get %q", ct.Get(o.key)))
+				default:
+					c := ct.Cursor()
+					for k, v := c.Seek(o.key); k != nil; k, v = c.Next() {
+						*reads = append(*reads, fmt.Sprintf("%q=%q", k, v))
+					}
+					*reads = append(*reads, "end")
+				}
+			}
+			return nil
+		}
+	}
+	for chunk := 0; chunk < 60; chunk++ {
+		var ops []op
+		for i := 0; i < 30; i++ {
+			ops = append(ops, op{kind: rng.IntN(4), tree: rng.IntN(3), cal: cals[rng.IntN(len(cals))], key: key(), val: []byte(fmt.Sprint(chunk, i))})
+		}
+		var want, got []string
+		if err := direct.Commit(apply(ops, &want)); err != nil {
+			t.Fatal(err)
+		}
+		p := NewPending()
+		if err := kept.CommitPending(p, apply(ops, &got)); err != nil {
+			t.Fatal(err)
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("chunk %d: reads %v, want %v", chunk, got, want)
+		}
+		if err := kept.FlushPending(p, 3); err != nil {
+			t.Fatal(err)
+		}
+		if len(p.cals) != 0 {
+			t.Fatalf("chunk %d: %d calendars still pending after the flush", chunk, len(p.cals))
+		}
+	}
+	dump := func(s *Store) string {
+		var out bytes.Buffer
+		_ = s.View(func(tx *Tx) error {
+			for _, n := range treeNames {
+				_ = tx.tx.Bucket(n).ForEach(func(k, v []byte) error {
+					fmt.Fprintf(&out, "%s %q=%q\n", n, k, v)
+					return nil
+				})
+			}
+			return nil
+		})
+		return out.String()
+	}
+	if got, want := dump(kept), dump(direct); got != want || want == "" {
+		t.Fatalf("trees differ:\nkept:\n%s\ndirect:\n%s", got, want)
+	}
+}

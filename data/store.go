@@ -87,6 +87,9 @@ type commitReq struct {
 	// durable, when set, must return nil before the caller is answered
 	// and the transaction is shown to readers (see CommitDurable).
 	durable func() error
+	// pending, when set, keeps the transaction's tree writes (see
+	// CommitPending); such a request is committed alone.
+	pending *Pending
 }
 
 // Open opens (or creates) the index file at path; every commit is fsynced.
@@ -314,6 +317,10 @@ func (s *Store) Await(answer <-chan error) error {
 func (s *Store) Done() <-chan struct{} { return s.done }
 
 func (s *Store) commit(fn func(*Tx) error, nosync bool, durable func() error) error {
+	return s.submit(&commitReq{fn: fn, err: make(chan error, 1), nosync: nosync, durable: durable})
+}
+
+func (s *Store) submit(r *commitReq) error {
 	// Checked first because a select with both cases ready picks one at
 	// random: without this, a Commit after Close could enqueue anyway.
 	select {
@@ -321,7 +328,6 @@ func (s *Store) commit(fn func(*Tx) error, nosync bool, durable func() error) er
 		return ErrClosed
 	default:
 	}
-	r := &commitReq{fn: fn, err: make(chan error, 1), nosync: nosync, durable: durable}
 	select {
 	case s.reqs <- r:
 	case <-s.quit:
@@ -382,16 +388,24 @@ func (s *Store) commitLoop() {
 			}
 		}
 		group = append(group[:0], first)
+		var alone *commitReq // a CommitPending, which shares no transaction
 	drain:
-		for len(group) < maxGroup {
+		for len(group) < maxGroup && first.pending == nil {
 			select {
 			case r := <-s.reqs:
+				if r.pending != nil {
+					alone = r
+					break drain
+				}
 				group = append(group, r)
 			default:
 				break drain
 			}
 		}
 		s.commitGroup(group)
+		if alone != nil {
+			s.commitGroup([]*commitReq{alone})
+		}
 	}
 }
 
@@ -409,7 +423,7 @@ func (s *Store) commitGroup(group []*commitReq) {
 			}
 			return
 		}
-		tx := &Tx{tx: btx, cals: &s.cals, buffered: true, filters: &s.filters}
+		tx := &Tx{tx: btx, cals: &s.cals, buffered: true, filters: &s.filters, pending: group[0].pending}
 		failed := -1
 		var ferr error
 		for i, r := range group {
@@ -424,7 +438,9 @@ func (s *Store) commitGroup(group []*commitReq) {
 			group = append(group[:failed], group[failed+1:]...)
 			continue
 		}
-		if err := tx.flushRuns(); err != nil {
+		if tx.pending != nil {
+			// Kept for FlushPending.
+		} else if err := tx.flushRuns(); err != nil {
 			_ = btx.Rollback()
 			for _, r := range group {
 				r.err <- err

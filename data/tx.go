@@ -30,6 +30,9 @@ type Tx struct {
 	// filters are the store's key filters (Store.TrackKeys), in write
 	// transactions.
 	filters *[3]*keyFilter
+	// pending, when set, holds the runs across transactions
+	// (Store.CommitPending).
+	pending *Pending
 }
 
 // txCalendar is what a transaction has looked up about one calendar.
@@ -238,7 +241,10 @@ func (t *Tx) calTree(calID string, i int) *calTree {
 	tc := t.txCal(calID)
 	if tc.subs[i] == nil {
 		tc.subs[i] = newCalTree(t.tx.Bucket(treeNames[i]), calID)
-		if t.buffered {
+		if t.pending != nil {
+			tc.subs[i].run = t.pending.run(calID, i)
+			tc.subs[i].filter = t.filter(i)
+		} else if t.buffered {
 			tc.subs[i].run = newMemRun()
 			tc.subs[i].filter = t.filter(i)
 		}

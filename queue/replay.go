@@ -43,13 +43,18 @@ type ReplayStats struct {
 // holds state.
 var ErrIndexNotEmpty = errors.New("queue: replay needs a new, empty index")
 
-// replayChunk is how many commands one replay transaction applies at most.
+// replayChunk is how many commands one replay transaction decides at most.
 // Chunks start at firstReplayChunk and double: the committer starts
 // applying early instead of waiting for a whole chunk to be read and
-// decoded, and large chunks later rewrite fewer pages per command.
+// decoded, and large chunks later rewrite fewer pages per command. A
+// chunk's tree writes are put into bbolt replayFlushKeys at a time: one
+// transaction that rewrites most leaves leaves as many free pages in the
+// file (1M bookings over 10,000 calendars: 131,072 commands in one
+// transaction, 428 bytes per booking; flushed 16,384 keys at a time, 268).
 const (
-	replayChunk      = 32768
+	replayChunk      = 131072
 	firstReplayChunk = 1024
+	replayFlushKeys  = 16384
 )
 
 // Replay rebuilds an index from the command stream with the same decode and
@@ -162,6 +167,7 @@ func Replay(ctx context.Context, js jetstream.JetStream, store *data.Store, opt 
 	}
 	jobs := make(chan job, 1)
 	committed := make(chan error, 1)
+	kept := data.NewPending()
 	go func() {
 		var err error
 		for j := range jobs {
@@ -181,22 +187,24 @@ func Replay(ctx context.Context, js jetstream.JetStream, store *data.Store, opt 
 							return fmt.Errorf("queue: replay partition %d: %w", p, err)
 						}
 					}
-					if j.final {
-						return tx.SetStreamIdentity(identity)
-					}
 					return nil
 				}
-				// Chunks are committed without fsync: the index is new
-				// and a replay that does not finish is started again
-				// from scratch, never resumed. The final chunk is
-				// committed with fsync (which flushes the earlier
-				// chunks' pages before it writes its meta page), and
-				// only it records the stream identity: an index without
-				// one is not a finished replay.
-				if j.final {
-					err = store.Commit(apply)
-				} else {
-					err = store.CommitUnsynced(apply)
+				// A chunk is decided in one transaction, its tree writes
+				// kept aside, then written in transactions of
+				// replayFlushKeys keys (see data.Pending). All of them
+				// are committed without fsync: the index is new and a
+				// replay that does not finish is started again from
+				// scratch, never resumed. After the final chunk one
+				// commit with fsync (which flushes every earlier page
+				// before it writes its meta page) records the stream
+				// identity: an index without one is not a finished
+				// replay.
+				err = store.CommitPending(kept, apply)
+				if err == nil {
+					err = store.FlushPending(kept, replayFlushKeys)
+				}
+				if err == nil && j.final {
+					err = store.Commit(func(tx *data.Tx) error { return tx.SetStreamIdentity(identity) })
 				}
 				if err == nil {
 					st.Applied += uint64(j.n)
