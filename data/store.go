@@ -438,14 +438,15 @@ func (s *Store) commitGroup(group []*commitReq) {
 			group = append(group[:failed], group[failed+1:]...)
 			continue
 		}
-		if tx.pending != nil {
-			// Kept for FlushPending.
-		} else if err := tx.flushRuns(); err != nil {
-			_ = btx.Rollback()
-			for _, r := range group {
-				r.err <- err
+		// A CommitPending's writes stay in its Pending for FlushPending.
+		if tx.pending == nil {
+			if err := tx.flushRuns(); err != nil {
+				_ = btx.Rollback()
+				for _, r := range group {
+					r.err <- err
+				}
+				return
 			}
-			return
 		}
 		// Only this goroutine commits, so it may switch bbolt's sync
 		// flags per transaction: a store opened with NoSync never
