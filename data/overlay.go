@@ -3,7 +3,8 @@ package data
 import (
 	"bytes"
 	"hash/maphash"
-	"sort"
+	"maps"
+	"slices"
 
 	bolt "go.etcd.io/bbolt"
 )
@@ -32,10 +33,11 @@ import (
 // inserts O(log n) in any order, which a sorted slice does not for a busy
 // calendar whose bookings arrive out of time order.
 type memRun struct {
-	head  memNode
-	level int
-	n     int
-	seed  uint64
+	head     memNode
+	headNext [memMaxLevel]*memNode // head.next, allocated with the run
+	level    int
+	n        int
+	seed     uint64
 }
 
 const memMaxLevel = 24
@@ -52,7 +54,7 @@ type memNode struct {
 
 func newMemRun() *memRun {
 	r := &memRun{level: 1, seed: 0x9e3779b97f4a7c15}
-	r.head.next = make([]*memNode, memMaxLevel)
+	r.head.next = r.headNext[:]
 	return r
 }
 
@@ -142,23 +144,31 @@ func (r *memRun) flush(b *bolt.Bucket, f *keyFilter) error {
 	return nil
 }
 
-// flushRuns writes every calendar's pending runs into bbolt, tree by tree
-// and in key order within each tree: calendars in the order of their
-// prefixes (the prefix ends with a zero byte, which no id holds, so prefix
-// order is the order of the full keys).
+// flushRuns writes every calendar's pending runs into bbolt.
 func (t *Tx) flushRuns() error {
-	var pending [3][]*calTree
-	for _, tc := range t.byCal {
-		for i, ct := range tc.subs {
-			if ct != nil && ct.run != nil && ct.run.n > 0 {
-				pending[i] = append(pending[i], ct)
+	var runs [3][]*memRun
+	for _, id := range slices.Sorted(maps.Keys(t.byCal)) {
+		for i, ct := range t.byCal[id].subs {
+			if ct != nil && ct.run != nil {
+				runs[i] = append(runs[i], ct.run)
 			}
 		}
 	}
-	for i, trees := range pending {
-		sort.Slice(trees, func(a, b int) bool { return bytes.Compare(trees[a].prefix, trees[b].prefix) < 0 })
-		for _, ct := range trees {
-			if err := ct.run.flush(ct.b, t.filter(i)); err != nil {
+	return t.flushInOrder(runs)
+}
+
+// flushInOrder writes runs[i] into tree i, tree by tree, each tree's runs
+// in the order given: calendar order, which is the trees' key order (a
+// calendar's prefix ends with a zero byte, which no id holds, so the
+// order of the ids is the order of their keys).
+func (t *Tx) flushInOrder(runs [3][]*memRun) error {
+	for i, rs := range runs {
+		b := t.tx.Bucket(treeNames[i])
+		for _, r := range rs {
+			if r.n == 0 {
+				continue
+			}
+			if err := r.flush(b, t.filter(i)); err != nil {
 				return err
 			}
 		}
@@ -255,39 +265,25 @@ func (s *Store) CommitPending(p *Pending, fn func(*Tx) error) error {
 // keys each (committed without fsync), calendars in key order, and empties
 // p.
 func (s *Store) FlushPending(p *Pending, perTx int) error {
-	ids := make([]string, 0, len(p.cals))
-	for id := range p.cals {
-		ids = append(ids, id)
-	}
-	// Calendar order is prefix order (the prefix ends with a zero byte,
-	// which no id holds), and so the trees' key order.
-	sort.Strings(ids)
+	ids := slices.Sorted(maps.Keys(p.cals))
 	for len(ids) > 0 {
-		n, keys := 0, 0
+		var (
+			runs [3][]*memRun
+			keys int
+			n    int
+		)
 		for ; n < len(ids) && (n == 0 || keys < perTx); n++ {
-			for _, r := range p.cals[ids[n]] {
+			for i, r := range p.cals[ids[n]] {
 				if r != nil {
+					runs[i] = append(runs[i], r)
 					keys += r.n
 				}
 			}
 		}
-		batch := ids[:n]
-		if err := s.CommitUnsynced(func(tx *Tx) error {
-			for i, name := range treeNames {
-				b := tx.tx.Bucket(name)
-				for _, id := range batch {
-					if r := p.cals[id][i]; r != nil && r.n > 0 {
-						if err := r.flush(b, tx.filter(i)); err != nil {
-							return err
-						}
-					}
-				}
-			}
-			return nil
-		}); err != nil {
+		if err := s.CommitUnsynced(func(tx *Tx) error { return tx.flushInOrder(runs) }); err != nil {
 			return err
 		}
-		for _, id := range batch {
+		for _, id := range ids[:n] {
 			delete(p.cals, id)
 		}
 		ids = ids[n:]
