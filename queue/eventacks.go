@@ -1,9 +1,9 @@
 package queue
 
 import (
-	"bytes"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/nats-io/nats.go"
@@ -89,33 +89,34 @@ func (a *eventAcks) settle(r *ackRound, i int, seq uint64, err error) {
 }
 
 func (a *eventAcks) deliver(m *nats.Msg) {
-	rest, ok := bytes.CutPrefix([]byte(m.Subject), []byte(a.prefix+"."))
+	rest, ok := strings.CutPrefix(m.Subject, a.prefix)
+	if ok {
+		rest, ok = strings.CutPrefix(rest, ".")
+	}
 	if !ok {
 		return
 	}
-	gen, idx, ok := bytes.Cut(rest, []byte{'.'})
+	gen, idx, ok := strings.Cut(rest, ".")
 	if !ok {
 		return
 	}
-	i, err := strconv.Atoi(string(idx))
+	i, err := strconv.Atoi(idx)
 	if err != nil {
 		return
 	}
 	a.mu.Lock()
 	r := a.cur
 	a.mu.Unlock()
-	if r == nil || string(gen) != r.gen {
+	if r == nil || gen != r.gen {
 		return // a round given up on
 	}
 	if len(m.Data) == 0 && m.Header.Get("Status") == "503" {
 		a.settle(r, i, 0, jetstream.ErrNoStreamResponse)
 		return
 	}
+	// A duplicate (stored before: a re-send after a crash) is as good as
+	// stored now: parseStreamAck returns it without an error.
 	ack, err := parseStreamAck(m.Data, EventStreamName)
-	if err == nil && ack.Duplicate {
-		// Stored before (a re-send after a crash): as good as stored now.
-		err = nil
-	}
 	var seq uint64
 	if ack != nil {
 		seq = ack.Sequence

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -319,13 +318,13 @@ func (e *eventPublisher) drainOnce(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	var corrupt []uint64
 	var firstErr error
 	for i, ev := range evs {
 		m, err := e.eventMsg(ev, identity)
 		if err != nil {
-			corrupt = append(corrupt, ev.Seq)
-			e.acks.settle(round, i, 0, err)
+			// Undecodable (eventMsg logged it): dropped from the outbox
+			// with the published ones, never retried.
+			e.acks.settle(round, i, 0, nil)
 			continue
 		}
 		m.Reply = e.acks.reply(round, i)
@@ -337,7 +336,7 @@ func (e *eventPublisher) drainOnce(ctx context.Context) (int, error) {
 			break
 		}
 	}
-	done := corrupt
+	var done []uint64
 	wait := time.NewTimer(10 * time.Second)
 	defer wait.Stop()
 	select {
@@ -354,7 +353,7 @@ func (e *eventPublisher) drainOnce(ctx context.Context) (int, error) {
 			}
 		case round.res[i] == nil:
 			done = append(done, ev.Seq)
-		case firstErr == nil && !slices.Contains(corrupt, ev.Seq):
+		case firstErr == nil:
 			firstErr = round.res[i]
 		}
 	}
