@@ -441,16 +441,9 @@ func (p *Partition) applyLog(msgs []logMsg, floor uint64) (int, error) {
 		if o.Reply == nil || !ValidReplySubject(to) {
 			continue
 		}
-		if bulk := hdr.Get(HeaderReplyBatch); bulk != "" && p.replies.add(p.nc, bulk, to, o.Reply) {
-			continue
-		}
-		if err := p.nc.Publish(to, o.Reply); err != nil {
-			p.log.Warn("reply", "seq", o.Seq, "err", err)
-		}
+		p.sendReply(hdr, to, o)
 	}
-	if err := p.replies.flush(p.nc); err != nil {
-		p.log.Warn("replies", "err", err)
-	}
+	p.flushReplies()
 	return decided, held
 }
 

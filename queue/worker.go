@@ -615,16 +615,9 @@ func (p *Partition) finish(b *inFlight) error {
 		if p.local != nil && p.local(to, o.Reply) {
 			continue
 		}
-		if bulk := hdr.Get(HeaderReplyBatch); bulk != "" && p.replies.add(p.nc, bulk, to, o.Reply) {
-			continue
-		}
-		if err := p.nc.Publish(to, o.Reply); err != nil {
-			p.log.Warn("reply", "seq", o.Seq, "err", err)
-		}
+		p.sendReply(hdr, to, o)
 	}
-	if err := p.replies.flush(p.nc); err != nil {
-		p.log.Warn("replies", "err", err)
-	}
+	p.flushReplies()
 	// AckAll: acknowledging the last message acknowledges the batch. A
 	// held message and those after it are not acknowledged.
 	if last >= 0 {
@@ -640,4 +633,23 @@ func (p *Partition) finish(b *inFlight) error {
 		p.observe(actor.AppliedBatch{Partition: p.ID, In: in, Out: out, Done: time.Now()})
 	}
 	return actor.Held(out, in)
+}
+
+// sendReply answers a decided command at to: in a reply batch when the
+// command asked for one (sent by flushReplies), else in a message of its
+// own.
+func (p *Partition) sendReply(hdr nats.Header, to string, o actor.Output) {
+	if bulk := hdr.Get(HeaderReplyBatch); bulk != "" && p.replies.add(p.nc, bulk, to, o.Reply) {
+		return
+	}
+	if err := p.nc.Publish(to, o.Reply); err != nil {
+		p.log.Warn("reply", "seq", o.Seq, "err", err)
+	}
+}
+
+// flushReplies sends the reply batches sendReply filled.
+func (p *Partition) flushReplies() {
+	if err := p.replies.flush(p.nc); err != nil {
+		p.log.Warn("replies", "err", err)
+	}
 }
