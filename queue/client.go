@@ -191,11 +191,9 @@ func (c *Client) answerBatch(data []byte) {
 		} else {
 			data = nil
 		}
-		subj, reply, ok := bytes.Cut(line, []byte{' '})
-		if !ok || len(subj) <= len(c.prefix)+1 || string(subj[:len(c.prefix)]) != c.prefix || subj[len(c.prefix)] != '.' {
-			continue
+		if subj, reply, ok := bytes.Cut(line, []byte{' '}); ok {
+			c.DeliverLocal(string(subj), reply) // another client's line is skipped
 		}
-		c.answer(string(subj[len(c.prefix)+1:]), reply)
 	}
 }
 
