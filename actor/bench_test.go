@@ -2,8 +2,6 @@ package actor_test
 
 import (
 	"fmt"
-	bolt "go.etcd.io/bbolt"
-	"hash/fnv"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -11,9 +9,12 @@ import (
 	"testing"
 	"time"
 
+	bolt "go.etcd.io/bbolt"
+
 	"github.com/bookline/bookline/actor"
 	"github.com/bookline/bookline/data"
 	"github.com/bookline/bookline/data/datatest"
+	"github.com/bookline/bookline/queue"
 )
 
 // BenchmarkApply measures the writer's step for one command: decode and
@@ -116,9 +117,9 @@ func BenchmarkReplayCommitter(b *testing.B) {
 	b.ReportAllocs()
 	cpu0 := cpuTime()
 	b.ResetTimer()
-	for off := 0; off < len(ds); off += replayChunk {
+	for off := 0; off < len(ds); off += queue.ReplayChunk {
 		byPart := make([][]actor.Decoded, parts)
-		for i := off; i < min(off+replayChunk, len(ds)); i++ {
+		for i := off; i < min(off+queue.ReplayChunk, len(ds)); i++ {
 			p := (i % cals) % parts
 			byPart[p] = append(byPart[p], ds[i])
 		}
@@ -173,7 +174,7 @@ func BenchmarkIndexSize(b *testing.B) {
 	apply := func(in []actor.Input) {
 		byPart := make([][]actor.Decoded, parts)
 		for _, m := range in {
-			p := queuePartition(m.SubjectCalendar, parts)
+			p := queue.PartitionOf(m.SubjectCalendar, parts)
 			byPart[p] = append(byPart[p], actor.Decode(m))
 		}
 		fn := func(tx *data.Tx) error {
@@ -190,10 +191,10 @@ func BenchmarkIndexSize(b *testing.B) {
 	start := time.Date(2027, 1, 4, 0, 0, 0, 0, time.UTC)
 	b.ReportAllocs()
 	b.ResetTimer()
-	for off := 0; off < b.N; off += replayChunk {
+	for off := 0; off < b.N; off += queue.ReplayChunk {
 		b.StopTimer()
-		in := make([]actor.Input, 0, replayChunk)
-		for i := off; i < min(off+replayChunk, b.N); i++ {
+		in := make([]actor.Input, 0, queue.ReplayChunk)
+		for i := off; i < min(off+queue.ReplayChunk, b.N); i++ {
 			req := "b-" + strconv.Itoa(i)
 			in = append(in, h.input(now, actor.Command{Type: actor.TypeBookingCreate, RequestID: req, CalendarID: fmt.Sprintf("cal-%05d", i%cals),
 				Booking: &actor.BookingSpec{Start: start.Add(time.Duration(i/cals) * 30 * time.Minute), End: start.Add(time.Duration(i/cals+1) * 30 * time.Minute), Customer: "customer-" + req}}))
@@ -237,29 +238,13 @@ func BenchmarkIndexSize(b *testing.B) {
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "commands/s")
 }
 
-// queuePartition is queue.PartitionOf's choice (FNV-1a of the calendar id),
-// which this package cannot import.
-func queuePartition(cal string, n int) int {
-	h := fnv.New32a()
-	h.Write([]byte(cal))
-	return int(h.Sum32() % uint32(n))
-}
-
-// replayChunk and replayFlushKeys are queue.Replay's (this package cannot
-// import queue): chunks of 131072 commands decided in one transaction,
-// their tree writes put into bbolt 16384 keys at a time.
-const (
-	replayChunk     = 131072
-	replayFlushKeys = 16384
-)
-
 // commitAsReplay commits fn as queue.Replay commits a chunk.
 func commitAsReplay(b *testing.B, s *data.Store, fn func(*data.Tx) error) {
 	kept := data.NewPending()
 	if err := s.CommitPending(kept, fn); err != nil {
 		b.Fatal(err)
 	}
-	if err := s.FlushPending(kept, replayFlushKeys); err != nil {
+	if err := s.FlushPending(kept, queue.ReplayFlushKeys); err != nil {
 		b.Fatal(err)
 	}
 }

@@ -43,18 +43,23 @@ type ReplayStats struct {
 // holds state.
 var ErrIndexNotEmpty = errors.New("queue: replay needs a new, empty index")
 
-// replayChunk is how many commands one replay transaction decides at most.
+// ReplayChunk is how many commands one replay transaction decides at most.
 // Chunks start at firstReplayChunk and double: the committer starts
 // applying early instead of waiting for a whole chunk to be read and
 // decoded, and large chunks later rewrite fewer pages per command. A
-// chunk's tree writes are put into bbolt replayFlushKeys at a time: one
+// chunk's tree writes are put into bbolt ReplayFlushKeys at a time: one
 // transaction that rewrites most leaves leaves as many free pages in the
 // file (1M bookings over 10,000 calendars: 131,072 commands in one
 // transaction, 428 bytes per booking; flushed 16,384 keys at a time, 268).
+// Exported for the benchmarks that build an index as a replay does.
 const (
-	replayChunk      = 131072
+	ReplayChunk      = 131072
 	firstReplayChunk = 1024
-	replayFlushKeys  = 16384
+	ReplayFlushKeys  = 16384
+	// replayPull is how many messages the replay's consumer keeps
+	// fetched ahead: enough to keep the reader busy, not a chunk's worth
+	// (a chunk is read while the previous one is committed).
+	replayPull = 65536
 )
 
 // Replay rebuilds an index from the command stream with the same decode and
@@ -150,7 +155,7 @@ func Replay(ctx context.Context, js jetstream.JetStream, store *data.Store, opt 
 	if err != nil {
 		return st, fmt.Errorf("queue: replay consumer: %w", err)
 	}
-	it, err := cons.Messages(jetstream.PullMaxMessages(4 * replayChunk))
+	it, err := cons.Messages(jetstream.PullMaxMessages(replayPull))
 	if err != nil {
 		return st, err
 	}
@@ -191,7 +196,7 @@ func Replay(ctx context.Context, js jetstream.JetStream, store *data.Store, opt 
 				}
 				// A chunk is decided in one transaction, its tree writes
 				// kept aside, then written in transactions of
-				// replayFlushKeys keys (see data.Pending). All of them
+				// ReplayFlushKeys keys (see data.Pending). All of them
 				// are committed without fsync: the index is new and a
 				// replay that does not finish is started again from
 				// scratch, never resumed. After the final chunk one
@@ -201,7 +206,7 @@ func Replay(ctx context.Context, js jetstream.JetStream, store *data.Store, opt 
 				// replay.
 				err = store.CommitPending(kept, apply)
 				if err == nil {
-					err = store.FlushPending(kept, replayFlushKeys)
+					err = store.FlushPending(kept, ReplayFlushKeys)
 				}
 				if err == nil && j.final {
 					err = store.Commit(func(tx *data.Tx) error { return tx.SetStreamIdentity(identity) })
@@ -259,7 +264,7 @@ func Replay(ctx context.Context, js jetstream.JetStream, store *data.Store, opt 
 			Schema: m.Headers().Get(HeaderSchema), Data: m.Data()}))
 		if pending++; pending >= size {
 			jobs <- job{chunk: chunk, n: pending, lastSeq: seq, last: last}
-			chunk, pending, size = nil, 0, min(2*size, replayChunk)
+			chunk, pending, size = nil, 0, min(2*size, ReplayChunk)
 		}
 	}
 	jobs <- job{chunk: chunk, n: pending, lastSeq: st.LastSeq, last: last, final: true}
