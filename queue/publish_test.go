@@ -71,7 +71,7 @@ type publishRecorder struct {
 	results map[string][]queue.PublishResult
 }
 
-func newPublishRecorder(t *testing.T, n *queue.Node, inFlight int) *publishRecorder {
+func newPublishRecorder(t *testing.T, n *queue.Node, inFlight int, ackTimeout time.Duration) *publishRecorder {
 	t.Helper()
 	c, err := queue.NewClient(n.NC, nil, queue.InboxName("publisher-test"))
 	if err != nil {
@@ -82,7 +82,7 @@ func newPublishRecorder(t *testing.T, n *queue.Node, inFlight int) *publishRecor
 			t.Error(err)
 		}
 	})
-	p, err := c.NewPublisher(inFlight, 10*time.Second)
+	p, err := c.NewPublisher(inFlight, ackTimeout)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +138,7 @@ func (r *publishRecorder) wait(names ...string) map[string]queue.PublishResult {
 func TestPublisherMatchesAcksAndAnswers(t *testing.T) {
 	n := startNode(t, t.TempDir(), nil)
 	submit(t, n, upsert("c"))
-	r := newPublishRecorder(t, n, 2)
+	r := newPublishRecorder(t, n, 2, 10*time.Second)
 	ctx := context.Background()
 	for _, c := range []struct {
 		name string
@@ -208,7 +208,7 @@ func TestPublisherWithoutStream(t *testing.T) {
 	if err := n.JS.DeleteStream(ctx, queue.StreamName); err != nil {
 		t.Fatal(err)
 	}
-	r := newPublishRecorder(t, n, 1)
+	r := newPublishRecorder(t, n, 1, 10*time.Second)
 	if err := r.publish(ctx, "lost", book("c", "r1", 0, 1)); err != nil {
 		t.Fatal(err)
 	}
@@ -254,16 +254,7 @@ func TestPublisherAckTimeout(t *testing.T) {
 	if err := n.NC.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	c, err := queue.NewClient(n.NC, nil, queue.InboxName("publisher-test"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	p, err := c.NewPublisher(1, 200*time.Millisecond)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := &publishRecorder{t: t, p: p, results: map[string][]queue.PublishResult{}}
+	r := newPublishRecorder(t, n, 1, 200*time.Millisecond)
 	if err := r.publish(ctx, "first", book("c", "r1", 0, 1)); err != nil {
 		t.Fatal(err)
 	}
@@ -319,7 +310,7 @@ func TestPublisherAnswersInBulk(t *testing.T) {
 	if err := n.NC.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	r := newPublishRecorder(t, n, 256)
+	r := newPublishRecorder(t, n, 256, 10*time.Second)
 	n.StopWriters() // so that the commands are decided in few batches
 	const cmds = 200
 	names := make([]string, cmds)
