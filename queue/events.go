@@ -413,7 +413,7 @@ func (e *eventPublisher) eventMsg(ev data.Event, identity string) (*nats.Msg, er
 	}
 	seq := strconv.FormatUint(ev.Seq, 10)
 	if identity != e.msgIDIdentity {
-		e.msgIDIdentity, e.msgIDPrefix = identity, strings.TrimSuffix(EventMsgID(identity, 0), "0")
+		e.msgIDIdentity, e.msgIDPrefix = identity, eventMsgIDPrefix(identity)
 	}
 	m := &nats.Msg{Subject: EventSubject(ev.Calendar), Data: payload, Header: make(nats.Header, 6)}
 	m.Header[HeaderSchema] = schemaHeader
@@ -440,13 +440,17 @@ var (
 // deleted and created again; the creation time tells the two apart, for
 // JetStream's dedupe window and for consumers that dedupe by id.
 func EventMsgID(identity string, seq uint64) string {
-	s := strconv.FormatUint(seq, 10)
+	return eventMsgIDPrefix(identity) + strconv.FormatUint(seq, 10)
+}
+
+// eventMsgIDPrefix is EventMsgID without the sequence.
+func eventMsgIDPrefix(identity string) string {
 	_, created, ok := strings.Cut(identity, "@")
 	t, err := time.Parse(time.RFC3339Nano, created)
 	if !ok || err != nil {
-		return "evt-" + s // no identity known: cannot happen once the index was reconciled
+		return "evt-" // no identity known: cannot happen once the index was reconciled
 	}
-	return "evt-" + strconv.FormatInt(t.UnixNano(), 10) + "-" + s
+	return "evt-" + strconv.FormatInt(t.UnixNano(), 10) + "-"
 }
 
 // drainAside publishes the events of earlier command stream incarnations
