@@ -477,7 +477,8 @@ func (e *eventPublisher) drainAside(ctx context.Context) error {
 			if err != nil {
 				continue
 			}
-			if _, err := e.js.PublishMsg(wait, m, jetstream.WithExpectStream(EventStreamName)); err != nil {
+			// eventMsg sets the expected stream.
+			if _, err := e.js.PublishMsg(wait, m); err != nil {
 				cancel()
 				return fmt.Errorf("event stream: %w", err)
 			}
