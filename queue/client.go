@@ -74,15 +74,16 @@ const (
 // ClientOption configures NewClient.
 type ClientOption func(*Client)
 
-// InboxName makes the client's inbox _INBOX.<name>.<nuid> instead of
-// _INBOX.bookline.<nuid>, so that the reply subjects of a process say
-// whose they are (docs/protocol.md names bookline import's).
+// InboxName makes the client's inbox <prefix>.<name>.<random> instead of
+// <prefix>.bookline.<random> (prefix: the connection's inbox prefix,
+// _INBOX by default), so that the reply subjects of a process say whose
+// they are (docs/protocol.md names bookline import's).
 // The name must be a subject token without wildcards: [A-Za-z0-9_-]; any
 // other name keeps the default inbox.
 func InboxName(name string) ClientOption {
 	return func(c *Client) {
 		if actor.ValidCalendarID(name) { // the same character set, 1-64
-			c.prefix = "_INBOX." + name + "." + nuid.Next()
+			c.prefix = inboxFor(c.nc, name)
 		}
 	}
 }
@@ -92,7 +93,7 @@ func InboxName(name string) ClientOption {
 // only Submit uses it, so a client that publishes through a Publisher
 // alone may pass nil.
 func NewClient(nc *nats.Conn, lookup RecordLookup, opts ...ClientOption) (*Client, error) {
-	c := &Client{nc: nc, lookup: lookup, prefix: "_INBOX.bookline." + nuid.Next(), waiters: make(map[string]*waiter)}
+	c := &Client{nc: nc, lookup: lookup, prefix: inboxFor(nc, "bookline"), waiters: make(map[string]*waiter)}
 	for _, o := range opts {
 		o(c)
 	}

@@ -8,7 +8,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nuid"
 )
 
 // eventAcks collects the event stream's acknowledgements of one drain's
@@ -39,7 +38,7 @@ type ackRound struct {
 }
 
 func newEventAcks(nc *nats.Conn) *eventAcks {
-	return &eventAcks{nc: nc, prefix: "_INBOX.bookline-events." + nuid.Next()}
+	return &eventAcks{nc: nc, prefix: inboxFor(nc, "bookline-events")}
 }
 
 // start begins a round of n publishes; the previous round's late

@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -30,6 +31,12 @@ type NodeConfig struct {
 	// NATSListen is the embedded server's client address ("" = in-process
 	// only).
 	NATSListen string
+	// NATSAuth, when set, makes the embedded server require credentials
+	// of every connection, bookline's own included (auth.go).
+	NATSAuth *Credentials
+	// NATSTLS, when set, is the embedded server's TLS for clients that
+	// connect over NATSListen.
+	NATSTLS *tls.Config
 	// SyncInterval is the opt-out from power-loss durability (--sync
 	// interval). By default (false) every group commit makes the embedded
 	// stream's new messages and then the index durable (fdatasync) before
@@ -179,11 +186,19 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 		if err = data.MkdirAllDurable(StoreDirFor(cfg.DataDir)); err != nil {
 			return nil, fmt.Errorf("queue: create the stream store directory: %w", err)
 		}
-		n.ns, err = StartEmbedded(EmbeddedConfig{StoreDir: StoreDirFor(cfg.DataDir), Listen: cfg.NATSListen})
+		n.ns, err = StartEmbedded(EmbeddedConfig{StoreDir: StoreDirFor(cfg.DataDir), Listen: cfg.NATSListen, Auth: cfg.NATSAuth, TLS: cfg.NATSTLS})
 		if err != nil {
 			return nil, err
 		}
-		n.NC, err = ConnectEmbedded(n.ns, "bookline")
+		var opts []nats.Option
+		if cfg.NATSAuth != nil {
+			o, err := cfg.NATSAuth.Option(RoleBookline)
+			if err != nil {
+				return nil, err
+			}
+			opts = append(opts, o, nats.CustomInboxPrefix(BooklineInboxPrefix))
+		}
+		n.NC, err = ConnectEmbedded(n.ns, "bookline", opts...)
 	} else {
 		n.NC, err = Connect(cfg.NATSURL, "bookline "+cfg.InstanceID, cfg.NATSOptions...)
 	}
