@@ -62,8 +62,7 @@ type importConfig struct {
 	inFlight        int
 	wait            time.Duration
 	createCalendars bool
-	creds           string
-	tlsCA           string
+	auth            natsClientAuth
 }
 
 func runImport(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -76,8 +75,7 @@ func runImport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.IntVar(&c.inFlight, "in-flight", 1024, "maximum publishes awaiting their stream acknowledgement")
 	fs.DurationVar(&c.wait, "wait", 30*time.Second, "after the last publish, give up on outstanding outcomes once none has arrived for this long (also the publish acknowledgement timeout)")
 	fs.BoolVar(&c.createCalendars, "create-calendars", false, "upsert every calendar id of the file first (overwrites name and timezone of existing calendars)")
-	fs.StringVar(&c.creds, "creds", "", "NATS credentials file (optional)")
-	fs.StringVar(&c.tlsCA, "tls-ca", "", "CA certificate file to verify the NATS server's TLS certificate (optional)")
+	c.auth.flags(fs.StringVar, queue.RoleImporter)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -114,12 +112,9 @@ func runImport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	unique, inFile := importfile.Dedupe(rows)
 
-	var opts []nats.Option
-	if c.creds != "" {
-		opts = append(opts, nats.UserCredentials(c.creds))
-	}
-	if c.tlsCA != "" {
-		opts = append(opts, nats.RootCAs(c.tlsCA))
+	opts, err := c.auth.options()
+	if err != nil {
+		return err
 	}
 	nc, err := queue.Connect(c.natsURL, "bookline-import", opts...)
 	if err != nil {

@@ -26,13 +26,15 @@ type subcommand struct {
 }
 
 var subcommands = map[string]subcommand{
-	"bench":    {"load-test a server speaking the booking API, then audit it (uniform, hot, mixed, import)", runBench},
-	"serve":    {"run the booking service (embedded NATS by default)", runServe},
-	"import":   {"publish bookings from a CSV, NDJSON or ICS file and wait for their outcomes", runImport},
-	"replay":   {"rebuild an index from the command stream (or a snapshot and the stream after it) into a new directory", runReplay},
-	"snapshot": {"take an index snapshot on a running server now, or list the stored ones", runSnapshot},
-	"verify":   {"compare a live index with a fresh replay of the stream", runVerify},
-	"hash-key": {"print the SHA-256 of an API key read from stdin (or make a new key) for --api-keys", runHashKey},
+	"bench":            {"load-test a server speaking the booking API, then audit it (uniform, hot, mixed, import)", runBench},
+	"serve":            {"run the booking service (embedded NATS by default)", runServe},
+	"import":           {"publish bookings from a CSV, NDJSON or ICS file and wait for their outcomes", runImport},
+	"replay":           {"rebuild an index from the command stream (or a snapshot and the stream after it) into a new directory", runReplay},
+	"snapshot":         {"take an index snapshot on a running server now, or list the stored ones", runSnapshot},
+	"verify":           {"compare a live index with a fresh replay of the stream", runVerify},
+	"nats-credentials": {"print the credentials of an embedded NATS role (importer, admin) for its clients", runNATSCredentials},
+	"secrets-key":      {"make the key file that --secrets-key-file takes (instances sharing NATS need the same)", runSecretsKey},
+	"hash-key":         {"print the SHA-256 of an API key read from stdin (or make a new key) for --api-keys", runHashKey},
 }
 
 // errUsage is returned after a usage message was printed.
@@ -77,7 +79,7 @@ func usage(w io.Writer) {
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		fmt.Fprintf(w, "  %-9s %s\n", n, subcommands[n].summary)
+		fmt.Fprintf(w, "  %-16s %s\n", n, subcommands[n].summary)
 	}
 	fmt.Fprintln(w, "\nRun 'bookline <subcommand> --help' for its flags.")
 }

@@ -228,17 +228,41 @@ func TestServeWithKeysMetricsPprof(t *testing.T) {
 	if nats == nil {
 		t.Fatal("no nats url in the log")
 	}
+	// With API keys the embedded NATS server asks for credentials too:
+	// an admin tool needs the admin role's, printed by nats-credentials.
+	adminNK := filepath.Join(dir, "admin.nk")
 	var out, errb bytes.Buffer
-	if code := Main(context.Background(), []string{"verify", "--url", p.URL, "--nats-url", nats[1]}, &out, &errb); code == 0 {
+	if code := Main(context.Background(), []string{"nats-credentials", "--data-dir", filepath.Join(dir, "data"), "--role", "admin"}, &out, &errb); code != 0 {
+		t.Fatalf("nats-credentials: %d %s", code, errb.String())
+	}
+	seed := out.String()
+	if err := os.WriteFile(adminNK, out.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("BOOKLINE_API_KEY", admin)
+	out.Reset()
+	if code := Main(context.Background(), []string{"verify", "--url", p.URL, "--nats-url", nats[1]}, &out, &errb); code == 0 ||
+		!strings.Contains(strings.ToLower(errb.String()), "authorization") {
+		t.Fatalf("verify without NATS credentials: %d %s %s", code, out.String(), errb.String())
+	}
+	t.Setenv("BOOKLINE_API_KEY", "")
+	out.Reset()
+	errb.Reset()
+	if code := Main(context.Background(), []string{"verify", "--url", p.URL, "--nats-url", nats[1], "--nkey", adminNK}, &out, &errb); code == 0 {
 		t.Fatalf("verify without a key succeeded: %s", out.String())
 	}
 	t.Setenv("BOOKLINE_API_KEY", admin)
 	out.Reset()
 	errb.Reset()
-	if code := Main(context.Background(), []string{"verify", "--url", p.URL, "--nats-url", nats[1]}, &out, &errb); code != 0 {
+	if code := Main(context.Background(), []string{"verify", "--url", p.URL, "--nats-url", nats[1], "--nkey", adminNK}, &out, &errb); code != 0 {
 		t.Fatalf("verify with the admin key: %d %s %s", code, out.String(), errb.String())
 	}
 	logs := p.output()
+	for _, line := range strings.Split(seed, "\n") {
+		if strings.HasPrefix(line, "SU") && strings.Contains(logs, line) {
+			t.Fatal("a NATS seed in the logs")
+		}
+	}
 	if !strings.Contains(logs, `msg="http request"`) || !strings.Contains(logs, "key=web") {
 		t.Fatalf("no debug request log lines:\n%s", logs)
 	}

@@ -26,11 +26,13 @@ import (
 type streamSource struct {
 	natsURL   string
 	sourceDir string
+	auth      natsClientAuth
 }
 
 func (s *streamSource) flags(fsAdd func(p *string, name, value, usage string)) {
 	fsAdd(&s.natsURL, "nats-url", "nats://127.0.0.1:4222", "NATS server holding the command stream (a running bookline's embedded server listens here by default)")
 	fsAdd(&s.sourceDir, "source-dir", "", "read the stream from this stopped bookline's data directory instead (starts its embedded NATS in-process)")
+	s.auth.flags(fsAdd, queue.RoleAdmin)
 }
 
 // open connects to the stream; close releases what open started.
@@ -51,7 +53,11 @@ func (s *streamSource) open() (js jetstream.JetStream, closeFn func(), err error
 		}
 		closeFn = func() { nc.Close(); ns.Shutdown(); ns.WaitForShutdown() }
 	} else {
-		if nc, err = queue.Connect(s.natsURL, "bookline-replay", nats.MaxReconnects(0)); err != nil {
+		opts, err := s.auth.options()
+		if err != nil {
+			return nil, closeFn, err
+		}
+		if nc, err = queue.Connect(s.natsURL, "bookline-replay", append(opts, nats.MaxReconnects(0))...); err != nil {
 			return nil, closeFn, fmt.Errorf("connect %s: %w", s.natsURL, err)
 		}
 		closeFn = nc.Close

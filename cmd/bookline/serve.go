@@ -44,6 +44,11 @@ type serveConfig struct {
 	natsTLSCert string
 	natsTLSKey  string
 
+	natsAuth          string
+	natsListenTLSCert string
+	natsListenTLSKey  string
+	secretsKeyFile    string
+
 	maxBodyBytes   int
 	maxHeaderBytes int
 	maxListRange   time.Duration
@@ -131,6 +136,10 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&c.apiKeys, "api-keys", "", `API keys as JSON: [{"name":"web","role":"booker","sha256":"<hex>","calendars":["alice"]}] (hashes only)`)
 	fs.StringVar(&c.apiKeysFile, "api-keys-file", "", "file holding API keys in the --api-keys format (added to --api-keys)")
 
+	fs.StringVar(&c.natsAuth, "nats-auth", "auto", "embedded NATS: auto (require credentials when there are API keys or --nats-listen is beyond loopback) or on (always); the credentials are made in <data-dir>/nats-auth, `bookline nats-credentials` prints them")
+	fs.StringVar(&c.natsListenTLSCert, "nats-listen-tls-cert", "", "embedded NATS: TLS certificate file for --nats-listen (required beyond loopback)")
+	fs.StringVar(&c.natsListenTLSKey, "nats-listen-tls-key", "", "embedded NATS: TLS private key file for --nats-listen")
+	fs.StringVar(&c.secretsKeyFile, "secrets-key-file", "", "file of the key that seals secrets stored in NATS (webhook signing secrets) and signs hold secrets: 64 hex digits, mode 0600; default <data-dir>/secrets.key, made at first start. With --nats-url every instance must use the same key: required there")
 	fs.StringVar(&c.natsCreds, "nats-creds", "", "external NATS: user credentials file (JWT + nkey seed)")
 	fs.StringVar(&c.natsNkey, "nats-nkey", "", "external NATS: nkey seed file")
 	fs.StringVar(&c.natsTLSCA, "nats-tls-ca", "", "external NATS: CA certificate file to verify the server")
@@ -232,6 +241,14 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
+	natsAuth, natsTLS, err := c.embeddedNATSSecurity(keys, log)
+	if err != nil {
+		return err
+	}
+	secrets, err := c.secretsKey()
+	if err != nil {
+		return err
+	}
 	log.Info("memory limit", "limit", c.memoryLimit.apply())
 
 	metrics := httpapi.NewMetrics()
@@ -242,6 +259,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		DataDir:      c.dataDir,
 		NATSURL:      c.natsURL,
 		NATSListen:   c.natsListen,
+		NATSAuth:     natsAuth,
+		NATSTLS:      natsTLS,
 		SyncInterval: c.sync == "interval",
 		Partitions:   c.partitions,
 		Replicas:     c.replicas,
@@ -276,7 +295,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if syncer == nil {
 		return errors.New("serve: the node did not build the Google sync")
 	}
-	hooks, stopHooks, err := startWebhooks(node, c.webhookConfig(guard, node.Logger()))
+	hookCfg := c.webhookConfig(guard, node.Logger())
+	hookCfg.Key = secrets
+	hooks, stopHooks, err := startWebhooks(node, hookCfg)
 	if err != nil {
 		return err
 	}
@@ -307,6 +328,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 		KeylessRecordRetention: c.keylessRetention,
 		KeyedRecordRetention:   c.keyedRetention,
+
+		Secrets: secrets,
 	})
 	if c.pprofAddr != "" {
 		stopPprof, err := startPprof(c.pprofAddr, log)

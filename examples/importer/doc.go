@@ -28,6 +28,13 @@
 //
 //	go run ./examples/importer -file bookings.csv
 //
+// When bookline has API keys (or listens beyond loopback) its NATS server
+// asks for credentials too; the importer's are printed by
+// `bookline nats-credentials --role importer`:
+//
+//	bookline nats-credentials --role importer > importer.nk
+//	go run ./examples/importer -file bookings.csv -nkey importer.nk
+//
 // Re-running the same file is safe: request ids are derived from each row's
 // content, so bookline answers repeats with the first outcome instead of
 // booking twice. (`bookline import` is the full-featured version.)

@@ -34,10 +34,19 @@ func main() {
 	url := flag.String("nats-url", nats.DefaultURL, "NATS server URL")
 	file := flag.String("file", "bookings.csv", "CSV file: calendar_id,start,end,customer")
 	wait := flag.Duration("wait", 30*time.Second, "how long to wait for outcomes")
+	nkey := flag.String("nkey", "", "nkey seed file, when the server asks for credentials (`bookline nats-credentials --role importer > importer.nk`)")
 	flag.Parse()
 
 	cmds := readCSV(*file)
-	nc, err := nats.Connect(*url)
+	var opts []nats.Option
+	if *nkey != "" {
+		o, err := nats.NkeyOptionFromSeed(*nkey)
+		if err != nil {
+			log.Fatal(err)
+		}
+		opts = append(opts, o)
+	}
+	nc, err := nats.Connect(*url, opts...)
 	if err != nil {
 		log.Fatal(err)
 	}
