@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/bookline/bookline/data/secretkey"
 	"github.com/bookline/bookline/httpapi"
 	"github.com/bookline/bookline/httpapi/webhook"
 	"github.com/bookline/bookline/queue"
@@ -60,6 +62,12 @@ func startHooks(t *testing.T, dir string, wc webhook.Config) *hookHarness {
 		t.Fatal(err)
 	}
 	wc.JS, wc.Stream, wc.SubjectPrefix, wc.Guard, wc.Logger = node.JS, queue.EventStreamName, queue.EventSubjectPrefix, guard, log
+	if wc.Key == nil {
+		// As bookline serve does: the data directory's own key.
+		if wc.Key, err = secretkey.LoadOrCreate(filepath.Join(dir, secretkey.FileName)); err != nil {
+			t.Fatal(err)
+		}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	m, err := webhook.Open(ctx, wc)

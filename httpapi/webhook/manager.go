@@ -20,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/bookline/bookline/actor"
+	"github.com/bookline/bookline/data/secretkey"
 )
 
 // BucketName is the KV bucket of endpoint configurations and statuses.
@@ -81,6 +82,10 @@ type Config struct {
 	MaxAttempts         int
 	// RotationGrace is how long a replaced secret keeps signing.
 	RotationGrace time.Duration
+	// Key seals the signing secrets in the KV bucket (seal.go). Without
+	// it they are stored in the clear (tests only: cmd/bookline always
+	// gives one).
+	Key *secretkey.Key
 }
 
 // Backoff is the wait after failed attempt n (1-based), without jitter.
@@ -162,9 +167,16 @@ func Open(ctx context.Context, cfg Config) (*Manager, error) {
 	if err != nil {
 		return nil, fmt.Errorf("webhook: kv bucket %s: %w", BucketName, err)
 	}
-	return &Manager{cfg: cfg, kv: kv, log: cfg.Logger.With("component", "webhooks"),
+	m := &Manager{cfg: cfg, kv: kv, log: cfg.Logger.With("component", "webhooks"),
 		client: cfg.Guard.Client(cfg.AttemptTimeout),
-		loops:  map[string]*loop{}, known: map[string]*Endpoint{}, stats: map[string]*counters{}}, nil
+		loops:  map[string]*loop{}, known: map[string]*Endpoint{}, stats: map[string]*counters{}}
+	if err := m.checkKey(ctx); err != nil {
+		return nil, err
+	}
+	if err := m.sealPlaintext(ctx); err != nil {
+		return nil, err
+	}
+	return m, nil
 }
 
 // Run watches the endpoints and runs one delivery loop per enabled
@@ -205,8 +217,8 @@ func (m *Manager) watch(ctx context.Context) error {
 				m.apply(ctx, id, nil)
 				continue
 			}
-			var ep Endpoint
-			if err := json.Unmarshal(e.Value(), &ep); err != nil {
+			ep, _, err := m.decode(id, e.Value())
+			if err != nil {
 				m.log.Error("undecodable webhook endpoint in the KV bucket", "key", e.Key(), "err", err)
 				continue
 			}
@@ -446,7 +458,7 @@ func (m *Manager) CreateWebhook(ctx context.Context, in Input) (Endpoint, error)
 		Enabled: in.Enabled == nil || *in.Enabled, CreatedAt: now, UpdatedAt: now,
 		Secrets:  []Secret{{Value: secret, CreatedAt: now}},
 		StartSeq: info.State.LastSeq + 1}
-	b, err := json.Marshal(ep)
+	b, err := m.encode(ep)
 	if err != nil {
 		return Endpoint{}, err
 	}
@@ -492,9 +504,9 @@ func (m *Manager) get(ctx context.Context, id string) (Endpoint, uint64, error) 
 	if err != nil {
 		return Endpoint{}, 0, err
 	}
-	var ep Endpoint
-	if err := json.Unmarshal(e.Value(), &ep); err != nil {
-		return Endpoint{}, 0, fmt.Errorf("webhook: endpoint %s: %w", id, err)
+	ep, _, err := m.decode(id, e.Value())
+	if err != nil {
+		return Endpoint{}, 0, err
 	}
 	return ep, e.Revision(), nil
 }
@@ -548,7 +560,7 @@ func (m *Manager) update(ctx context.Context, id string, fn func(*Endpoint) erro
 			return Endpoint{}, err
 		}
 		ep.UpdatedAt = time.Now().UTC()
-		b, err := json.Marshal(ep)
+		b, err := m.encode(ep)
 		if err != nil {
 			return Endpoint{}, err
 		}
