@@ -26,7 +26,7 @@ import (
 // corsMethods and corsHeaders are what a booking page sends.
 const (
 	corsMethods       = "GET, POST, DELETE"
-	corsHeaders       = "Authorization, Content-Type, Idempotency-Key, X-Request-Id"
+	corsHeaders       = "Authorization, Content-Type, Idempotency-Key, X-Request-Id, Hold-Secret"
 	corsExposeHeaders = "Retry-After, X-Request-Id, Location"
 	corsMaxAge        = "600"
 )

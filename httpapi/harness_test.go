@@ -200,6 +200,7 @@ type booking struct {
 	Status     string          `json:"status"`
 	CreatedAt  time.Time       `json:"created_at"`
 	Metadata   json.RawMessage `json:"metadata"`
+	HoldSecret string          `json:"hold_secret"` // holds, at creation
 }
 
 func bookingBody(start time.Time, d time.Duration, customer string) map[string]any {

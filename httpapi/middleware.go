@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/gofiber/fiber/v2"
-	"github.com/nats-io/nuid"
 
 	"github.com/bookline/bookline/docs"
 )
@@ -51,7 +50,7 @@ func (s *Server) observe(c *fiber.Ctx) error {
 	// what outlives it (metric labels, the id in contexts).
 	id := strings.Clone(c.Get(HeaderRequestID))
 	if !validRequestIDHeader(id) {
-		id = nuid.Next()
+		id = randomID()
 	}
 	c.Locals(requestIDKey, id)
 	c.Set(HeaderRequestID, id)

@@ -101,9 +101,12 @@ func TestPublishableKeyAccess(t *testing.T) {
 		return b
 	}
 	b := hold(base)
-	h.mustStatus(h.do("POST", "/v1/calendars/clinic/holds/"+b.ID+"/confirm", nil, pk...), http.StatusOK)
+	if b.HoldSecret == "" {
+		t.Fatal("a hold made with a publishable key came without its hold_secret")
+	}
+	h.mustStatus(h.do("POST", "/v1/calendars/clinic/holds/"+b.ID+"/confirm", nil, append(pk, httpapi.HeaderHoldSecret, b.HoldSecret)...), http.StatusOK)
 	b2 := hold(base.Add(time.Hour))
-	h.mustStatus(h.do("DELETE", "/v1/calendars/clinic/holds/"+b2.ID, nil, pk...), http.StatusOK)
+	h.mustStatus(h.do("DELETE", "/v1/calendars/clinic/holds/"+b2.ID, nil, append(pk, httpapi.HeaderHoldSecret, b2.HoldSecret)...), http.StatusOK)
 
 	forbidden := []struct{ method, path string }{
 		{"GET", "/v1/calendars/clinic"},

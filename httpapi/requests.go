@@ -8,7 +8,6 @@ import (
 	"strings"
 
 	"github.com/gofiber/fiber/v2"
-	"github.com/nats-io/nuid"
 
 	"github.com/bookline/bookline/actor"
 )
@@ -28,11 +27,12 @@ func calendarID(c *fiber.Ctx) (string, error) {
 // id, so scoping costs no lookup and survives restarts:
 //
 //   - with API keys, caller = the key's name: "k.<name>.<h>" for an
-//     Idempotency-Key, h = hex(SHA-256(key))[:32], and "r.<name>.<nuid>"
-//     without one;
+//     Idempotency-Key, h = hex(SHA-256(key))[:32], and "r.<name>.<r>"
+//     without one, r = 128 bits from crypto/rand (randomID; the command
+//     carries the id, so a replay decides the same);
 //   - without API keys there is one caller, "open" (every request is
 //     its), whose ids keep the form they always had: "k.<h>" and
-//     "r.<nuid>". Open deployments thus keep answering every key they
+//     "r.<r>". Open deployments thus keep answering every key they
 //     recorded before callers were scoped, with no lookup.
 //
 // Key names match [A-Za-z0-9_-]{1,64}, so the owner is whatever lies
@@ -78,9 +78,9 @@ func requestID(c *fiber.Ctx) (string, error) {
 	key := c.Get("Idempotency-Key")
 	if key == "" {
 		if caller == "" {
-			return "r." + nuid.Next(), nil
+			return "r." + randomID(), nil
 		}
-		return "r." + caller + "." + nuid.Next(), nil
+		return "r." + caller + "." + randomID(), nil
 	}
 	if len(key) > MaxIdempotencyKey {
 		return "", invalid(actor.FieldError{Field: "Idempotency-Key", Message: "must be at most 255 characters"})

@@ -12,6 +12,7 @@ import (
 
 	"github.com/bookline/bookline/actor"
 	"github.com/bookline/bookline/data"
+	"github.com/bookline/bookline/data/secretkey"
 )
 
 // Backend is what the HTTP API needs from the rest of bookline: a way to
@@ -75,6 +76,10 @@ type Config struct {
 	// forever, is what makes every retry of a key get its first answer).
 	// Both travel with the command (record_ttl_seconds).
 	KeylessRecordRetention, KeyedRecordRetention time.Duration
+	// Secrets signs the secrets of holds (holdsecret.go); every instance
+	// that shares the stream must have the same key. nil: a key of this
+	// process only.
+	Secrets *secretkey.Key
 }
 
 // Refuser is implemented by backends that can answer a valid booking.create
@@ -107,6 +112,8 @@ type Server struct {
 	// pageLimiter limits publishable keys per client address.
 	pageLimiter *rateLimiter
 	draining    atomic.Bool
+	// secrets signs hold secrets (Config.Secrets).
+	secrets *secretkey.Key
 }
 
 // New builds the API on backend.
@@ -141,7 +148,10 @@ func New(backend Backend, cfg Config) *Server {
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics()
 	}
-	s := &Server{backend: backend, cfg: cfg, log: cfg.Logger, keys: cfg.Keys, metrics: cfg.Metrics,
+	if cfg.Secrets == nil {
+		cfg.Secrets = newEphemeralKey()
+	}
+	s := &Server{backend: backend, cfg: cfg, log: cfg.Logger, keys: cfg.Keys, metrics: cfg.Metrics, secrets: cfg.Secrets,
 		limiter: newRateLimiter(cfg.RateLimit, cfg.RateBurst), pageLimiter: newRateLimiter(cfg.PageRateLimit, cfg.PageRateBurst)}
 	s.app = fiber.New(fiber.Config{
 		AppName:               "bookline",

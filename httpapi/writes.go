@@ -119,6 +119,9 @@ func (s *Server) byIDCommand(typ, param string, notFound *Error) fiber.Handler {
 		if !actor.ValidBookingID(id) {
 			return notFound
 		}
+		if (typ == actor.TypeHoldConfirm || typ == actor.TypeHoldRelease) && !s.holdSecretOK(c, cal, id) {
+			return notFound
+		}
 		reqID, err := requestID(c)
 		if err != nil {
 			return err
@@ -226,9 +229,12 @@ func (s *Server) refused(c *fiber.Ctx, cmd *actor.Command) ([]byte, bool) {
 // writeReply answers with a decided outcome. The status and body depend only
 // on the reply, so every retry of a request gets the same answer.
 func (s *Server) writeReply(c *fiber.Ctx, raw []byte) error {
-	status, code, body, err := replyAnswer(raw)
+	typ, status, code, body, err := typedReplyAnswer(raw)
 	if err != nil {
 		return err
+	}
+	if typ == actor.TypeHoldCreate && code == "" {
+		body = s.withHoldSecret(body)
 	}
 	return sendJSON(c, status, code, body)
 }
@@ -241,13 +247,20 @@ func (s *Server) writeReply(c *fiber.Ctx, raw []byte) error {
 // conflict, mostly), whose code, message and conflict are encoded as the
 // error object encodes them.
 func replyAnswer(raw []byte) (status int, code string, body []byte, err error) {
+	_, status, code, body, err = typedReplyAnswer(raw)
+	return status, code, body, err
+}
+
+// typedReplyAnswer is replyAnswer with the command type of an accepted
+// reply ("" for a rejection).
+func typedReplyAnswer(raw []byte) (typ string, status int, code string, body []byte, err error) {
 	if typ, booking, ok := actor.AcceptedBooking(raw); ok {
-		return createdStatus(typ), "", booking, nil
+		return typ, createdStatus(typ), "", booking, nil
 	}
 	if code, members, ok := actor.RejectedError(raw); ok {
 		if status, known := statusOf[code]; known {
 			body := make([]byte, 0, len(members)+len(`{"error":{}}`))
-			return status, code, append(append(append(body, `{"error":{`...), members...), "}}"...), nil
+			return "", status, code, append(append(append(body, `{"error":{`...), members...), "}}"...), nil
 		}
 	}
 	var r struct {
@@ -262,23 +275,23 @@ func replyAnswer(raw []byte) (status int, code string, body []byte, err error) {
 		Conflict *data.Interval     `json:"conflict"`
 	}
 	if err := json.Unmarshal(raw, &r); err != nil {
-		return 0, "", nil, err
+		return "", 0, "", nil, err
 	}
 	if r.Outcome == actor.OutcomeRejected {
 		e := &Error{Code: r.Code, Message: r.Message, Details: r.Details, Conflict: r.Conflict}
 		body, err := json.Marshal(errorBody{e})
-		return e.Status(), e.Code, body, err
+		return "", e.Status(), e.Code, body, err
 	}
 	switch {
 	case len(r.Calendar) > 0:
 		if r.Created {
-			return http.StatusCreated, "", r.Calendar, nil
+			return r.Type, http.StatusCreated, "", r.Calendar, nil
 		}
-		return http.StatusOK, "", r.Calendar, nil
+		return r.Type, http.StatusOK, "", r.Calendar, nil
 	case len(r.Booking) > 0:
-		return createdStatus(r.Type), "", r.Booking, nil
+		return r.Type, createdStatus(r.Type), "", r.Booking, nil
 	}
-	return 0, "", nil, errors.New("httpapi: accepted reply without a body")
+	return "", 0, "", nil, errors.New("httpapi: accepted reply without a body")
 }
 
 // errNotYourRequest answers a booker that asks for the outcome of a request

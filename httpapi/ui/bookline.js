@@ -208,6 +208,12 @@ body.bl-page { margin: 0; padding: 1.5rem .5rem; background: #eef1f5; }
     return 'page-' + Array.from(b, (x) => pad(x.toString(16))).join('');
   }
 
+  // The secret bookline gave with the hold: with a publishable key only the
+  // page that made a hold may confirm or release it.
+  function holdAuth(hold) {
+    return hold.hold_secret ? { 'Hold-Secret': hold.hold_secret } : {};
+  }
+
   const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
   class APIError extends Error {
@@ -294,8 +300,8 @@ body.bl-page { margin: 0; padding: 1.5rem .5rem; background: #eef1f5; }
       return this.getAttribute('calendar') || '';
     }
 
-    async _api(method, path, body, idemKey) {
-      const headers = { Accept: 'application/json' };
+    async _api(method, path, body, idemKey, extra) {
+      const headers = Object.assign({ Accept: 'application/json' }, extra || {});
       const key = this.getAttribute('key');
       if (key) {
         headers.Authorization = 'Bearer ' + key;
@@ -610,7 +616,7 @@ body.bl-page { margin: 0; padding: 1.5rem .5rem; background: #eef1f5; }
       this._announce('Confirming…');
       let booking;
       try {
-        booking = await this._api('POST', '/holds/' + encodeURIComponent(hold.id) + '/confirm', undefined, newKey());
+        booking = await this._api('POST', '/holds/' + encodeURIComponent(hold.id) + '/confirm', undefined, newKey(), holdAuth(hold));
       } catch (e) {
         this._busy(false);
         if (e.code === 'hold_expired' || e.code === 'hold_not_found') {
@@ -641,7 +647,7 @@ body.bl-page { margin: 0; padding: 1.5rem .5rem; background: #eef1f5; }
       this._show('pick');
       if (hold) {
         try {
-          await this._api('DELETE', '/holds/' + encodeURIComponent(hold.id), undefined, newKey());
+          await this._api('DELETE', '/holds/' + encodeURIComponent(hold.id), undefined, newKey(), holdAuth(hold));
         } catch (e) {
           // It expires by itself anyway.
         }
