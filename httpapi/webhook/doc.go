@@ -32,8 +32,9 @@
 //     disabled; other endpoints and the partition writers never wait for it;
 //   - the delivery rate of one endpoint is bounded by its round trip (one
 //     event in flight);
-//   - the secrets are stored in the KV bucket in the clear (HMAC needs them):
-//     NATS permissions must keep the bucket from other users.
+//   - the secrets are stored in the KV bucket sealed with the secrets key
+//     (Config.Key, seal.go): HMAC needs them, a copy of the bucket must not
+//     leak them; every instance must have the same key.
 //
 // The package depends on nats.go and the standard library only; the HTTP
 // routes that manage endpoints are in httpapi, and cmd/bookline wires the
