@@ -64,6 +64,7 @@ audit fails.`
 type benchConfig struct {
 	url             string
 	natsURL         string
+	natsAuth        natsClientAuth
 	scenario        string
 	clients         int
 	calendars       int
@@ -86,6 +87,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs := newFlagSet("bench", stderr, benchSummary)
 	fs.StringVar(&c.url, "url", "http://127.0.0.1:8080", "base URL of the server under test")
 	fs.StringVar(&c.natsURL, "nats-url", "nats://127.0.0.1:4222", "NATS server URL for --scenario import")
+	c.natsAuth.flags(fs.StringVar, "importer")
 	fs.StringVar(&c.scenario, "scenario", "uniform", "uniform, hot, mixed or import")
 	fs.IntVar(&c.clients, "clients", 64, "concurrent clients of the closed loop (import: publishes in flight = 16 x clients; with --rate: only how many calendars are created at once)")
 	fs.IntVar(&c.calendars, "calendars", 0, "calendars to spread the load over; 0 = 100 (uniform, mixed), 1 (hot), 1000 (import)")

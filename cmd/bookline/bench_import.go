@@ -18,7 +18,11 @@ import (
 // millions of commands does not hold them all in memory), then audits over
 // HTTP.
 func runImportBench(ctx context.Context, c benchConfig) (*BenchResult, error) {
-	nc, err := queue.Connect(c.natsURL, "bookline-bench")
+	opts, err := c.natsAuth.options()
+	if err != nil {
+		return nil, err
+	}
+	nc, err := queue.Connect(c.natsURL, "bookline-bench", opts...)
 	if err != nil {
 		return nil, fmt.Errorf("connect %s: %w", c.natsURL, err)
 	}
