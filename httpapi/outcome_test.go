@@ -289,3 +289,22 @@ func TestClusterOutcome(t *testing.T) {
 		wantUnknown(t, in.id+": an id never sent", do(in, "GET", "/v1/calendars/"+cal+"/requests/r.never", nil))
 	}
 }
+
+// BenchmarkRequestOutcome: the outcome route over HTTP for a decided
+// request (the index alone) and for an id never sent (the index, the
+// calendar's last log message, the index again).
+func BenchmarkRequestOutcome(b *testing.B) {
+	h := start(b, "", options{})
+	h.createCalendar("cal", "UTC")
+	h.mustStatus(h.do("POST", "/v1/calendars/cal/bookings", bookingBody(base, time.Hour, "ann"), "Idempotency-Key", "a"), http.StatusCreated)
+	for _, c := range []struct{ name, id string }{{"decided", httpapi.KeyRequestID("", "a")}, {"unknown", "r.never"}} {
+		want := map[string]int{"decided": http.StatusCreated, "unknown": http.StatusNotFound}[c.name]
+		b.Run(c.name, func(b *testing.B) {
+			for b.Loop() {
+				if r := h.do("GET", "/v1/calendars/cal/requests/"+c.id, nil); r.Status != want {
+					b.Fatalf("%d %s", r.Status, r.Body)
+				}
+			}
+		})
+	}
+}
