@@ -21,7 +21,7 @@
 //
 // httpapi depends on actor and data (and docs, for the embedded OpenAPI
 // file) and on the small interfaces it
-// declares (Backend, Refuser, GoogleSync, CalendarSyncer, Answerer,
+// declares (Backend, Refuser, GoogleSync, CalendarSyncer, OutcomeReader, Answerer,
 // NodeSampler); it never imports queue or calendarsync: cmd/bookline wires
 // them to it.
 package httpapi

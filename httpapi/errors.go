@@ -25,6 +25,9 @@ const (
 	CodeForbidden        = "forbidden"       // the key's role or calendars do not allow this
 	CodeRateLimited      = "rate_limited"    // too many requests for this key (or IP); see Retry-After
 	CodeRangeTooLarge    = "range_too_large" // list range longer than --max-list-range
+	// CodeRequestNotFound: the outcome URL of a request id with no record
+	// that can get none (never sent, or its record's retention ended).
+	CodeRequestNotFound = "request_not_found"
 )
 
 // statusOf maps every error code to its HTTP status: the one table.
@@ -34,6 +37,7 @@ var statusOf = map[string]int{
 	actor.CodeCalendarNotFound:     http.StatusNotFound,
 	actor.CodeBookingNotFound:      http.StatusNotFound,
 	CodeNotFound:                   http.StatusNotFound,
+	CodeRequestNotFound:            http.StatusNotFound,
 	CodeMethodNotAllowed:           http.StatusMethodNotAllowed,
 	CodeRequestTimeout:             http.StatusRequestTimeout,
 	CodeHeadersTooLarge:            http.StatusRequestHeaderFieldsTooLarge,

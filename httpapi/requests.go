@@ -62,6 +62,44 @@ func requestOwner(id string) string {
 	return owner
 }
 
+// madeFor reports whether id has a shape requestID gives the requests of
+// the API key named caller: "k.<caller>.<32 lower-case hex digits>" or
+// "r.<caller>.<token>". An id of that caller in any other shape was never
+// made by this API, so its outcome is unknown without a lookup.
+func madeFor(id, caller string) bool {
+	if len(id) < 2 {
+		return false
+	}
+	rest, ok := strings.CutPrefix(id[2:], caller+".")
+	if !ok {
+		return false
+	}
+	switch id[:2] {
+	case "k.":
+		return len(rest) == 32 && strings.Trim(rest, "0123456789abcdef") == ""
+	case "r.":
+		return keylessToken(rest)
+	}
+	return false
+}
+
+// keylessToken reports whether s can be the unique part of a request id
+// made without an Idempotency-Key: 16 to 64 characters of [A-Za-z0-9_-],
+// which takes in any random token in hex, base32, base62 or base64url
+// that requestID may use (TestRequestIDsAreMadeFor checks it does).
+func keylessToken(s string) bool {
+	if len(s) < 16 || len(s) > 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		b := s[i]
+		if !(b >= '0' && b <= '9' || b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z' || b == '_' || b == '-') {
+			return false
+		}
+	}
+	return true
+}
+
 // callerOf is the name of c's API key ("" when the API runs without keys).
 func callerOf(c *fiber.Ctx) string {
 	if p := principal(c); p != nil {

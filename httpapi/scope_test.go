@@ -90,7 +90,7 @@ func TestIdempotencyKeysScopedToCaller(t *testing.T) {
 			t.Errorf("GET %s by another booker: %d %s", loc, r.Status, r.Body)
 		}
 	}
-	if r := h.do("GET", "/v1/calendars/alice/requests/imp.row-1", nil, bearer(adminKey)...); r.Status != http.StatusAccepted {
+	if r := h.do("GET", "/v1/calendars/alice/requests/imp.row-1", nil, bearer(adminKey)...); r.Status != http.StatusNotFound {
 		t.Errorf("admin GET of an unknown importer id: %d %s", r.Status, r.Body)
 	}
 	// Each caller's retry gets its own answer, also after a restart.

@@ -562,3 +562,47 @@ func TestWebhookAdmin(t *testing.T) {
 		t.Errorf("after delete: %d", r.Status)
 	}
 }
+
+// TestWebhookURLEmbeddedIPv4: creating or re-pointing an endpoint at an
+// IPv6 form that carries a non-public IPv4 address, or at an IPv4 number
+// not written as a dotted quad, is 400 invalid_request on the url field,
+// even with 127.0.0.1 allow-listed; the public counterparts are saved.
+func TestWebhookURLEmbeddedIPv4(t *testing.T) {
+	rcv := newReceiver(t)
+	h := startHooks(t, "", fastHooks()) // allow-lists 127.0.0.1
+	hook := h.createHook(map[string]any{"url": rcv.srv.URL})
+	for _, u := range []string{
+		"https://[::127.0.0.1]/", "https://[2002:7f00:1::1]/", "https://[::ffff:0:127.0.0.1]/",
+		"https://[64:ff9b::7f00:1]/", "https://[64:ff9b::a9fe:a9fe]/", "https://[64:ff9b:1::a00:1]/",
+		"https://[2001:0:4136:e378:8000:63bf:80ff:fffe]/", "https://[2001:0:a00:1:8000:63bf:f7f7:f7f7]/",
+		"http://2130706433/", "http://0x7f.1/", "http://0177.0.0.1/", "http://127.1/", "https://127.0.0.1./",
+		"https://[::ffff:10.0.0.1]/", "https://0xa9.0xfe.0xa9.0xfe/",
+	} {
+		for _, r := range []response{
+			h.do("POST", "/v1/webhooks", map[string]any{"url": u}),
+			h.do("PATCH", "/v1/webhooks/"+hook.ID, map[string]any{"url": u}),
+		} {
+			var e struct {
+				Error struct {
+					Code    string `json:"code"`
+					Details []struct{ Field, Message string }
+				} `json:"error"`
+			}
+			if r.Status != 400 {
+				t.Errorf("%s: %d %s", u, r.Status, r.Body)
+				continue
+			}
+			r.json(t, &e)
+			if e.Error.Code != "invalid_request" || len(e.Error.Details) != 1 || e.Error.Details[0].Field != "url" {
+				t.Errorf("%s: %s", u, r.Body)
+			}
+		}
+	}
+	if v := h.getHook(hook.ID); v.URL != rcv.srv.URL {
+		t.Errorf("the endpoint was re-pointed to %s", v.URL)
+	}
+	for _, u := range []string{"https://[2002:808:808::1]/", "https://[64:ff9b::808:808]/", "https://[2001:0:4136:e378:8000:63bf:f7f7:f7f7]/"} {
+		v := h.createHook(map[string]any{"url": u, "events": []string{"hold.expired"}, "calendars": []string{"nowhere"}})
+		h.mustStatus(h.do("DELETE", "/v1/webhooks/"+v.ID, nil), http.StatusNoContent)
+	}
+}

@@ -299,6 +299,19 @@ func typedReplyAnswer(raw []byte) (typ string, status int, code string, body []b
 // bookline itself).
 var errNotYourRequest = &Error{Code: CodeForbidden, Message: "only the API key that sent this request, or an admin key, may read its outcome"}
 
+// errUnknownRequest answers the outcome URL of a request id that has no
+// record and can get none.
+var errUnknownRequest = &Error{Code: CodeRequestNotFound, Message: "no request of this id is known for this calendar: it was never sent, or its record's retention ended"}
+
+// OutcomeReader is implemented by backends that can tell a request that
+// may still be decided from one that never will be (queue.Node.Outcome):
+// reply is the recorded answer of a decided request; pending says that the
+// calendar still has commands to decide; neither means no such request.
+// An error wrapping actor.ErrUnavailable means the log could not be read.
+type OutcomeReader interface {
+	Outcome(ctx context.Context, calID, reqID string) (reply []byte, pending bool, err error)
+}
+
 func (s *Server) getRequest(c *fiber.Ctx) error {
 	cal, err := calendarID(c)
 	if err != nil {
@@ -310,9 +323,38 @@ func (s *Server) getRequest(c *fiber.Ctx) error {
 	}
 	// Decided from the id alone, before anything is looked up, so the
 	// answer says nothing about whether the request exists.
-	if p := principal(c); p != nil && p.Role != RoleAdmin && requestOwner(reqID) != p.Name {
-		return errNotYourRequest
+	if p := principal(c); p != nil && p.Role != RoleAdmin {
+		if requestOwner(reqID) != p.Name {
+			return errNotYourRequest
+		}
+		if !madeFor(reqID, p.Name) {
+			return errUnknownRequest
+		}
 	}
+	or, ok := s.backend.(OutcomeReader)
+	if !ok {
+		return s.lookupRequest(c, cal, reqID)
+	}
+	ctx, cancel := context.WithTimeout(c.UserContext(), s.cfg.ReplyTimeout)
+	defer cancel()
+	reply, pending, err := or.Outcome(ctx, cal, reqID)
+	switch {
+	case errors.Is(err, actor.ErrUnavailable):
+		s.log.Warn("request outcome: reading the booking log failed", "calendar", cal, "trace_id", requestIDOf(c), "err", err)
+		return &Error{Code: CodeUnavailable, Message: "this instance cannot read the booking log right now, retry later"}
+	case err != nil:
+		return err
+	case reply != nil:
+		return s.writeReply(c, reply)
+	case pending:
+		return pendingRequest(c, cal, reqID)
+	}
+	return errUnknownRequest
+}
+
+// lookupRequest answers from the index alone, for backends that cannot
+// tell a pending request from an unknown one: both are pending.
+func (s *Server) lookupRequest(c *fiber.Ctx, cal, reqID string) error {
 	if err := s.syncRead(c, cal); err != nil {
 		return err
 	}
@@ -321,9 +363,14 @@ func (s *Server) getRequest(c *fiber.Ctx) error {
 		return err
 	}
 	if !ok {
-		c.Location("/v1/calendars/" + cal + "/requests/" + reqID)
-		c.Set(fiber.HeaderRetryAfter, "1")
-		return c.Status(http.StatusAccepted).JSON(fiber.Map{"status": "pending", "request_id": reqID})
+		return pendingRequest(c, cal, reqID)
 	}
 	return s.writeReply(c, reply)
+}
+
+// pendingRequest is the 202 of a request not decided yet.
+func pendingRequest(c *fiber.Ctx, cal, reqID string) error {
+	c.Location("/v1/calendars/" + cal + "/requests/" + reqID)
+	c.Set(fiber.HeaderRetryAfter, "1")
+	return c.Status(http.StatusAccepted).JSON(fiber.Map{"status": "pending", "request_id": reqID})
 }
