@@ -124,10 +124,15 @@ type Node struct {
 	// itself (NodeConfig.InternalRecordRetention).
 	internalTTL int
 	followers   []Follower
-	mu          sync.Mutex // guards cancel: starting and stopping the writers
+	mu          sync.Mutex // guards cancel (see lifecycle)
 	cancel      context.CancelFunc
 	wg          sync.WaitGroup
 	log         *slog.Logger
+
+	// lifecycle serialises StartWriters and StopWriters; mu guards only
+	// cancel, so that Ready, which the goroutines being stopped may call,
+	// never waits for them to stop.
+	lifecycle sync.Mutex
 }
 
 // IndexFile is the bbolt index's path inside a data directory.
@@ -532,13 +537,16 @@ func noteTzdata(store *data.Store, dataDir string, log *slog.Logger) error {
 // StartWriters starts one writer goroutine per partition. Each catches up
 // from the index's applied sequence first.
 func (n *Node) StartWriters() {
+	n.lifecycle.Lock()
+	defer n.lifecycle.Unlock()
 	n.mu.Lock()
-	defer n.mu.Unlock()
 	if n.cancel != nil {
+		n.mu.Unlock()
 		return
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	n.cancel = cancel
+	n.mu.Unlock()
 	n.wg.Add(5)
 	go func() {
 		defer n.wg.Done()
@@ -594,14 +602,17 @@ func (n *Node) StartWriters() {
 // StopWriters stops the writers after the batches in flight are committed,
 // answered and acked. Commands published meanwhile wait in the stream.
 func (n *Node) StopWriters() {
+	n.lifecycle.Lock()
+	defer n.lifecycle.Unlock()
 	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.cancel == nil {
+	cancel := n.cancel
+	n.cancel = nil
+	n.mu.Unlock()
+	if cancel == nil {
 		return
 	}
-	n.cancel()
+	cancel()
 	n.wg.Wait()
-	n.cancel = nil
 }
 
 func (n *Node) recorded(cmd *actor.Command, fingerprint string) (reply []byte, ok bool, err error) {
