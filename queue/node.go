@@ -133,6 +133,9 @@ type Node struct {
 	// cancel, so that Ready, which the goroutines being stopped may call,
 	// never waits for them to stop.
 	lifecycle sync.Mutex
+	// storage holds the write paths that fail for storage reasons now
+	// (storage.go).
+	storage *storageFaults
 }
 
 // IndexFile is the bbolt index's path inside a data directory.
@@ -158,6 +161,15 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 	if n.followEvery <= 0 {
 		n.followEvery = followInterval
 	}
+	var countStorage func(string)
+	if cfg.Observer != nil {
+		countStorage = cfg.Observer.StorageWriteFailed
+	}
+	storeDir := ""
+	if cfg.NATSURL == "" {
+		storeDir = StoreDirFor(cfg.DataDir)
+	}
+	n.storage = newStorageFaults(cfg.DataDir, storeDir, cfg.Logger, countStorage)
 	if cfg.NATSURL != "" {
 		// Cluster mode: other instances may share the stream (cluster.go).
 		if cfg.InstanceID == "" {
@@ -356,6 +368,7 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 		p := NewPartition(i, n.NC, n.JS, n.Store, cfg.Logger)
 		p.committed = n.committed
 		p.logSync = n.cmdSync
+		p.storage = n.storage
 		p.work = &n.memory.commands
 		p.local = n.Client.DeliverLocal
 		if n.cluster != nil {
@@ -380,6 +393,7 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 		n.members.parts = n.Parts
 		n.events.cluster = &eventsCluster{parts: n.Parts, progress: n.progress}
 	}
+	n.events.storage = n.storage
 	n.StartWriters()
 	return n, nil
 }
@@ -714,6 +728,10 @@ func (n *Node) Ready() error {
 	n.mu.Lock()
 	running := n.cancel != nil
 	n.mu.Unlock()
+	// First: it says why what follows may fail too.
+	if err := n.storage.Err(); err != nil {
+		return fmt.Errorf("%w: %v", ErrNotReady, err)
+	}
 	if !running {
 		return fmt.Errorf("%w: partition writers stopped", ErrNotReady)
 	}
@@ -779,9 +797,28 @@ func (n *Node) Close() error {
 }
 
 // Submit publishes a command and waits for its answer (see Client.Submit).
+// While a write path fails for storage reasons it fails at once with
+// ErrUnavailable, saying why: the command could not be decided (or not
+// even stored) until there is room, and a publish would only wait for its
+// timeout.
 func (n *Node) Submit(ctx context.Context, cmd *actor.Command, fingerprint string) ([]byte, error) {
-	return n.Client.Submit(ctx, cmd, fingerprint)
+	if err := n.storage.Err(); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	reply, err := n.Client.Submit(ctx, cmd, fingerprint)
+	if errors.Is(err, ErrUnavailable) {
+		// A refusal for lack of room (the store over its limit) is a
+		// failed write; the store watch reports the state itself.
+		if component, _, ok := storageProblem(err); ok {
+			n.storage.counted(component)
+		}
+	}
+	return reply, err
 }
+
+// StorageFailing says, per storage component (StorageIndex, StorageNATS),
+// whether a write path of it fails for storage reasons now.
+func (n *Node) StorageFailing() map[string]bool { return n.storage.failing() }
 
 // View runs fn in a read-only transaction on the index.
 func (n *Node) View(fn func(*data.Tx) error) error { return n.Store.View(fn) }
