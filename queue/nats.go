@@ -32,6 +32,13 @@ type EmbeddedConfig struct {
 
 // StartEmbedded starts a JetStream-enabled NATS server inside this process.
 func StartEmbedded(cfg EmbeddedConfig) (*server.Server, error) {
+	ns, _, err := startEmbedded(cfg)
+	return ns, err
+}
+
+// startEmbedded is StartEmbedded that also returns the server's options
+// (for a reload of its JetStream store).
+func startEmbedded(cfg EmbeddedConfig) (*server.Server, *server.Options, error) {
 	opts := &server.Options{
 		ServerName: "bookline-embedded",
 		JetStream:  true,
@@ -45,11 +52,11 @@ func StartEmbedded(cfg EmbeddedConfig) (*server.Server, error) {
 	} else {
 		host, port, err := net.SplitHostPort(cfg.Listen)
 		if err != nil {
-			return nil, fmt.Errorf("queue: nats listen address %q: %w", cfg.Listen, err)
+			return nil, nil, fmt.Errorf("queue: nats listen address %q: %w", cfg.Listen, err)
 		}
 		p, err := strconv.Atoi(port)
 		if err != nil {
-			return nil, fmt.Errorf("queue: nats listen port %q: %w", port, err)
+			return nil, nil, fmt.Errorf("queue: nats listen port %q: %w", port, err)
 		}
 		if p == 0 {
 			p = -1 // nats-server's "random port"
@@ -58,14 +65,22 @@ func StartEmbedded(cfg EmbeddedConfig) (*server.Server, error) {
 	}
 	ns, err := server.NewServer(opts)
 	if err != nil {
-		return nil, fmt.Errorf("queue: embedded nats: %w", err)
+		return nil, nil, fmt.Errorf("queue: embedded nats: %w", err)
 	}
 	go ns.Start()
 	if !ns.ReadyForConnections(30 * time.Second) {
 		ns.Shutdown()
-		return nil, errors.New("queue: embedded nats did not become ready")
+		return nil, nil, errors.New("queue: embedded nats did not become ready")
 	}
-	return ns, nil
+	if !ns.JetStreamEnabled() {
+		// The server runs on without JetStream when it cannot start it
+		// (its store directory not writable, say): every stream
+		// request would fail with a less telling "not enabled".
+		ns.Shutdown()
+		return nil, nil, fmt.Errorf("queue: the embedded nats server could not start JetStream: is %s writable, "+
+			"with free space on its file system?", cfg.StoreDir)
+	}
+	return ns, opts, nil
 }
 
 // ConnectEmbedded connects to an embedded server: over loopback TCP when

@@ -134,8 +134,10 @@ type Node struct {
 	// never waits for them to stop.
 	lifecycle sync.Mutex
 	// storage holds the write paths that fail for storage reasons now
-	// (storage.go).
+	// (storage.go); watch finds and heals the embedded store's (nil with
+	// NATSURL).
 	storage *storageFaults
+	watch   *storeWatch
 }
 
 // IndexFile is the bbolt index's path inside a data directory.
@@ -170,6 +172,7 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 		storeDir = StoreDirFor(cfg.DataDir)
 	}
 	n.storage = newStorageFaults(cfg.DataDir, storeDir, cfg.Logger, countStorage)
+	n.storage.storeWatched = storeDir != ""
 	if cfg.NATSURL != "" {
 		// Cluster mode: other instances may share the stream (cluster.go).
 		if cfg.InstanceID == "" {
@@ -188,15 +191,17 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 	defer func() {
 		if err != nil {
 			n.Close()
+			err = storeStartProblem(err, cfg.DataDir, false)
 		}
 	}()
+	var nsOpts *server.Options
 	if cfg.NATSURL == "" {
 		// The store's directory must outlive a power loss too; what
 		// nats-server creates inside it is synced once started (syncTree).
 		if err = data.MkdirAllDurable(StoreDirFor(cfg.DataDir)); err != nil {
 			return nil, fmt.Errorf("queue: create the stream store directory: %w", err)
 		}
-		n.ns, err = StartEmbedded(EmbeddedConfig{StoreDir: StoreDirFor(cfg.DataDir), Listen: cfg.NATSListen})
+		n.ns, nsOpts, err = startEmbedded(EmbeddedConfig{StoreDir: StoreDirFor(cfg.DataDir), Listen: cfg.NATSListen})
 		if err != nil {
 			return nil, err
 		}
@@ -394,6 +399,13 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 		n.events.cluster = &eventsCluster{parts: n.Parts, progress: n.progress}
 	}
 	n.events.storage = n.storage
+	if n.ns != nil {
+		// Checked once before anything is answered, so that a store
+		// that is full already (or over its limit) says so at start.
+		n.watch = newStoreWatch(n, n.ns, nsOpts, false, StoreDirFor(cfg.DataDir))
+		n.watch.checkOnce()
+		go n.watch.run()
+	}
 	n.StartWriters()
 	return n, nil
 }
@@ -728,7 +740,7 @@ func (n *Node) Ready() error {
 	n.mu.Lock()
 	running := n.cancel != nil
 	n.mu.Unlock()
-	// First: it says why what follows may fail too.
+	// First: the writers are stopped while a full store is reloaded.
 	if err := n.storage.Err(); err != nil {
 		return fmt.Errorf("%w: %v", ErrNotReady, err)
 	}
@@ -772,6 +784,9 @@ func (n *Node) ClientURL() string {
 // Close stops the writers (each finishes the batch it is applying: commit,
 // reply, ack), then closes the client, the index and NATS.
 func (n *Node) Close() error {
+	if n.watch != nil {
+		n.watch.close()
+	}
 	n.StopWriters()
 	var errs []error
 	if n.Client != nil {
