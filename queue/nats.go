@@ -22,6 +22,12 @@ type EmbeddedConfig struct {
 	// Listen is host:port for outside clients (importers, admins); empty
 	// means in-process connections only. Port 0 picks a free port.
 	Listen string
+	// MaxStore and MaxMemory are JetStream's limits of file and memory
+	// storage, in bytes. 0 leaves them to nats-server: the store limit is
+	// then 75% of the disk space free at start plus 75% of what the
+	// streams already hold, fixed until JetStream restarts (see
+	// natsstore.go); the memory limit 75% of the machine's memory.
+	MaxStore, MaxMemory int64
 }
 
 // The embedded server keeps JetStream's own fsync schedule (every 2
@@ -39,6 +45,9 @@ func StartEmbedded(cfg EmbeddedConfig) (*server.Server, error) {
 // startEmbedded is StartEmbedded that also returns the server's options
 // (for a reload of its JetStream store).
 func startEmbedded(cfg EmbeddedConfig) (*server.Server, *server.Options, error) {
+	if cfg.MaxStore < 0 || cfg.MaxMemory < 0 {
+		return nil, nil, fmt.Errorf("queue: nats store limits must not be negative (store %d, memory %d)", cfg.MaxStore, cfg.MaxMemory)
+	}
 	opts := &server.Options{
 		ServerName: "bookline-embedded",
 		JetStream:  true,
@@ -46,6 +55,12 @@ func startEmbedded(cfg EmbeddedConfig) (*server.Server, *server.Options, error) 
 		NoSigs:     true,
 		NoLog:      true,
 		MaxPayload: MaxMessageBytes,
+	}
+	if cfg.MaxStore > 0 {
+		opts.JetStreamMaxStore = cfg.MaxStore
+	}
+	if cfg.MaxMemory > 0 {
+		opts.JetStreamMaxMemory = cfg.MaxMemory
 	}
 	if cfg.Listen == "" {
 		opts.DontListen = true

@@ -30,6 +30,9 @@ type NodeConfig struct {
 	// NATSListen is the embedded server's client address ("" = in-process
 	// only).
 	NATSListen string
+	// NATSMaxStore and NATSMaxMemory are the embedded server's JetStream
+	// limits in bytes (0: nats-server sizes them, see EmbeddedConfig).
+	NATSMaxStore, NATSMaxMemory int64
 	// SyncInterval is the opt-out from power-loss durability (--sync
 	// interval). By default (false) every group commit makes the embedded
 	// stream's new messages and then the index durable (fdatasync) before
@@ -191,7 +194,7 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 	defer func() {
 		if err != nil {
 			n.Close()
-			err = storeStartProblem(err, cfg.DataDir, false)
+			err = storeStartProblem(err, cfg.DataDir, cfg.NATSMaxStore > 0)
 		}
 	}()
 	var nsOpts *server.Options
@@ -201,7 +204,8 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 		if err = data.MkdirAllDurable(StoreDirFor(cfg.DataDir)); err != nil {
 			return nil, fmt.Errorf("queue: create the stream store directory: %w", err)
 		}
-		n.ns, nsOpts, err = startEmbedded(EmbeddedConfig{StoreDir: StoreDirFor(cfg.DataDir), Listen: cfg.NATSListen})
+		n.ns, nsOpts, err = startEmbedded(EmbeddedConfig{StoreDir: StoreDirFor(cfg.DataDir), Listen: cfg.NATSListen,
+			MaxStore: cfg.NATSMaxStore, MaxMemory: cfg.NATSMaxMemory})
 		if err != nil {
 			return nil, err
 		}
@@ -402,7 +406,7 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 	if n.ns != nil {
 		// Checked once before anything is answered, so that a store
 		// that is full already (or over its limit) says so at start.
-		n.watch = newStoreWatch(n, n.ns, nsOpts, false, StoreDirFor(cfg.DataDir))
+		n.watch = newStoreWatch(n, n.ns, nsOpts, cfg.NATSMaxStore > 0, StoreDirFor(cfg.DataDir))
 		n.watch.checkOnce()
 		go n.watch.run()
 	}
