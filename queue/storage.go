@@ -2,7 +2,6 @@ package queue
 
 import (
 	"errors"
-	"fmt"
 	"log/slog"
 	"sort"
 	"strings"
@@ -173,12 +172,15 @@ func (s *storageFaults) clear(source, component string) {
 }
 
 // Err is nil when no write path fails for storage reasons, and otherwise
-// says which fail, why, and what to do: "storage full: …".
+// says, per component, which fail, why, and what to do: "storage full: the
+// index cannot be written: <error> (<sources>); <what to do>". Sources
+// that fail the same way are named together.
 func (s *storageFaults) Err() error {
 	if s == nil || s.n.Load() == 0 {
 		return nil
 	}
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	keys := make([]faultKey, 0, len(s.faults))
 	for k := range s.faults {
 		keys = append(keys, k)
@@ -189,20 +191,50 @@ func (s *storageFaults) Err() error {
 		}
 		return keys[i].source < keys[j].source
 	})
-	parts := make([]string, 0, len(keys))
-	for _, k := range keys {
-		f := s.faults[k]
-		what := s.what(k)
-		if k.source != storeSource {
-			what += " (" + k.source + ")"
+	var parts []string
+	for i := 0; i < len(keys); {
+		j := i
+		for j < len(keys) && keys[j].component == keys[i].component {
+			j++
 		}
-		parts = append(parts, fmt.Sprintf("%s: %s: %v; %s", s.kind(f), what, f.err, s.advice(k, f)))
+		parts = append(parts, s.describe(keys[i:j]))
+		i = j
 	}
-	s.mu.Unlock()
 	if len(parts) == 0 {
 		return nil
 	}
 	return errors.New(strings.Join(parts, "; "))
+}
+
+// describe is Err's part for the faults of one component (keys). s.mu is
+// held.
+func (s *storageFaults) describe(keys []faultKey) string {
+	var (
+		errs    []string
+		sources = map[string][]string{}
+		full    bool
+	)
+	for _, k := range keys {
+		f := s.faults[k]
+		full = full || f.full
+		e := f.err.Error()
+		if _, seen := sources[e]; !seen {
+			errs = append(errs, e)
+		}
+		if k.source != storeSource { // the store is what the sentence names
+			sources[e] = append(sources[e], k.source)
+		} else if sources[e] == nil {
+			sources[e] = []string{}
+		}
+	}
+	for i, e := range errs {
+		if len(sources[e]) > 0 {
+			errs[i] = e + " (" + strings.Join(sources[e], ", ") + ")"
+		}
+	}
+	first := s.faults[keys[0]]
+	first.full = full
+	return s.kind(first) + ": " + s.what(keys[0]) + ": " + strings.Join(errs, "; ") + "; " + s.advice(keys[0], first)
 }
 
 // failing reports, per component, whether a write path of it fails now.

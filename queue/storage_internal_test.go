@@ -66,8 +66,9 @@ func TestStorageFaultsReportAndClear(t *testing.T) {
 	if counted[StorageIndex] != 3 || counted[StorageNATS] != 1 {
 		t.Errorf("counted %v, want 3 index failures and 1 nats", counted)
 	}
+	s.fail("event publisher", enospc)
 	err := s.Err()
-	for _, want := range []string{"storage full: the index cannot be written (partition 1 writer): write /data/index.db: no space left on device; free space on the file system of /data",
+	for _, want := range []string{"storage full: the index cannot be written: write /data/index.db: no space left on device (event publisher, partition 1 writer); free space on the file system of /data",
 		"storage full: the embedded NATS store refuses writes: write error; free space on the file system of /data/nats"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Err = %v, want it to contain %q", err, want)
@@ -81,6 +82,7 @@ func TestStorageFaultsReportAndClear(t *testing.T) {
 		t.Error("clearing another component cleared the index fault")
 	}
 	s.clear("partition 1 writer", "")
+	s.clear("event publisher", "")
 	if f := s.failing(); f[StorageIndex] || !f[StorageNATS] {
 		t.Errorf("failing after the writer cleared = %v", f)
 	}
