@@ -458,12 +458,13 @@ func (w *diskWorld) startLoad(base string, clients int) *diskLoad {
 		go func() {
 			defer l.wg.Done()
 			for !l.stopped.Load() {
-				if w.book(base) == 503 {
+				if st := w.book(base); st == 503 || st == 0 {
 					time.Sleep(10 * time.Millisecond) // answered at once: do not spin
 				}
 			}
 		}()
 	}
+	w.t.Cleanup(l.stop) // also when the test ends early
 	return l
 }
 
@@ -622,7 +623,10 @@ func TestNATSStoreLimitFlags(t *testing.T) {
 	serve := func(args ...string) string {
 		var out, errb bytes.Buffer
 		args = append([]string{"serve", "--data-dir", filepath.Join(dir, "d"), "--nats-listen", "", "--http-addr", "127.0.0.1:0"}, args...)
-		if code := Main(context.Background(), args, &out, &errb); code == 0 {
+		// Bounded: a serve that wrongly starts ends with the context.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if code := Main(ctx, args, &out, &errb); code == 0 {
 			t.Errorf("serve %v started", args)
 		}
 		return errb.String()
