@@ -32,6 +32,7 @@ type Metrics struct {
 	eventFails   *prometheus.CounterVec
 	syncFails    *prometheus.CounterVec // Google Calendar sync
 	logSync      *prometheus.HistogramVec
+	storageFails *prometheus.CounterVec
 	snapshots    prometheus.Histogram
 	snapshotSize prometheus.Gauge
 	snapshotAt   prometheus.Gauge
@@ -87,6 +88,13 @@ func NewMetrics() *Metrics {
 		Help:    "fdatasyncs of an embedded stream's new messages (default --sync always): one per group of commits waiting for it; its count is the number of syncs.",
 		Buckets: []float64{.0001, .00025, .0005, .001, .002, .005, .01, .025, .05, .1, .5},
 	}, []string{"stream"})
+	m.storageFails = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "bookline_storage_write_failures_total",
+		Help: "Writes that failed for storage reasons (a full disk or quota, an I/O error), by component: index (a commit of the bbolt index) or nats (the embedded NATS server's store: a stream found unable to write, the store over its limit, a publish refused for lack of room). While any fails, bookline_storage_failing is 1 and /readyz answers 503 with the reason.",
+	}, []string{"component"})
+	for _, c := range storageComponents {
+		m.storageFails.WithLabelValues(c) // present from the start, at 0
+	}
 	m.snapshots = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "bookline_snapshot_duration_seconds",
 		Help:    "index snapshots this instance took (copy, upload, pruning and trimming); its count is the number taken.",
@@ -98,7 +106,7 @@ func NewMetrics() *Metrics {
 	m.snapshotAt = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "bookline_snapshot_last_timestamp_seconds", Help: "when this instance last took an index snapshot (Unix time).",
 	})
-	m.reg.MustRegister(m.syncFails, m.logSync, m.snapshots, m.snapshotSize, m.snapshotAt)
+	m.reg.MustRegister(m.syncFails, m.logSync, m.storageFails, m.snapshots, m.snapshotSize, m.snapshotAt)
 	m.reg.MustRegister(m.httpRequests, m.httpDuration, m.commands, m.refused, m.batchSize, m.applyLatency, m.eventFails,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -115,7 +123,14 @@ type NodeSampler interface {
 	CommitStats() data.CommitStats
 	Ready() error
 	View(fn func(*data.Tx) error) error
+	// StorageFailing says, per storage component, whether a write path
+	// of it fails for storage reasons now.
+	StorageFailing() map[string]bool
 }
+
+// storageComponents are the component labels of the storage metrics (the
+// queue's StorageIndex and StorageNATS).
+var storageComponents = []string{"index", "nats"}
 
 // AttachNode registers the collectors sampled from a running node at each
 // scrape: per-partition applied sequence, catch-up state and consumer
@@ -199,6 +214,11 @@ func (m *Metrics) LogSynced(stream string, took time.Duration) {
 	m.logSync.WithLabelValues(stream).Observe(took.Seconds())
 }
 
+// StorageWriteFailed implements queue.Observer.
+func (m *Metrics) StorageWriteFailed(component string) {
+	m.storageFails.WithLabelValues(component).Inc()
+}
+
 // SnapshotTaken records an index snapshot this instance took.
 func (m *Metrics) SnapshotTaken(si data.SnapshotInfo, took time.Duration) {
 	m.snapshots.Observe(took.Seconds())
@@ -245,10 +265,12 @@ var (
 		"Time spent in bbolt's Commit (page writes and fsync).", nil, nil)
 	descReady = prometheus.NewDesc("bookline_ready",
 		"1 when NATS is connected, every partition has caught up and the index is open.", nil, nil)
+	descStorageFailing = prometheus.NewDesc("bookline_storage_failing",
+		"1 while a write path of the component (index, nats) fails for storage reasons (see bookline_storage_write_failures_total); writes are refused with 503 meanwhile and resume by themselves once there is room.", []string{"component"}, nil)
 )
 
 func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descApplied, descCaughtUp, descStalled, descPending, descAckPending, descActive, descOutbox, descCommits, descCommitCalls, descCommitSeconds, descReady} {
+	for _, d := range []*prometheus.Desc{descApplied, descCaughtUp, descStalled, descPending, descAckPending, descActive, descOutbox, descCommits, descCommitCalls, descCommitSeconds, descReady, descStorageFailing} {
 		ch <- d
 	}
 }
@@ -276,6 +298,9 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descCommitSeconds, prometheus.CounterValue, cs.InCommit.Seconds())
 	ready := c.n.Ready() == nil && c.n.View(func(*data.Tx) error { return nil }) == nil
 	ch <- prometheus.MustNewConstMetric(descReady, prometheus.GaugeValue, b2f(ready))
+	for component, failing := range c.n.StorageFailing() {
+		ch <- prometheus.MustNewConstMetric(descStorageFailing, prometheus.GaugeValue, b2f(failing), component)
+	}
 }
 
 func b2f(b bool) float64 {

@@ -364,6 +364,9 @@ func TestMetricsAfterWorkload(t *testing.T) {
 			{"bookline_partition_batch_size_sum", nil, logged},
 			{"bookline_outbox_pending_events", nil, 0},
 			{"bookline_ready", nil, 1},
+			{"bookline_storage_failing", map[string]string{"component": "index"}, 0},
+			{"bookline_storage_failing", map[string]string{"component": "nats"}, 0},
+			{"bookline_storage_write_failures_total", map[string]string{"component": "index"}, 0},
 		}
 		// Absent when every conflict was refused from the index.
 		if got, _ := metricValue(text, "bookline_commands_total", map[string]string{"type": "booking.create", "outcome": "rejected", "reason": "slot_taken"}); got != float64(statuses[409])-fromIndex {

@@ -19,6 +19,12 @@
 //     it derives from is durable: fdatasynced with the embedded server's
 //     default --sync always (logsync.go, data.Store.CommitDurable),
 //     replicated on a cluster; --sync interval gives that up, explicitly.
+//   - A write that fails for lack of space (the index, the embedded
+//     server's store) is neither acknowledged nor answered: the node
+//     reports it (Ready: "storage full"), refuses new commands meanwhile
+//     and resumes by itself once there is room, without a restart
+//     (storage.go, natsstore.go). A failed fsync is not that: it stays
+//     fatal.
 //   - In cluster mode one instance at a time is pinned to a partition;
 //     should two ever decide at once they decide the same, since apply is
 //     deterministic.

@@ -72,6 +72,9 @@ type eventPublisher struct {
 	kick  chan struct{}
 	// failed, when set, is told the reason of every failed drain (metrics).
 	failed func(reason string)
+	// storage, when set, is told when deleting published events from the
+	// outbox fails, and works again, for storage reasons (storage.go).
+	storage *storageFaults
 	// logSync, when set, makes the acknowledged events durable in the
 	// event stream before their outbox entries are deleted: otherwise a
 	// power loss could take both.
@@ -158,9 +161,14 @@ func (e *eventPublisher) notify() {
 
 const eventBatch = 1024
 
+// eventsSource names the event publisher among the sources of storage
+// faults.
+const eventsSource = "event publisher"
+
 func (e *eventPublisher) run(ctx context.Context) {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
+	defer e.storage.clear(eventsSource, "") // stopped: it no longer fails
 	backoff := 100 * time.Millisecond
 	var flush <-chan time.Time // set while deletions wait
 	for {
@@ -182,10 +190,15 @@ func (e *eventPublisher) run(ctx context.Context) {
 			if e.failed != nil {
 				e.failed(EventFailureReason(err))
 			}
+			wait := backoff
+			if e.storage.fail(eventsSource, err) {
+				// Its retry is what tells that the disk has room again.
+				wait = min(backoff, storageRetryMax)
+			}
 			select {
 			case <-ctx.Done():
 				return
-			case <-time.After(backoff):
+			case <-time.After(wait):
 			}
 			backoff = min(2*backoff, 5*time.Second)
 			continue
@@ -204,6 +217,7 @@ func (e *eventPublisher) run(ctx context.Context) {
 		case <-flush:
 			if err := e.flushDeletes(true); err != nil && !errors.Is(err, data.ErrClosed) {
 				e.log.Warn("deleting published outcome events", "err", err)
+				e.storage.fail(eventsSource, err)
 			}
 		}
 	}
@@ -233,6 +247,7 @@ func (e *eventPublisher) flushDeletes(force bool) error {
 		if err != nil {
 			return err // its events are deleted with the next ones
 		}
+		e.storage.clear(eventsSource, "")
 		for _, seq := range e.deletingSeqs {
 			delete(e.published, seq)
 		}

@@ -66,6 +66,9 @@ type logSync struct {
 	err     error
 	closed  bool
 	exited  chan struct{}
+	// reset asks the sync goroutine to forget the block it keeps open
+	// and list the directory again (reopen).
+	reset bool
 
 	// Owned by the sync goroutine.
 	cur    *os.File // the newest block
@@ -76,6 +79,10 @@ type logSync struct {
 // ErrLogSyncClosed is returned to waiters when the syncer stops before their
 // sync ran.
 var ErrLogSyncClosed = errors.New("queue: log sync stopped")
+
+// errLogSyncFailed marks the error of a failed sync: fatal, never a
+// storage fault that retrying heals (see storage.go).
+var errLogSyncFailed = errors.New("queue: fsync of the command log failed")
 
 // embeddedLastSeq reads a stream's last sequence from the embedded server
 // without a round trip (a few microseconds).
@@ -155,6 +162,17 @@ func (l *logSync) Err() error {
 	return l.err
 }
 
+// reopen makes the next sync list the stream's directory again and sync
+// every block from the last one it synced on, rather than only the block
+// it keeps open: after the server reopened the stream (a reload of
+// JetStream), the open descriptor may no longer be the file the stream
+// writes to.
+func (l *logSync) reopen() {
+	l.mu.Lock()
+	l.reset = true
+	l.mu.Unlock()
+}
+
 // Close stops the syncer; waiters of syncs that did not run get
 // ErrLogSyncClosed.
 func (l *logSync) Close() {
@@ -180,8 +198,14 @@ func (l *logSync) run() {
 			return
 		}
 		l.started++
-		gen, failed := l.started, l.err != nil
+		gen, failed, reset := l.started, l.err != nil, l.reset
+		l.reset = false
 		l.mu.Unlock()
+		if reset && l.cur != nil {
+			// curIdx stays: the blocks from it on are synced again.
+			l.cur.Close()
+			l.cur = nil
+		}
 		var (
 			err    error
 			last   uint64
@@ -204,7 +228,7 @@ func (l *logSync) run() {
 		}
 		l.mu.Lock()
 		if err != nil && l.err == nil {
-			l.err = fmt.Errorf("queue: fsync of the command log failed, nothing more is committed until bookline restarts: %w", err)
+			l.err = fmt.Errorf("%w, nothing more is committed until bookline restarts: %w", errLogSyncFailed, err)
 			l.log.Error("FSYNC FAILED: the writers stop; restart bookline to recover from what is on disk", "dir", l.dir, "err", err)
 		}
 		if err == nil && lastOK {
@@ -255,7 +279,7 @@ func (l *logSync) rescan(mod time.Time) error {
 		if err != nil {
 			continue
 		}
-		if l.cur == nil || i >= l.curIdx {
+		if i >= l.curIdx { // curIdx 0: nothing synced yet (blocks count from 1)
 			idx = append(idx, i)
 		}
 	}

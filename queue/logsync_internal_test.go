@@ -134,3 +134,49 @@ func TestLogSyncCoversBySequence(t *testing.T) {
 		t.Errorf("%d syncs for a newer message, want 1", syncs.Load()-before)
 	}
 }
+
+// TestLogSyncReopen: after reopen the syncer no longer trusts the block it
+// keeps open: a block file replaced under the same name (as a reloaded
+// store may) is the one it syncs from then on.
+func TestLogSyncReopen(t *testing.T) {
+	dir := t.TempDir()
+	l := newLogSync(dir, slog.New(slog.NewTextHandler(io.Discard, nil)), nil, nil)
+	defer l.Close()
+	writeBlock(t, dir, 1, "first")
+	if err := l.Request()(); err != nil {
+		t.Fatal(err)
+	}
+	mod := l.dirMod
+	name := filepath.Join(dir, "1.blk")
+	if err := os.Remove(name); err != nil {
+		t.Fatal(err)
+	}
+	writeBlock(t, dir, 1, "replaced")
+	if err := os.Chtimes(dir, mod, mod); err != nil {
+		t.Fatal(err)
+	}
+	same := func() bool {
+		a, err := l.cur.Stat()
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := os.Stat(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return os.SameFile(a, b)
+	}
+	if err := l.Request()(); err != nil {
+		t.Fatal(err)
+	}
+	if same() {
+		t.Fatal("the syncer found the replaced block without reopen: the test shows nothing")
+	}
+	l.reopen()
+	if err := l.Request()(); err != nil {
+		t.Fatal(err)
+	}
+	if !same() {
+		t.Fatal("after reopen the syncer still keeps the replaced block open")
+	}
+}

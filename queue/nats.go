@@ -30,6 +30,12 @@ type EmbeddedConfig struct {
 	Auth *Credentials
 	// TLS, when set, is required of every client connecting over Listen.
 	TLS *tls.Config
+	// MaxStore and MaxMemory are JetStream's limits of file and memory
+	// storage, in bytes. 0 leaves them to nats-server: the store limit is
+	// then 75% of the disk space free at start plus 75% of what the
+	// streams already hold, fixed until JetStream restarts (see
+	// natsstore.go); the memory limit 75% of the machine's memory.
+	MaxStore, MaxMemory int64
 }
 
 // The embedded server keeps JetStream's own fsync schedule (every 2
@@ -40,6 +46,16 @@ type EmbeddedConfig struct {
 
 // StartEmbedded starts a JetStream-enabled NATS server inside this process.
 func StartEmbedded(cfg EmbeddedConfig) (*server.Server, error) {
+	ns, _, err := startEmbedded(cfg)
+	return ns, err
+}
+
+// startEmbedded is StartEmbedded that also returns the server's options
+// (for a reload of its JetStream store).
+func startEmbedded(cfg EmbeddedConfig) (*server.Server, *server.Options, error) {
+	if cfg.MaxStore < 0 || cfg.MaxMemory < 0 {
+		return nil, nil, fmt.Errorf("queue: nats store limits must not be negative (store %d, memory %d)", cfg.MaxStore, cfg.MaxMemory)
+	}
 	opts := &server.Options{
 		ServerName: "bookline-embedded",
 		JetStream:  true,
@@ -51,26 +67,29 @@ func StartEmbedded(cfg EmbeddedConfig) (*server.Server, error) {
 	if cfg.Auth != nil {
 		users, err := cfg.Auth.users()
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		opts.Nkeys = users
-		// A client that cannot authenticate is answered and dropped at
-		// once, not after the default two seconds.
-		opts.AuthTimeout = 5
 	}
 	if cfg.TLS != nil {
 		opts.TLSConfig, opts.TLS, opts.TLSTimeout = cfg.TLS, true, 5
+	}
+	if cfg.MaxStore > 0 {
+		opts.JetStreamMaxStore = cfg.MaxStore
+	}
+	if cfg.MaxMemory > 0 {
+		opts.JetStreamMaxMemory = cfg.MaxMemory
 	}
 	if cfg.Listen == "" {
 		opts.DontListen = true
 	} else {
 		host, port, err := net.SplitHostPort(cfg.Listen)
 		if err != nil {
-			return nil, fmt.Errorf("queue: nats listen address %q: %w", cfg.Listen, err)
+			return nil, nil, fmt.Errorf("queue: nats listen address %q: %w", cfg.Listen, err)
 		}
 		p, err := strconv.Atoi(port)
 		if err != nil {
-			return nil, fmt.Errorf("queue: nats listen port %q: %w", port, err)
+			return nil, nil, fmt.Errorf("queue: nats listen port %q: %w", port, err)
 		}
 		if p == 0 {
 			p = -1 // nats-server's "random port"
@@ -79,14 +98,22 @@ func StartEmbedded(cfg EmbeddedConfig) (*server.Server, error) {
 	}
 	ns, err := server.NewServer(opts)
 	if err != nil {
-		return nil, fmt.Errorf("queue: embedded nats: %w", err)
+		return nil, nil, fmt.Errorf("queue: embedded nats: %w", err)
 	}
 	go ns.Start()
 	if !ns.ReadyForConnections(30 * time.Second) {
 		ns.Shutdown()
-		return nil, errors.New("queue: embedded nats did not become ready")
+		return nil, nil, errors.New("queue: embedded nats did not become ready")
 	}
-	return ns, nil
+	if !ns.JetStreamEnabled() {
+		// The server runs on without JetStream when it cannot start it
+		// (its store directory not writable, say): every stream
+		// request would fail with a less telling "not enabled".
+		ns.Shutdown()
+		return nil, nil, fmt.Errorf("queue: the embedded nats server could not start JetStream: is %s writable, "+
+			"with free space on its file system?", cfg.StoreDir)
+	}
+	return ns, opts, nil
 }
 
 // ConnectEmbedded connects to an embedded server: over loopback TCP when

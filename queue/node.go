@@ -37,6 +37,9 @@ type NodeConfig struct {
 	// NATSTLS, when set, is the embedded server's TLS for clients that
 	// connect over NATSListen.
 	NATSTLS *tls.Config
+	// NATSMaxStore and NATSMaxMemory are the embedded server's JetStream
+	// limits in bytes (0: nats-server sizes them, see EmbeddedConfig).
+	NATSMaxStore, NATSMaxMemory int64
 	// SyncInterval is the opt-out from power-loss durability (--sync
 	// interval). By default (false) every group commit makes the embedded
 	// stream's new messages and then the index durable (fdatasync) before
@@ -131,10 +134,20 @@ type Node struct {
 	// itself (NodeConfig.InternalRecordRetention).
 	internalTTL int
 	followers   []Follower
-	mu          sync.Mutex // guards cancel: starting and stopping the writers
+	mu          sync.Mutex // guards cancel (see lifecycle)
 	cancel      context.CancelFunc
 	wg          sync.WaitGroup
 	log         *slog.Logger
+
+	// lifecycle serialises StartWriters and StopWriters; mu guards only
+	// cancel, so that Ready, which the goroutines being stopped may call,
+	// never waits for them to stop.
+	lifecycle sync.Mutex
+	// storage holds the write paths that fail for storage reasons now
+	// (storage.go); watch finds and heals the embedded store's (nil with
+	// NATSURL).
+	storage *storageFaults
+	watch   *storeWatch
 }
 
 // IndexFile is the bbolt index's path inside a data directory.
@@ -160,6 +173,16 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 	if n.followEvery <= 0 {
 		n.followEvery = followInterval
 	}
+	var countStorage func(string)
+	if cfg.Observer != nil {
+		countStorage = cfg.Observer.StorageWriteFailed
+	}
+	storeDir := ""
+	if cfg.NATSURL == "" {
+		storeDir = StoreDirFor(cfg.DataDir)
+	}
+	n.storage = newStorageFaults(cfg.DataDir, storeDir, cfg.Logger, countStorage)
+	n.storage.storeWatched = storeDir != ""
 	if cfg.NATSURL != "" {
 		// Cluster mode: other instances may share the stream (cluster.go).
 		if cfg.InstanceID == "" {
@@ -178,15 +201,18 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 	defer func() {
 		if err != nil {
 			n.Close()
+			err = storeStartProblem(err, cfg.DataDir, cfg.NATSMaxStore > 0)
 		}
 	}()
+	var nsOpts *server.Options
 	if cfg.NATSURL == "" {
 		// The store's directory must outlive a power loss too; what
 		// nats-server creates inside it is synced once started (syncTree).
 		if err = data.MkdirAllDurable(StoreDirFor(cfg.DataDir)); err != nil {
 			return nil, fmt.Errorf("queue: create the stream store directory: %w", err)
 		}
-		n.ns, err = StartEmbedded(EmbeddedConfig{StoreDir: StoreDirFor(cfg.DataDir), Listen: cfg.NATSListen, Auth: cfg.NATSAuth, TLS: cfg.NATSTLS})
+		n.ns, nsOpts, err = startEmbedded(EmbeddedConfig{StoreDir: StoreDirFor(cfg.DataDir), Listen: cfg.NATSListen,
+			Auth: cfg.NATSAuth, TLS: cfg.NATSTLS, MaxStore: cfg.NATSMaxStore, MaxMemory: cfg.NATSMaxMemory})
 		if err != nil {
 			return nil, err
 		}
@@ -366,6 +392,7 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 		p := NewPartition(i, n.NC, n.JS, n.Store, cfg.Logger)
 		p.committed = n.committed
 		p.logSync = n.cmdSync
+		p.storage = n.storage
 		p.work = &n.memory.commands
 		p.local = n.Client.DeliverLocal
 		if n.cluster != nil {
@@ -389,6 +416,14 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 	if n.members != nil {
 		n.members.parts = n.Parts
 		n.events.cluster = &eventsCluster{parts: n.Parts, progress: n.progress}
+	}
+	n.events.storage = n.storage
+	if n.ns != nil {
+		// Checked once before anything is answered, so that a store
+		// that is full already (or over its limit) says so at start.
+		n.watch = newStoreWatch(n, n.ns, nsOpts, cfg.NATSMaxStore > 0, StoreDirFor(cfg.DataDir))
+		n.watch.checkOnce()
+		go n.watch.run()
 	}
 	n.StartWriters()
 	return n, nil
@@ -547,13 +582,16 @@ func noteTzdata(store *data.Store, dataDir string, log *slog.Logger) error {
 // StartWriters starts one writer goroutine per partition. Each catches up
 // from the index's applied sequence first.
 func (n *Node) StartWriters() {
+	n.lifecycle.Lock()
+	defer n.lifecycle.Unlock()
 	n.mu.Lock()
-	defer n.mu.Unlock()
 	if n.cancel != nil {
+		n.mu.Unlock()
 		return
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	n.cancel = cancel
+	n.mu.Unlock()
 	n.wg.Add(5)
 	go func() {
 		defer n.wg.Done()
@@ -609,14 +647,17 @@ func (n *Node) StartWriters() {
 // StopWriters stops the writers after the batches in flight are committed,
 // answered and acked. Commands published meanwhile wait in the stream.
 func (n *Node) StopWriters() {
+	n.lifecycle.Lock()
+	defer n.lifecycle.Unlock()
 	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.cancel == nil {
+	cancel := n.cancel
+	n.cancel = nil
+	n.mu.Unlock()
+	if cancel == nil {
 		return
 	}
-	n.cancel()
+	cancel()
 	n.wg.Wait()
-	n.cancel = nil
 }
 
 func (n *Node) recorded(cmd *actor.Command, fingerprint string) (reply []byte, ok bool, err error) {
@@ -718,6 +759,10 @@ func (n *Node) Ready() error {
 	n.mu.Lock()
 	running := n.cancel != nil
 	n.mu.Unlock()
+	// First: the writers are stopped while a full store is reloaded.
+	if err := n.storage.Err(); err != nil {
+		return fmt.Errorf("%w: %v", ErrNotReady, err)
+	}
 	if !running {
 		return fmt.Errorf("%w: partition writers stopped", ErrNotReady)
 	}
@@ -758,6 +803,9 @@ func (n *Node) ClientURL() string {
 // Close stops the writers (each finishes the batch it is applying: commit,
 // reply, ack), then closes the client, the index and NATS.
 func (n *Node) Close() error {
+	if n.watch != nil {
+		n.watch.close()
+	}
 	n.StopWriters()
 	var errs []error
 	if n.Client != nil {
@@ -783,9 +831,28 @@ func (n *Node) Close() error {
 }
 
 // Submit publishes a command and waits for its answer (see Client.Submit).
+// While a write path fails for storage reasons it fails at once with
+// ErrUnavailable, saying why: the command could not be decided (or not
+// even stored) until there is room, and a publish would only wait for its
+// timeout.
 func (n *Node) Submit(ctx context.Context, cmd *actor.Command, fingerprint string) ([]byte, error) {
-	return n.Client.Submit(ctx, cmd, fingerprint)
+	if err := n.storage.Err(); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	reply, err := n.Client.Submit(ctx, cmd, fingerprint)
+	if errors.Is(err, ErrUnavailable) {
+		// A refusal for lack of room (the store over its limit) is a
+		// failed write; the store watch reports the state itself.
+		if component, _, ok := storageProblem(err); ok {
+			n.storage.counted(component)
+		}
+	}
+	return reply, err
 }
+
+// StorageFailing says, per storage component (StorageIndex, StorageNATS),
+// whether a write path of it fails for storage reasons now.
+func (n *Node) StorageFailing() map[string]bool { return n.storage.failing() }
 
 // View runs fn in a read-only transaction on the index.
 func (n *Node) View(fn func(*data.Tx) error) error { return n.Store.View(fn) }

@@ -30,6 +30,10 @@ type Observer interface {
 	// LogSynced is called after every sync of an embedded stream's files
 	// (default --sync always; see logsync.go) with how long it took.
 	LogSynced(stream string, took time.Duration)
+	// StorageWriteFailed is called for every write that failed for
+	// storage reasons (a full disk, see storage.go), with its component:
+	// StorageIndex or StorageNATS.
+	StorageWriteFailed(component string)
 }
 
 // EventFailureReason classifies an outbox publishing error into a small,

@@ -55,6 +55,12 @@ type Partition struct {
 	// logSync, when set, makes the stream's messages durable before the
 	// batch that decided them is answered or shown (see logsync.go).
 	logSync *logSync
+	// storage, when set, is told when the writer fails, and writes again,
+	// for storage reasons (storage.go); finished counts the batches it
+	// answered, to tell a retry that made progress.
+	storage    *storageFaults
+	storageSrc string // "partition <id> writer"
+	finished   uint64
 	// local, when set, delivers a reply to an inbox of this process
 	// without NATS and reports whether it did (Client.DeliverLocal).
 	local func(subject string, reply []byte) bool
@@ -96,7 +102,7 @@ type Partition struct {
 // NewPartition prepares the writer of partition id.
 func NewPartition(id int, nc *nats.Conn, js jetstream.JetStream, store *data.Store, log *slog.Logger) *Partition {
 	return &Partition{ID: id, nc: nc, js: js, store: store, log: log.With("partition", id), stopped: make(chan struct{}),
-		assignKick: make(chan struct{}, 1)}
+		assignKick: make(chan struct{}, 1), storageSrc: "partition " + strconv.Itoa(id) + " writer"}
 }
 
 // setAssigned tells the partition's goroutine whether to pull the
@@ -205,7 +211,11 @@ func (p *Partition) Run(ctx context.Context) error {
 	if err := p.Halted(); err != nil {
 		return err
 	}
+	// A writer that stops (halted, stalled, stopped) no longer fails.
+	defer p.storage.clear(p.storageSrc, "")
+	retry := storageRetryMin
 	for ctx.Err() == nil {
+		finished := p.finished
 		err := p.run(ctx)
 		if errors.Is(err, data.ErrClosed) || ctx.Err() != nil {
 			return nil
@@ -221,14 +231,34 @@ func (p *Partition) Run(ctx context.Context) error {
 			}
 			return err
 		}
-		p.log.Error("partition writer restarting", "err", err)
+		wait := 500 * time.Millisecond
+		if p.storage.fail(p.storageSrc, err) {
+			// A full disk: try again soon, then less often; the batch
+			// is redelivered, and its commit is the test that the
+			// disk has room again.
+			if p.finished != finished {
+				retry = storageRetryMin
+			}
+			wait, retry = retry, min(2*retry, storageRetryMax)
+			p.log.Warn("partition writer restarting: storage write failed", "err", err, "retry_in", wait)
+		} else {
+			p.log.Error("partition writer restarting", "err", err)
+		}
 		select {
 		case <-ctx.Done():
-		case <-time.After(500 * time.Millisecond):
+		case <-time.After(wait):
 		}
 	}
 	return nil
 }
+
+// A writer whose writes fail for storage reasons starts over after
+// storageRetryMin, doubling up to storageRetryMax: a few attempts a second
+// at first, and writes resume within about that once there is room.
+const (
+	storageRetryMin = 100 * time.Millisecond
+	storageRetryMax = time.Second
+)
 
 // stallReport is how often a stopped partition says so again.
 const stallReport = time.Minute
@@ -268,6 +298,7 @@ func (p *Partition) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	p.storage.clear(p.storageSrc, StorageNATS) // the consumer was written
 	p.submitted = p.applied.Load()
 	if backlog == 0 {
 		p.caughtUp.Store(true)
@@ -628,6 +659,8 @@ func (p *Partition) finish(b *inFlight) error {
 	if p.work != nil {
 		p.work.Add(uint64(last + 1))
 	}
+	p.finished++
+	p.storage.clear(p.storageSrc, "") // it committed
 	if p.observe != nil {
 		// Last, so that Done covers the replies and the acknowledgement.
 		p.observe(actor.AppliedBatch{Partition: p.ID, In: in, Out: out, Done: time.Now()})

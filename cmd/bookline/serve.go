@@ -29,6 +29,8 @@ type serveConfig struct {
 	httpAddr     string
 	natsURL      string
 	natsListen   string
+	natsMaxStore memoryLimit
+	natsMaxMem   memoryLimit
 	partitions   int
 	replyTimeout time.Duration
 	sync         string
@@ -127,6 +129,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&c.httpAddr, "http-addr", "127.0.0.1:8080", "HTTP listen address")
 	fs.StringVar(&c.natsURL, "nats-url", "", "external NATS JetStream server URL(s), comma-separated; empty starts an embedded server")
 	fs.StringVar(&c.natsListen, "nats-listen", "127.0.0.1:4222", "client address of the embedded NATS server, for importers and admins; empty = in-process only")
+	fs.Var(&c.natsMaxStore, "nats-max-store", "the embedded NATS server's JetStream store limit (units B, KiB, MiB, GiB, TiB); 0 = sized by nats-server at start: 75% of the disk space then free plus 75% of what the streams hold (bookline sizes it again when a full disk gets room). Publishes beyond it are refused and /readyz says so")
+	fs.Var(&c.natsMaxMem, "nats-max-memory", "the embedded NATS server's JetStream memory-storage limit (units as --nats-max-store); 0 = 75% of the machine's memory (bookline's streams are on disk)")
 	fs.IntVar(&c.partitions, "partitions", 0, "number of partitions, fixed when the stream is created; 0 = the existing stream's, or for a new stream 2 (embedded server) or 8 (with --nats-url)")
 	fs.DurationVar(&c.replyTimeout, "reply-timeout", 5*time.Second, "how long a write waits for its outcome before answering 202 with a Location")
 	fs.StringVar(&c.sync, "sync", "always", "durability with the embedded server: always (an answer is sent once its command is on disk: one fdatasync of the stream's new messages per group commit; the index is rebuilt from the stream after a power loss; survives power loss) or interval (the stream is fsynced every 2 min: survives a process crash, a power loss can take the last minutes of answered commands)")
@@ -271,6 +275,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 		InstanceID:      c.instanceID,
 		TakeoverTimeout: c.takeoverTimeout,
+
+		NATSMaxStore:  c.natsMaxStore.bytes,
+		NATSMaxMemory: c.natsMaxMem.bytes,
 
 		InternalRecordRetention: c.keylessRetention,
 
@@ -510,6 +517,9 @@ func (c *serveConfig) checkCluster() error {
 		return errors.New("--replicas above 1 needs a NATS cluster: give --nats-url")
 	case c.natsURL == "" && c.instanceID != "":
 		return errors.New("--instance-id applies to several instances on one NATS cluster: give --nats-url")
+	case c.natsURL != "" && (c.natsMaxStore.bytes > 0 || c.natsMaxMem.bytes > 0):
+		return errors.New("--nats-max-store and --nats-max-memory apply to the embedded NATS server, not with --nats-url " +
+			"(set the cluster's limits in its own configuration)")
 	case c.takeoverTimeout < queue.MinTakeoverTimeout:
 		return fmt.Errorf("--takeover-timeout %s: must be at least %s", c.takeoverTimeout, queue.MinTakeoverTimeout)
 	}
