@@ -69,6 +69,15 @@ func (s *Server) availability(c *fiber.Ctx) error {
 		if err != nil {
 			return err
 		}
+		// The work is bounded, and paid for, before it starts.
+		grid := actor.AvailabilityStep(&calendar, step)
+		n := actor.AvailabilityCandidates(from, to, grid)
+		if n > actor.MaxAvailabilityCandidates {
+			return tooManyStarts(n, grid, calendar.SlotStepMinutes > 0)
+		}
+		if err := s.charge(c, availabilityCost(n)); err != nil {
+			return err
+		}
 		slots, err := actor.Availability(tx, &calendar, from, to, d, step, time.Now())
 		resp = availabilityResponse{CalendarID: cal, Timezone: calendar.Timezone, Duration: d.String(), Slots: slots}
 		return err

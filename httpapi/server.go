@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net/netip"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -63,6 +64,11 @@ type Config struct {
 	// visitor); 0 = no limit.
 	PageRateLimit float64
 	PageRateBurst int
+	// TrustedProxies are the reverse proxies whose X-Forwarded-For is
+	// believed: the client of a request whose peer is one of them is the
+	// right-most address of that header that is not (see clientIP). Empty:
+	// the header is ignored and the peer is the client.
+	TrustedProxies []netip.Prefix
 	// LogEveryBooking sends every booking and hold through the log, also
 	// one without an Idempotency-Key that the committed index already
 	// refuses (see Refuser); by default such a request is answered from
@@ -107,6 +113,9 @@ type Server struct {
 	// pageLimiter limits publishable keys per client address.
 	pageLimiter *rateLimiter
 	draining    atomic.Bool
+	// digesting is set while a digest runs: it reads the whole index, so
+	// one runs at a time.
+	digesting atomic.Bool
 }
 
 // New builds the API on backend.
@@ -218,6 +227,11 @@ func (s *Server) routes() {
 // per calendar) taken in one read transaction; `bookline verify` compares
 // it with a replay of the stream stopped at exactly those sequences.
 func (s *Server) digest(c *fiber.Ctx) error {
+	if !s.digesting.CompareAndSwap(false, true) {
+		c.Set(fiber.HeaderRetryAfter, "1")
+		return &Error{Code: CodeRateLimited, Message: "a digest of the index is being computed already (one at a time); retry later"}
+	}
+	defer s.digesting.Store(false)
 	var d data.Digest
 	err := s.backend.View(func(tx *data.Tx) (err error) {
 		d, err = tx.Digest()
