@@ -1,9 +1,11 @@
 package actor
 
 import (
+	"cmp"
 	"errors"
 	"math"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/bookline/bookline/actor/zones"
@@ -114,23 +116,30 @@ func sweepAvailability(tx *data.Tx, cal *data.Calendar, loc *time.Location, from
 	if hasHours(r) {
 		hours = newOpenHours(r, loc, from, to.Add(d))
 	}
-	var busy spanSet
+	sc := scratchPool.Get().(*sweepScratch)
+	defer scratchPool.Put(sc)
+	sc.local, sc.ends = sc.local[:0], sc.ends[:0]
+	base := from
+	at := func(t time.Time) time.Duration { return t.Sub(base) }
+	sc.busy = sc.busy[:0]
 	tx.BusyNear(cal.ID, from, to.Add(d), func(iv data.Interval) bool {
-		busy.spans = append(busy.spans, iv)
+		sc.busy = append(sc.busy, span{at(iv.Start), at(iv.End)})
 		return true
 	})
 	before := time.Duration(r.BufferBeforeMinutes) * time.Minute
 	after := time.Duration(r.BufferAfterMinutes) * time.Minute
-	var raw, buf []data.Interval
-	tx.SlotsNear(cal.ID, from.Add(-before), to.Add(d+after), func(s data.SlotEntry) bool {
+	sc.raw, sc.buf = sc.raw[:0], sc.buf[:0]
+	tx.SlotTimesNear(cal.ID, from.Add(-before), to.Add(d+after), func(s data.SlotEntry) bool {
 		if s.LiveAt(now) {
-			raw = append(raw, s.Interval())
-			buf = append(buf, s.Buffered())
+			sc.raw = append(sc.raw, span{at(s.Start), at(s.End)})
+			sc.buf = append(sc.buf, span{at(s.Start.Add(-s.BufferBefore)), at(s.End.Add(s.BufferAfter))})
 		}
 		return true
 	})
 	seats := r.Seats()
-	taken, crowded := spanSet{spans: fullSpans(raw, seats)}, spanSet{spans: fullSpans(buf, seats)}
+	busy := spanSet{spans: sc.busy}
+	taken := spanSet{spans: sc.fullSpans(&sc.rawFull, sc.raw, seats)}
+	crowded := spanSet{spans: sc.fullSpans(&sc.bufFull, sc.buf, seats)}
 	for t, ok := g.next(); ok; t, ok = g.next() {
 		if tooFar(r, t, now) {
 			break // and so is every later start
@@ -151,85 +160,114 @@ func sweepAvailability(tx *data.Tx, cal *data.Calendar, loc *time.Location, from
 				continue
 			}
 		}
-		if busy.hits(t, end) || taken.hits(t, end) || crowded.hits(t.Add(-before), end.Add(after)) {
+		a, b := at(t), at(end)
+		if busy.hits(a, b) || taken.hits(a, b) || crowded.hits(a-before, b+after) {
 			continue
 		}
-		out = append(out, BookableStart{Start: t, Local: t.In(loc).Format(time.RFC3339)})
+		out = append(out, BookableStart{Start: t})
+		sc.local = t.In(loc).AppendFormat(sc.local, time.RFC3339)
+		sc.ends = append(sc.ends, len(sc.local))
+	}
+	// The local times share one string: one allocation, not one a start.
+	local, at0 := string(sc.local), 0
+	for i, e := range sc.ends {
+		out[i].Local, at0 = local[at0:e], e
 	}
 	return out
 }
+
+// span is an interval [a, b) as offsets from a sweep's base time (its
+// from). A sweep compares times within some weeks of its base; t.Sub
+// saturates beyond ±292 years, where nothing overlaps the range anyway.
+// Spans hold no pointer, unlike time.Time, so the garbage collector need
+// not scan them.
+type span struct{ a, b time.Duration }
+
+type edge struct {
+	t time.Duration
+	d int
+}
+
+// sweepScratch holds a sweep's buffers, kept for the next one: a query
+// may read thousands of entries, and its buffers would otherwise be most
+// of its allocations.
+type sweepScratch struct {
+	busy, raw, buf   []span
+	rawFull, bufFull []span
+	edges            []edge
+	local            []byte // the listed starts' local times, one after another
+	ends             []int  // where each ends in local
+}
+
+var scratchPool = sync.Pool{New: func() any { return new(sweepScratch) }}
 
 // fullSpans returns, in start order, the spans of time in which at least
 // seats of ivs overlap (ivs half-open; empty ones count for nothing, as in
 // maxCoverage). For any window w, maxCoverage(ivs that overlap w, w) >=
 // seats exactly when w overlaps one of them. With one seat that is every
-// non-empty interval, sorted.
-func fullSpans(ivs []data.Interval, seats int) []data.Interval {
+// non-empty interval of ivs (which it reuses), sorted; otherwise the
+// result is built in *out.
+func (sc *sweepScratch) fullSpans(out *[]span, ivs []span, seats int) []span {
 	if seats <= 1 {
-		out := make([]data.Interval, 0, len(ivs))
+		full := ivs[:0]
 		for _, iv := range ivs {
-			if iv.Start.Before(iv.End) {
-				out = append(out, iv)
+			if iv.a < iv.b {
+				full = append(full, iv)
 			}
 		}
-		if !slices.IsSortedFunc(out, byStart) {
-			slices.SortStableFunc(out, byStart)
+		byStart := func(x, y span) int { return cmp.Compare(x.a, y.a) }
+		if !slices.IsSortedFunc(full, byStart) {
+			slices.SortStableFunc(full, byStart)
 		}
-		return out
+		return full
 	}
-	type edge struct {
-		t time.Time
-		d int
-	}
-	edges := make([]edge, 0, 2*len(ivs))
+	sc.edges = sc.edges[:0]
 	for _, iv := range ivs {
-		if iv.Start.Before(iv.End) {
-			edges = append(edges, edge{iv.Start, 1}, edge{iv.End, -1})
+		if iv.a < iv.b {
+			sc.edges = append(sc.edges, edge{iv.a, 1}, edge{iv.b, -1})
 		}
 	}
 	// Ends before starts at the same instant: touching is no overlap.
-	slices.SortFunc(edges, func(a, b edge) int {
-		if c := a.t.Compare(b.t); c != 0 {
+	slices.SortFunc(sc.edges, func(x, y edge) int {
+		if c := cmp.Compare(x.t, y.t); c != 0 {
 			return c
 		}
-		return a.d - b.d
+		return x.d - y.d
 	})
-	var out []data.Interval
-	var open time.Time
+	full := (*out)[:0]
+	var open time.Duration
 	n := 0
-	for _, e := range edges {
+	for _, e := range sc.edges {
 		was := n
 		n += e.d
 		switch {
 		case was < seats && n >= seats:
 			open = e.t
-		case was >= seats && n < seats && open.Before(e.t):
-			out = append(out, data.Interval{Start: open, End: e.t})
+		case was >= seats && n < seats && open < e.t:
+			full = append(full, span{open, e.t})
 		}
 	}
-	return out
+	*out = full
+	return full
 }
-
-func byStart(a, b data.Interval) int { return a.Start.Compare(b.Start) }
 
 // spanSet answers, for a window [a, b) that only moves forward (neither a
 // nor b ever decreases from one call to the next), whether one of its
 // spans (sorted by start) overlaps the window: whether the spans that start
 // before b reach past a. Each span is looked at once over all calls.
 type spanSet struct {
-	spans []data.Interval
+	spans []span
 	i     int
-	reach time.Time // the latest end of spans[:i]
-	any   bool      // i > 0
+	reach time.Duration // the latest end of spans[:i]
 }
 
-func (s *spanSet) hits(a, b time.Time) bool {
-	for ; s.i < len(s.spans) && s.spans[s.i].Start.Before(b); s.i++ {
-		if e := s.spans[s.i].End; !s.any || e.After(s.reach) {
-			s.reach, s.any = e, true
+func (s *spanSet) hits(a, b time.Duration) bool {
+	for ; s.i < len(s.spans) && s.spans[s.i].a < b; s.i++ {
+		if e := s.spans[s.i].b; s.i == 0 || e > s.reach {
+			s.reach = e
 		}
 	}
-	return s.any && s.reach.After(a)
+	return s.i > 0 && s.reach > a
 }
 
 // grid walks the candidate starts of an availability query in order: the
