@@ -79,6 +79,37 @@ func (s *Server) take(c *fiber.Ctx, cost, taken int) error {
 		float64(l.rate), float64(l.burst), costs)}
 }
 
+// startSweep waits, up to the reply timeout, until fewer availability
+// queries than Config.AvailabilitySweeps hold a slot, and takes one until
+// release. Each query is bounded, but many at once could still take every
+// core from the writers; waiting costs no CPU. release keeps the slot for
+// as long again as the query took (the answer goes out at once), so
+// queries use at most half the time of their slots, whoever sends them.
+func (s *Server) startSweep() (release func(), err error) {
+	began := time.Now()
+	release = func() {
+		if took := time.Since(began); took > 0 {
+			time.AfterFunc(took, func() { <-s.sweeps })
+			return
+		}
+		<-s.sweeps
+	}
+	select {
+	case s.sweeps <- struct{}{}:
+		return release, nil
+	default:
+	}
+	t := time.NewTimer(s.cfg.ReplyTimeout)
+	defer t.Stop()
+	select {
+	case s.sweeps <- struct{}{}:
+		began = time.Now()
+		return release, nil
+	case <-t.C:
+		return nil, &Error{Code: CodeUnavailable, Message: "too many availability queries at once; retry later"}
+	}
+}
+
 // availabilityCost is the tokens an availability query of n candidate
 // starts takes.
 func availabilityCost(n int) int { return costOf(n, AvailabilityStartsPerToken) }

@@ -1,12 +1,20 @@
 package httpapi
 
 import (
+	"context"
+	"errors"
 	"net"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/bookline/bookline/actor"
+	"github.com/bookline/bookline/data"
+	"github.com/bookline/bookline/data/datatest"
 )
 
 // TestClientIP: X-Forwarded-For is read from the right, over trusted
@@ -73,5 +81,52 @@ func TestDigestOneAtATime(t *testing.T) {
 	}
 	if resp.StatusCode != 429 || resp.Header.Get("Retry-After") == "" {
 		t.Fatalf("digest while one runs: %d %v", resp.StatusCode, resp.Header)
+	}
+}
+
+// storeBackend serves reads from a store and nothing else.
+type storeBackend struct{ *data.Store }
+
+func (storeBackend) Submit(context.Context, *actor.Command, string) ([]byte, error) {
+	return nil, errors.New("read only")
+}
+func (storeBackend) Lookup(string, string) ([]byte, bool, error) { return nil, false, nil }
+func (storeBackend) Ready() error                                { return nil }
+
+// TestAvailabilitySweepSlots: availability queries beyond
+// AvailabilitySweeps at once wait for a slot, and are refused with 503
+// when none frees within the reply timeout; a finished query keeps its
+// slot for about as long as it took, then frees it.
+func TestAvailabilitySweepSlots(t *testing.T) {
+	st := datatest.MustOpen(t)
+	if err := st.Commit(func(tx *data.Tx) error { return tx.PutCalendar(data.Calendar{ID: "c", Timezone: "UTC"}) }); err != nil {
+		t.Fatal(err)
+	}
+	srv := New(storeBackend{st}, Config{AvailabilitySweeps: 1, ReplyTimeout: 100 * time.Millisecond})
+	get := func() *http.Response {
+		t.Helper()
+		resp, err := srv.app.Test(httptest.NewRequest("GET", "/v1/calendars/c/availability?from=2030-01-01T00:00:00Z&to=2030-01-02T00:00:00Z&duration=30m", nil), 5000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	srv.sweeps <- struct{}{} // a query in progress
+	if resp := get(); resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("with the slot taken: %d", resp.StatusCode)
+	}
+	go func() {
+		time.Sleep(20 * time.Millisecond)
+		<-srv.sweeps
+	}()
+	if resp := get(); resp.StatusCode != http.StatusOK {
+		t.Fatalf("after the slot frees: %d", resp.StatusCode)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for len(srv.sweeps) != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the slot was never freed")
+		}
+		time.Sleep(time.Millisecond)
 	}
 }

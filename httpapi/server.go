@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/netip"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -69,6 +70,11 @@ type Config struct {
 	// right-most address of that header that is not (see clientIP). Empty:
 	// the header is ignored and the peer is the client.
 	TrustedProxies []netip.Prefix
+	// AvailabilitySweeps is how many availability queries are computed at
+	// once; more wait (up to ReplyTimeout, then 503 unavailable). Default:
+	// half the CPUs (GOMAXPROCS), at least 1, so that reads never take
+	// every core from the writers.
+	AvailabilitySweeps int
 	// LogEveryBooking sends every booking and hold through the log, also
 	// one without an Idempotency-Key that the committed index already
 	// refuses (see Refuser); by default such a request is answered from
@@ -113,6 +119,8 @@ type Server struct {
 	// pageLimiter limits publishable keys per client address.
 	pageLimiter *rateLimiter
 	draining    atomic.Bool
+	// sweeps holds a token per availability query being computed.
+	sweeps chan struct{}
 	// digesting is set while a digest runs: it reads the whole index, so
 	// one runs at a time.
 	digesting atomic.Bool
@@ -150,8 +158,12 @@ func New(backend Backend, cfg Config) *Server {
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics()
 	}
+	if cfg.AvailabilitySweeps <= 0 {
+		cfg.AvailabilitySweeps = max(1, runtime.GOMAXPROCS(0)/2)
+	}
 	s := &Server{backend: backend, cfg: cfg, log: cfg.Logger, keys: cfg.Keys, metrics: cfg.Metrics,
-		limiter: newRateLimiter(cfg.RateLimit, cfg.RateBurst), pageLimiter: newRateLimiter(cfg.PageRateLimit, cfg.PageRateBurst)}
+		limiter: newRateLimiter(cfg.RateLimit, cfg.RateBurst), pageLimiter: newRateLimiter(cfg.PageRateLimit, cfg.PageRateBurst),
+		sweeps: make(chan struct{}, cfg.AvailabilitySweeps)}
 	s.app = fiber.New(fiber.Config{
 		AppName:               "bookline",
 		BodyLimit:             cfg.BodyLimit,
