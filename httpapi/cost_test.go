@@ -310,3 +310,39 @@ func TestDeadLetterPages(t *testing.T) {
 		}
 	}
 }
+
+// TestWebhookBudget: there are at most MaxWebhooks endpoints, so their
+// list is one bounded page; one more is refused with a message naming the
+// limit.
+func TestWebhookBudget(t *testing.T) {
+	rcv := newReceiver(t)
+	h := startHooks(t, "", fastHooks())
+	api := httpapi.New(hookBackend{Node: h.node, Manager: h.hooks}, httpapi.Config{ReplyTimeout: 10 * time.Second,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), MaxWebhooks: 2})
+	base, done := serveLoopback(t, api)
+	t.Cleanup(func() { _ = api.App().Shutdown(); <-done })
+	create := func() response {
+		t.Helper()
+		r, err := sendRequest(httpClient, base, "POST", "/v1/webhooks", map[string]any{"url": rcv.srv.URL})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	h.mustStatus(create(), http.StatusCreated)
+	h.mustStatus(create(), http.StatusCreated)
+	if r := create(); r.Status != http.StatusBadRequest || r.errorCode(t) != "invalid_request" || !strings.Contains(r.errorMessage(t), "at most 2 webhook endpoints") {
+		t.Fatalf("a third endpoint: %d %s", r.Status, r.Body)
+	}
+	r, err := sendRequest(httpClient, base, "GET", "/v1/webhooks", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var list struct {
+		Webhooks []any `json:"webhooks"`
+	}
+	r.json(t, &list)
+	if len(list.Webhooks) != 2 {
+		t.Fatalf("list: %s", r.Body)
+	}
+}

@@ -75,6 +75,9 @@ type Config struct {
 	// half the CPUs (GOMAXPROCS), at least 1, so that reads never take
 	// every core from the writers.
 	AvailabilitySweeps int
+	// MaxWebhooks bounds the webhook endpoints (default 100): their list
+	// is one page, and each is a consumer of the event stream.
+	MaxWebhooks int
 	// LogEveryBooking sends every booking and hold through the log, also
 	// one without an Idempotency-Key that the committed index already
 	// refuses (see Refuser); by default such a request is answered from
@@ -105,6 +108,7 @@ const (
 	MaxListLimit        = 1000
 	MaxIdempotencyKey   = 255
 	DefaultMaxListRange = 366 * 24 * time.Hour
+	DefaultMaxWebhooks  = 100
 )
 
 // Server is the Fiber application.
@@ -157,6 +161,9 @@ func New(backend Backend, cfg Config) *Server {
 	}
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics()
+	}
+	if cfg.MaxWebhooks <= 0 {
+		cfg.MaxWebhooks = DefaultMaxWebhooks
 	}
 	if cfg.AvailabilitySweeps <= 0 {
 		cfg.AvailabilitySweeps = max(1, runtime.GOMAXPROCS(0)/2)
