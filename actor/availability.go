@@ -52,10 +52,9 @@ func AvailabilityStep(cal *data.Calendar, step time.Duration) time.Duration {
 
 // AvailabilityCandidates is the number of candidate starts a query of
 // [from, to) on a grid of step counts against MaxAvailabilityCandidates:
-// (to - from) / step rounded up. The grid itself can hold a few more (the
-// repeated hour of a DST fall-back; a step that does not divide a day
-// restarts at each local midnight), never more than one per local day and
-// one hour's worth per offset change beyond this.
+// (to - from) / step rounded up. The grid itself can hold a few more: the
+// repeated hour of a DST fall-back, and one a local day when the step does
+// not divide a day (the grid restarts at each local midnight).
 func AvailabilityCandidates(from, to time.Time, step time.Duration) int {
 	if !to.After(from) || step <= 0 {
 		return 0
