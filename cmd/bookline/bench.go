@@ -116,7 +116,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.Float64Var(&c.rate, "rate", 0, "open loop: requests per second on a fixed schedule, latency measured from each request's due time; 0 = closed loop with --clients")
 	fs.IntVar(&c.maxInFlight, "max-in-flight", 0, "open loop: most requests outstanding at once (each needs a connection); 0 = one second's worth at --rate, at least 64")
 	fs.IntVar(&c.abusers, "abusers", 0, "abusive clients sending the most expensive availability query the API accepts, back to back, for the whole run (uniform, hot, mixed)")
-	fs.StringVar(&c.abuseKey, "abuse-api-key", "", "API key of the abusive clients (a publishable key, to see per-client limits); default --api-key")
+	fs.StringVar(&c.abuseKey, "abuse-api-key", "", "API key of the abusive clients (a publishable key, to see per-client limits: it must list <prefix>-abuse); default --api-key")
 	fs.IntVar(&c.abuseBookings, "abuse-bookings", 5000, "bookings put on the abusive clients' calendar in the queried range before the run")
 	fs.BoolVar(&c.abuseFlood, "abuse-ignore-retry-after", false, "abusive clients refused with 429 send again at once instead of waiting for Retry-After (adds a flood of refused requests)")
 	fs.BoolVar(&c.abuseDistinct, "abuse-distinct-ips", false, "each abusive client sends X-Forwarded-For with an address of its own (198.18.x.y): distinct clients to a server whose --trusted-proxies lists the generator")
