@@ -19,8 +19,10 @@
 //     replay, a recovery and a second instance reach byte-identical state,
 //     and a stale second writer can only repeat the same answer.
 //   - One decision function, decideInterval, answers "may this interval be taken":
-//     bookings, holds, reschedules, the refusals answered from the index
-//     (Refused) and availability all call it.
+//     bookings, holds, reschedules and the refusals answered from the index
+//     (Refused) call it; availability answers what it would answer for every
+//     grid start in one sweep, held to it by a differential test
+//     (availability_internal_test.go).
 //   - A redelivered message (sequence at or below the partition's applied
 //     sequence) changes nothing and gets its recorded answer.
 //   - An invalid command is answered and not recorded: it does not consume

@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/bookline/bookline/actor/zones"
 	"github.com/bookline/bookline/data"
 )
 
@@ -179,31 +178,58 @@ func withinHours(r *data.Rules, loc *time.Location, iv data.Interval) bool {
 	if !hasHours(r) {
 		return true
 	}
-	var open []data.Interval
-	first := iv.Start.In(loc).AddDate(0, 0, -1)
-	last := iv.End.In(loc).AddDate(0, 0, 1)
-	for day := time.Date(first.Year(), first.Month(), first.Day(), 12, 0, 0, 0, loc); !day.After(last); day = day.AddDate(0, 0, 1) {
-		y, m, d := day.Date()
-		for _, rg := range openOn(r, y, m, d) {
-			open = append(open, data.Interval{Start: localTime(loc, y, m, d, rg[0]), End: localTime(loc, y, m, d, rg[1])})
-		}
-	}
-	slices.SortFunc(open, func(a, b data.Interval) int { return a.Start.Compare(b.Start) })
-	var cur data.Interval
-	for i, o := range open {
-		if !o.Start.Before(o.End) {
-			continue
-		}
-		if i == 0 || cur.End.Before(o.Start) {
-			cur = o
-		} else if o.End.After(cur.End) {
-			cur.End = o.End
-		}
-		if !cur.Start.After(iv.Start) && !cur.End.Before(iv.End) {
+	for _, s := range openStretches(r, loc, iv.Start.In(loc).AddDate(0, 0, -1), iv.End.In(loc).AddDate(0, 0, 1)) {
+		if !s.Start.After(iv.Start) && !s.End.Before(iv.End) {
 			return true
 		}
 	}
 	return false
+}
+
+// openStretches joins the open ranges of the local dates from first's to
+// last's (last's only when its noon is not after last) into stretches of
+// open time, in start order: overlapping or touching ranges, also across
+// midnight, become one; empty ranges (a DST gap) are dropped. withinHours
+// and the availability sweep both read opening hours through it and its
+// parts.
+func openStretches(r *data.Rules, loc *time.Location, first, last time.Time) []data.Interval {
+	var open []data.Interval
+	for day := firstNoon(loc, first); !day.After(last); day = day.AddDate(0, 0, 1) {
+		open = appendOpenRanges(open, r, loc, day)
+	}
+	return joinOpen(open)
+}
+
+// firstNoon is noon of first's local date, where openStretches starts.
+func firstNoon(loc *time.Location, first time.Time) time.Time {
+	first = first.In(loc)
+	return time.Date(first.Year(), first.Month(), first.Day(), 12, 0, 0, 0, loc)
+}
+
+// appendOpenRanges appends the open ranges of day's local date.
+func appendOpenRanges(open []data.Interval, r *data.Rules, loc *time.Location, day time.Time) []data.Interval {
+	y, m, d := day.Date()
+	for _, rg := range openOn(r, y, m, d) {
+		open = append(open, data.Interval{Start: localTime(loc, y, m, d, rg[0]), End: localTime(loc, y, m, d, rg[1])})
+	}
+	return open
+}
+
+// joinOpen sorts open ranges (in place) and joins them into stretches.
+func joinOpen(open []data.Interval) []data.Interval {
+	slices.SortFunc(open, func(a, b data.Interval) int { return a.Start.Compare(b.Start) })
+	var out []data.Interval
+	for _, o := range open {
+		if !o.Start.Before(o.End) {
+			continue
+		}
+		if n := len(out); n == 0 || out[n-1].End.Before(o.Start) {
+			out = append(out, o)
+		} else if o.End.After(out[n-1].End) {
+			out[n-1].End = o.End
+		}
+	}
+	return out
 }
 
 // aligned reports whether t falls on the calendar's slot grid in local time.
@@ -220,7 +246,24 @@ func aligned(r *data.Rules, loc *time.Location, t time.Time) bool {
 
 // checkStatic checks the rules that depend on the calendar and "now" only.
 func checkStatic(r *data.Rules, loc *time.Location, iv data.Interval, now time.Time) (code, msg string) {
-	d := iv.End.Sub(iv.Start)
+	if code, msg := checkDuration(r, iv.End.Sub(iv.Start)); code != "" {
+		return code, msg
+	}
+	switch {
+	case !aligned(r, loc, iv.Start):
+		return CodeMisaligned, fmt.Sprintf("start must fall on the %d-minute grid in %s", r.SlotStepMinutes, loc)
+	case tooSoon(r, iv.Start, now):
+		return CodeTooSoon, fmt.Sprintf("bookings need %d minutes notice", r.MinNoticeMinutes)
+	case tooFar(r, iv.Start, now):
+		return CodeTooFar, fmt.Sprintf("bookings may start at most %d days ahead", r.HorizonDays)
+	case !withinHours(r, loc, iv):
+		return CodeOutsideHours, "outside the calendar's opening hours"
+	}
+	return "", ""
+}
+
+// checkDuration checks a booking's length against the duration rules.
+func checkDuration(r *data.Rules, d time.Duration) (code, msg string) {
 	mins := d / time.Minute
 	switch {
 	case len(r.AllowedDurationsMinutes) > 0 && (d%time.Minute != 0 || !slices.Contains(r.AllowedDurationsMinutes, int(mins))):
@@ -229,16 +272,18 @@ func checkStatic(r *data.Rules, loc *time.Location, iv data.Interval, now time.T
 		return CodeDurationNotAllowed, fmt.Sprintf("duration must be at least %d minutes", r.MinDurationMinutes)
 	case r.MaxDurationMinutes > 0 && d > time.Duration(r.MaxDurationMinutes)*time.Minute:
 		return CodeDurationNotAllowed, fmt.Sprintf("duration must be at most %d minutes", r.MaxDurationMinutes)
-	case !aligned(r, loc, iv.Start):
-		return CodeMisaligned, fmt.Sprintf("start must fall on the %d-minute grid in %s", r.SlotStepMinutes, loc)
-	case r.MinNoticeMinutes > 0 && iv.Start.Before(now.Add(time.Duration(r.MinNoticeMinutes)*time.Minute)):
-		return CodeTooSoon, fmt.Sprintf("bookings need %d minutes notice", r.MinNoticeMinutes)
-	case r.HorizonDays > 0 && iv.Start.After(now.Add(time.Duration(r.HorizonDays)*24*time.Hour)):
-		return CodeTooFar, fmt.Sprintf("bookings may start at most %d days ahead", r.HorizonDays)
-	case !withinHours(r, loc, iv):
-		return CodeOutsideHours, "outside the calendar's opening hours"
 	}
 	return "", ""
+}
+
+// tooSoon reports whether start is closer to now than the minimum notice.
+func tooSoon(r *data.Rules, start, now time.Time) bool {
+	return r.MinNoticeMinutes > 0 && start.Before(now.Add(time.Duration(r.MinNoticeMinutes)*time.Minute))
+}
+
+// tooFar reports whether start lies beyond the horizon.
+func tooFar(r *data.Rules, start, now time.Time) bool {
+	return r.HorizonDays > 0 && start.After(now.Add(time.Duration(r.HorizonDays)*24*time.Hour))
 }
 
 // maxCoverage is the greatest number of ivs covering one instant of w.
@@ -322,57 +367,4 @@ func decideInterval(tx *data.Tx, cal *data.Calendar, loc *time.Location, iv data
 		return verdict{code: CodeBufferConflict, msg: "the interval with its buffers overlaps another booking's buffers"}
 	}
 	return verdict{}
-}
-
-// BookableStart is one bookable start of an availability answer.
-type BookableStart struct {
-	Start time.Time `json:"start"`
-	Local string    `json:"local"`
-}
-
-// MaxAvailabilityRange bounds an availability query.
-const MaxAvailabilityRange = 62 * 24 * time.Hour
-
-// Availability lists the starts in [from, to) on the calendar's slot grid
-// (its slot step, or step when it has none) at which a booking of duration
-// d would be accepted at now, or at the index's latest log time if that is
-// later (a wall clock behind the stream's would show holds alive that the
-// writer has seen expire). It runs the writer's own decideInterval for every grid
-// point, so every listed start is bookable and every omitted grid start is
-// refused, given the same index and the same now.
-func Availability(tx *data.Tx, cal *data.Calendar, from, to time.Time, d, step time.Duration, now time.Time) ([]BookableStart, error) {
-	if logNow := tx.LatestLogNow(); logNow.After(now) {
-		now = logNow
-	}
-	loc, err := zones.Load(cal.Timezone)
-	if err != nil {
-		return nil, err
-	}
-	stepMin := cal.SlotStepMinutes
-	if stepMin <= 0 {
-		stepMin = int(step / time.Minute)
-	}
-	if stepMin <= 0 {
-		stepMin = 15
-	}
-	grid := cal.Rules
-	grid.SlotStepMinutes = stepMin
-	out := []BookableStart{}
-	// Walk every whole UTC minute: in local time a grid point can occur
-	// twice (DST fall-back) or not at all (spring-forward), so the grid is
-	// found by testing each minute, not by adding steps to local midnight.
-	t := from.UTC().Truncate(time.Minute)
-	if t.Before(from) {
-		t = t.Add(time.Minute)
-	}
-	for ; t.Before(to); t = t.Add(time.Minute) {
-		if !aligned(&grid, loc, t) {
-			continue
-		}
-		iv := data.Interval{Start: t, End: t.Add(d)}
-		if v := decideInterval(tx, cal, loc, iv, now, ""); v.code == "" {
-			out = append(out, BookableStart{Start: t, Local: t.In(loc).Format(time.RFC3339)})
-		}
-	}
-	return out, nil
 }

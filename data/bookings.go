@@ -185,8 +185,14 @@ func (s *SlotEntry) Buffered() Interval {
 func (s *SlotEntry) LiveAt(now time.Time) bool { return !s.Hold || now.Before(s.Expires) }
 
 func decodeSlot(k, v []byte) SlotEntry {
-	id, _ := idFromKey(k[8:])
-	s := SlotEntry{ID: id, Start: DecodeTime(k[:8])}
+	s := decodeSlotTimes(k, v)
+	s.ID, _ = idFromKey(k[8:])
+	return s
+}
+
+// decodeSlotTimes is decodeSlot without the id.
+func decodeSlotTimes(k, v []byte) SlotEntry {
+	s := SlotEntry{Start: DecodeTime(k[:8])}
 	if len(v) == 0 {
 		return s
 	}
@@ -256,13 +262,27 @@ func (t *Tx) maxSpan(calID string) time.Duration {
 // span overlaps [from, to) (a superset: fn filters further). fn returns false
 // to stop.
 func (t *Tx) SlotsNear(calID string, from, to time.Time, fn func(SlotEntry) bool) {
+	t.slotsNear(calID, from, to, true, fn)
+}
+
+// SlotTimesNear is SlotsNear without the entries' ids (ID is empty):
+// decoding an id costs an allocation per entry, which a scan of many
+// entries that needs only their times need not pay.
+func (t *Tx) SlotTimesNear(calID string, from, to time.Time, fn func(SlotEntry) bool) {
+	t.slotsNear(calID, from, to, false, fn)
+}
+
+func (t *Tx) slotsNear(calID string, from, to time.Time, ids bool, fn func(SlotEntry) bool) {
 	span := t.maxSpan(calID)
 	c := t.calTree(calID, iSlots).Cursor()
 	end := seekKey(to.Add(span))
 	for k, v := c.Seek(seekKey(from.Add(-span))); k != nil && bytes.Compare(k[:8], end) < 0; k, v = c.Next() {
-		s := decodeSlot(k, v)
+		s := decodeSlotTimes(k, v)
 		if !s.Buffered().Overlaps(Interval{Start: from, End: to}) {
 			continue
+		}
+		if ids {
+			s.ID, _ = idFromKey(k[8:])
 		}
 		if !fn(s) {
 			return

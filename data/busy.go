@@ -180,6 +180,28 @@ func (t *Tx) FirstBusy(calID string, iv Interval) (id string, found Interval, ok
 	return "", Interval{}, false
 }
 
+// BusyNear calls fn, in start order, for every live busy block of calID
+// that overlaps [from, to): FirstBusy's scan over a whole range, for a
+// query that checks many intervals of it at once. fn returns false to stop.
+func (t *Tx) BusyNear(calID string, from, to time.Time, fn func(Interval) bool) {
+	cb, _, slots, _ := t.busyBuckets(calID, false)
+	if slots == nil {
+		return
+	}
+	var span time.Duration
+	if v := cb.Get(keyBusySpan); v != nil {
+		span = time.Duration(binary.BigEndian.Uint64(v))
+	}
+	c := slots.Cursor()
+	end := seekKey(to)
+	w := Interval{Start: from, End: to}
+	for k, v := c.Seek(seekKey(from.Add(-span))); k != nil && bytes.Compare(k[:8], end) < 0; k, v = c.Next() {
+		if cand := (Interval{Start: DecodeTime(k[:8]), End: DecodeTime(v)}); cand.Overlaps(w) && !fn(cand) {
+			return
+		}
+	}
+}
+
 // ForEachBusySlot calls fn for every live block interval of calID in start
 // order (for invariant checks).
 func (t *Tx) ForEachBusySlot(calID string, fn func(id string, iv Interval) error) error {

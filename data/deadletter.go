@@ -61,6 +61,13 @@ func decodeDead(k, v []byte) (DeadLetter, error) {
 // DeadLetters lists calendar cal's dead letters in sequence order, up to
 // max.
 func (t *Tx) DeadLetters(cal string, max int) ([]DeadLetter, error) {
+	return t.DeadLettersAfter(cal, 0, 0, max)
+}
+
+// DeadLettersAfter lists up to max of calendar cal's dead letters that
+// come after the one of sequence seq (and sub) in sequence order: a page
+// that starts where a previous one ended (seq 0: from the first).
+func (t *Tx) DeadLettersAfter(cal string, seq uint64, sub uint32, max int) ([]DeadLetter, error) {
 	b := t.tx.Bucket(bucketSyncDead)
 	if b == nil {
 		return nil, nil
@@ -68,7 +75,14 @@ func (t *Tx) DeadLetters(cal string, max int) ([]DeadLetter, error) {
 	prefix := append([]byte(cal), 0)
 	var out []DeadLetter
 	c := b.Cursor()
-	for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix) && len(out) < max; k, v = c.Next() {
+	k, v := c.Seek(prefix)
+	if seq != 0 {
+		after := syncSubKey(cal, seq, sub)
+		if k, v = c.Seek(after); k != nil && bytes.Equal(k, after) {
+			k, v = c.Next()
+		}
+	}
+	for ; k != nil && bytes.HasPrefix(k, prefix) && len(out) < max; k, v = c.Next() {
 		d, err := decodeDead(k, v)
 		if err != nil {
 			return nil, err

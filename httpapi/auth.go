@@ -242,7 +242,7 @@ func (s *Server) authorize(need access) fiber.Handler {
 		}
 		p, ok := s.keys.lookup(tok)
 		if !ok {
-			s.log.Info("authentication failed", "request_id", requestIDOf(c), "ip", c.IP(), "route", c.Route().Path)
+			s.log.Info("authentication failed", "request_id", requestIDOf(c), "ip", s.clientIP(c), "route", c.Route().Path)
 			return errUnauthorized
 		}
 		c.Locals(principalKey, p)

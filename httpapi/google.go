@@ -3,6 +3,7 @@ package httpapi
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -177,7 +178,8 @@ func parseDeadLetterID(s string) (seq uint64, sub uint32, ok bool) {
 
 var opNames = map[byte]string{data.SyncCreate: "create", data.SyncUpdate: "update", data.SyncDelete: "delete"}
 
-// MaxDeadLetters bounds the list of dead letters a calendar shows.
+// MaxDeadLetters bounds a page of a calendar's dead letters (the default
+// page size too).
 const MaxDeadLetters = 1000
 
 func (s *Server) deadLetters() (GoogleDeadLetters, error) {
@@ -188,26 +190,53 @@ func (s *Server) deadLetters() (GoogleDeadLetters, error) {
 	return g, nil
 }
 
-// listDeadLetters lists a calendar's dead letters.
+// listDeadLetters lists a page of a calendar's dead letters: up to limit,
+// after the one named by cursor (the id of the previous page's last).
 func (s *Server) listDeadLetters(c *fiber.Ctx) error {
 	cal, err := calendarID(c)
 	if err != nil {
 		return err
 	}
-	g, err := s.deadLetters()
+	limit, seq, sub, bad := MaxDeadLetters, uint64(0), uint32(0), []actor.FieldError(nil)
+	if v := c.Query("limit"); v != "" {
+		if limit, err = strconv.Atoi(v); err != nil || limit < 1 || limit > MaxDeadLetters {
+			bad = append(bad, actor.FieldError{Field: "limit", Message: fmt.Sprintf("must be an integer from 1 to %d", MaxDeadLetters)})
+		}
+	}
+	if v := c.Query("cursor"); v != "" {
+		var ok bool
+		if seq, sub, ok = parseDeadLetterID(v); !ok {
+			bad = append(bad, actor.FieldError{Field: "cursor", Message: "is not a cursor returned by this API"})
+		}
+	}
+	if len(bad) > 0 {
+		return invalid(bad...)
+	}
+	if _, err := s.deadLetters(); err != nil {
+		return err
+	}
+	// The letters are in the index this process reads (the Google sync's
+	// bookkeeping beside the bookings), so a page is one read of it.
+	var list []data.DeadLetter
+	err = s.backend.View(func(tx *data.Tx) (err error) {
+		list, err = tx.DeadLettersAfter(cal, seq, sub, limit+1)
+		return err
+	})
 	if err != nil {
 		return err
 	}
-	list, err := g.GoogleDeadLetters(cal, MaxDeadLetters)
-	if err != nil {
-		return err
+	var next *string
+	if len(list) > limit {
+		list = list[:limit]
+		id := deadLetterID(&list[limit-1].Entry)
+		next = &id
 	}
 	out := make([]deadLetterView, 0, len(list))
 	for _, d := range list {
 		out = append(out, deadLetterView{ID: deadLetterID(&d.Entry), Op: opNames[d.Entry.Op], BookingID: d.Entry.Booking.ID,
 			GoogleCalendar: d.Entry.GoogleCalendar, Reason: d.Reason, Attempts: d.Attempts, At: d.At})
 	}
-	return c.JSON(fiber.Map{"calendar_id": cal, "dead_letters": out})
+	return c.JSON(fiber.Map{"calendar_id": cal, "dead_letters": out, "next_cursor": next})
 }
 
 // retryDeadLetter (retry true) puts a dead letter back in the outbox, as

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"strings"
 	"time"
 
@@ -77,7 +76,7 @@ func (s *Server) observe(c *fiber.Ctx) error {
 			key = p.Name
 		}
 		s.log.Debug("http request", "request_id", id, "method", method, "route", route, "status", status,
-			"duration", d, "key", key, "ip", c.IP())
+			"duration", d, "key", key, "ip", s.clientIP(c))
 	}
 	return nil
 }
@@ -104,23 +103,12 @@ func methodLabel(m string) string {
 	return "other"
 }
 
-// rateLimit takes a token from the bucket of the caller's API key. Without a
-// token it answers 429 rate_limited with Retry-After.
+// rateLimit takes a token, what every request costs, from the caller's
+// bucket (see take). Without a token it answers 429 rate_limited with
+// Retry-After.
 func (s *Server) rateLimit(c *fiber.Ctx) error {
-	// Limits are per API key. Without keys the API only runs on loopback,
-	// where every client has the same address: limiting by IP there would
-	// only throttle local tools (importers' checks, load tests).
-	p := principal(c)
-	if p != nil && p.Role == RolePublishable {
-		return s.pageRateLimit(c)
-	}
-	if s.limiter == nil || p == nil {
-		return c.Next()
-	}
-	ok, wait := s.limiter.allow("key:" + p.Name)
-	if !ok {
-		c.Set(fiber.HeaderRetryAfter, strconv.Itoa(retryAfterSeconds(wait)))
-		return &Error{Code: CodeRateLimited, Message: fmt.Sprintf("too many requests: at most %g per second (burst %g); retry later", float64(s.limiter.rate), float64(s.limiter.burst))}
+	if err := s.take(c, 1, 0); err != nil {
+		return err
 	}
 	return c.Next()
 }

@@ -10,9 +10,10 @@ import (
 
 // rateLimiter keeps a token bucket (golang.org/x/time/rate) per caller (API
 // key name): each holds up to burst tokens and refills at rate tokens per
-// second; a request takes one token or is refused with the time until one
-// is there. One mutex guards the map and the buckets: the work under it is
-// a few float operations, far below the cost of the request it guards.
+// second; a request takes its cost in tokens (one for most) or is refused
+// with the time until they are there. One mutex guards the map and the
+// buckets: the work under it is a few float operations, far below the cost
+// of the request it guards.
 type rateLimiter struct {
 	rate  rate.Limit // tokens per second
 	burst int
@@ -34,11 +35,15 @@ func newRateLimiter(perSecond float64, burst int) *rateLimiter {
 	return &rateLimiter{rate: rate.Limit(perSecond), burst: burst, now: time.Now, buckets: map[string]*rate.Limiter{}, sweepAt: 1024}
 }
 
-// allow takes a token from who's bucket. When none is left it returns false
-// and how long until one is. The clock is read and the bucket used under
-// the lock: a rate.Limiter given times out of order credits the same
-// interval twice, and the sweep must not drop a bucket in use.
-func (l *rateLimiter) allow(who string) (bool, time.Duration) {
+// allow takes a token from who's bucket (allowN of 1).
+func (l *rateLimiter) allow(who string) (bool, time.Duration) { return l.allowN(who, 1) }
+
+// allowN takes n tokens (1 <= n <= burst) from who's bucket. When it does
+// not hold them it returns false and how long until it does. The clock is
+// read and the bucket used under the lock: a rate.Limiter given times out
+// of order credits the same interval twice, and the sweep must not drop a
+// bucket in use.
+func (l *rateLimiter) allowN(who string, n int) (bool, time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := l.now()
@@ -50,11 +55,11 @@ func (l *rateLimiter) allow(who string) (bool, time.Duration) {
 		b = rate.NewLimiter(l.rate, l.burst)
 		l.buckets[who] = b
 	}
-	if b.AllowN(now, 1) {
+	if b.AllowN(now, n) {
 		return true, 0
 	}
 	// A refusal takes no token (a reservation would, until cancelled).
-	wait := time.Duration((1 - b.TokensAt(now)) / float64(l.rate) * float64(time.Second))
+	wait := time.Duration((float64(n) - b.TokensAt(now)) / float64(l.rate) * float64(time.Second))
 	return false, max(wait, time.Millisecond)
 }
 

@@ -125,6 +125,9 @@ func (s *Server) listBookings(c *fiber.Ctx) error {
 		return &Error{Code: CodeRangeTooLarge, Message: fmt.Sprintf("from and to may be at most %s apart", fmtRange(s.cfg.MaxListRange)),
 			Details: []actor.FieldError{{Field: "to", Message: fmt.Sprintf("must be at most %s after from", fmtRange(s.cfg.MaxListRange))}}}
 	}
+	if err := s.charge(c, costOf(limit, ListBookingsPerToken)); err != nil {
+		return err
+	}
 	if err := s.syncRead(c, cal); err != nil {
 		return err
 	}

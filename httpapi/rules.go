@@ -63,9 +63,33 @@ func (s *Server) availability(c *fiber.Ctx) error {
 	if err := s.syncRead(c, cal); err != nil {
 		return err
 	}
+	// The work is bounded, and paid for, before it starts.
+	var calendar data.Calendar
+	err = s.backend.View(func(tx *data.Tx) (err error) {
+		calendar, err = tx.Calendar(cal)
+		return err
+	})
+	if errors.Is(err, data.ErrNotFound) {
+		return &Error{Code: actor.CodeCalendarNotFound, Message: "calendar not found"}
+	} else if err != nil {
+		return err
+	}
+	grid := actor.AvailabilityStep(&calendar, step)
+	n := actor.AvailabilityCandidates(from, to, grid)
+	if n > actor.MaxAvailabilityCandidates {
+		return tooManyStarts(n, grid, calendar.SlotStepMinutes > 0)
+	}
+	if err := s.charge(c, availabilityCost(n)); err != nil {
+		return err
+	}
+	release, err := s.startSweep()
+	if err != nil {
+		return err
+	}
+	defer release()
 	var resp availabilityResponse
 	err = s.backend.View(func(tx *data.Tx) error {
-		calendar, err := tx.Calendar(cal)
+		calendar, err := tx.Calendar(cal) // as this transaction sees it
 		if err != nil {
 			return err
 		}
@@ -73,9 +97,12 @@ func (s *Server) availability(c *fiber.Ctx) error {
 		resp = availabilityResponse{CalendarID: cal, Timezone: calendar.Timezone, Duration: d.String(), Slots: slots}
 		return err
 	})
-	if errors.Is(err, data.ErrNotFound) {
+	switch {
+	case errors.Is(err, data.ErrNotFound):
 		return &Error{Code: actor.CodeCalendarNotFound, Message: "calendar not found"}
-	} else if err != nil {
+	case errors.Is(err, actor.ErrTooManyCandidates): // its step changed meanwhile
+		return tooManyStarts(actor.MaxAvailabilityCandidates+1, grid, true)
+	case err != nil:
 		return err
 	}
 	return c.JSON(resp)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net/netip"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -64,6 +66,19 @@ type Config struct {
 	// visitor); 0 = no limit.
 	PageRateLimit float64
 	PageRateBurst int
+	// TrustedProxies are the reverse proxies whose X-Forwarded-For is
+	// believed: the client of a request whose peer is one of them is the
+	// right-most address of that header that is not (see clientIP). Empty:
+	// the header is ignored and the peer is the client.
+	TrustedProxies []netip.Prefix
+	// AvailabilitySweeps is how many availability queries are computed at
+	// once; more wait (up to ReplyTimeout, then 503 unavailable). Default:
+	// half the CPUs (GOMAXPROCS), at least 1, so that reads never take
+	// every core from the writers.
+	AvailabilitySweeps int
+	// MaxWebhooks bounds the webhook endpoints (default 100): their list
+	// is one page, and each is a consumer of the event stream.
+	MaxWebhooks int
 	// LogEveryBooking sends every booking and hold through the log, also
 	// one without an Idempotency-Key that the committed index already
 	// refuses (see Refuser); by default such a request is answered from
@@ -98,6 +113,7 @@ const (
 	MaxListLimit        = 1000
 	MaxIdempotencyKey   = 255
 	DefaultMaxListRange = 366 * 24 * time.Hour
+	DefaultMaxWebhooks  = 100
 )
 
 // Server is the Fiber application.
@@ -114,6 +130,11 @@ type Server struct {
 	draining    atomic.Bool
 	// secrets signs hold secrets (Config.Secrets).
 	secrets *secretkey.Key
+	// sweeps holds a token per availability query being computed.
+	sweeps chan struct{}
+	// digesting is set while a digest runs: it reads the whole index, so
+	// one runs at a time.
+	digesting atomic.Bool
 }
 
 // New builds the API on backend.
@@ -151,8 +172,15 @@ func New(backend Backend, cfg Config) *Server {
 	if cfg.Secrets == nil {
 		cfg.Secrets = newEphemeralKey()
 	}
+	if cfg.MaxWebhooks <= 0 {
+		cfg.MaxWebhooks = DefaultMaxWebhooks
+	}
+	if cfg.AvailabilitySweeps <= 0 {
+		cfg.AvailabilitySweeps = max(1, runtime.GOMAXPROCS(0)/2)
+	}
 	s := &Server{backend: backend, cfg: cfg, log: cfg.Logger, keys: cfg.Keys, metrics: cfg.Metrics, secrets: cfg.Secrets,
-		limiter: newRateLimiter(cfg.RateLimit, cfg.RateBurst), pageLimiter: newRateLimiter(cfg.PageRateLimit, cfg.PageRateBurst)}
+		limiter: newRateLimiter(cfg.RateLimit, cfg.RateBurst), pageLimiter: newRateLimiter(cfg.PageRateLimit, cfg.PageRateBurst),
+		sweeps: make(chan struct{}, cfg.AvailabilitySweeps)}
 	s.app = fiber.New(fiber.Config{
 		AppName:               "bookline",
 		BodyLimit:             cfg.BodyLimit,
@@ -228,6 +256,11 @@ func (s *Server) routes() {
 // per calendar) taken in one read transaction; `bookline verify` compares
 // it with a replay of the stream stopped at exactly those sequences.
 func (s *Server) digest(c *fiber.Ctx) error {
+	if !s.digesting.CompareAndSwap(false, true) {
+		c.Set(fiber.HeaderRetryAfter, "1")
+		return &Error{Code: CodeRateLimited, Message: "a digest of the index is being computed already (one at a time); retry later"}
+	}
+	defer s.digesting.Store(false)
 	var d data.Digest
 	err := s.backend.View(func(tx *data.Tx) (err error) {
 		d, err = tx.Digest()

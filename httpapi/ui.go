@@ -2,10 +2,8 @@ package httpapi
 
 import (
 	"bytes"
-	"fmt"
 	"html/template"
 	"regexp"
-	"strconv"
 
 	"github.com/gofiber/fiber/v2"
 
@@ -123,17 +121,4 @@ func (s *Server) calendarPage(c *fiber.Ctx) error {
 	}
 	return c.JSON(calendarPageResponse{CalendarID: out.ID, Name: out.Name, Timezone: out.Timezone,
 		DurationsMinutes: durations, HorizonDays: r.HorizonDays, MaxHoldTTLSeconds: ttl})
-}
-
-// pageRateLimit limits requests with a publishable key per client address.
-func (s *Server) pageRateLimit(c *fiber.Ctx) error {
-	if s.pageLimiter == nil {
-		return c.Next()
-	}
-	ok, wait := s.pageLimiter.allow("ip:" + c.IP())
-	if !ok {
-		c.Set(fiber.HeaderRetryAfter, strconv.Itoa(retryAfterSeconds(wait)))
-		return &Error{Code: CodeRateLimited, Message: fmt.Sprintf("too many requests from this address: at most %g per second (burst %d); retry later", float64(s.pageLimiter.rate), s.pageLimiter.burst)}
-	}
-	return c.Next()
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"time"
 
@@ -170,6 +171,13 @@ func (s *Server) createWebhook(c *fiber.Ctx) error {
 	}
 	if req.Description != nil {
 		in.Description = *req.Description
+	}
+	// Each endpoint is a consumer of the event stream and an entry of
+	// every list of them: there are at most MaxWebhooks.
+	if eps, err := w.ListWebhooks(ctx); err != nil {
+		return s.webhookError(err)
+	} else if len(eps) >= s.cfg.MaxWebhooks {
+		return &Error{Code: actor.CodeInvalidRequest, Message: fmt.Sprintf("at most %d webhook endpoints; delete one first", s.cfg.MaxWebhooks)}
 	}
 	ep, err := w.CreateWebhook(ctx, in)
 	if err != nil {

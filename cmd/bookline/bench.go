@@ -56,6 +56,15 @@ of the --warmup period are excluded from the statistics. --seed fixes every
 client's random sequence (in open loop: every request's), so runs are
 comparable.
 
+--abusers N adds N abusive clients for the whole run: each sends the most
+expensive availability query the API accepts (62 days, the smallest step
+allowed, 168h, on a calendar <prefix>-abuse open at all times with
+--abuse-bookings bookings in the range), again as soon as it is answered
+(after Retry-After when refused with 429, unless
+--abuse-ignore-retry-after). Compare the book latency of a run with them against
+one without: what expensive reads take from the writers. Their own numbers
+are reported apart (not in the scenario's latency).
+
 The audit lists every calendar's bookings (following next_cursor) and fails
 when two confirmed bookings overlap, a booking answered 201 is missing, or a
 booking cancelled with 200 is still listed (mixed). Exit status 1 when the
@@ -80,6 +89,11 @@ type benchConfig struct {
 	timeout         time.Duration
 	rate            float64 // requests per second; 0 = closed loop
 	maxInFlight     int     // open loop: bound on outstanding requests
+	abusers         int     // clients hammering the worst availability query
+	abuseKey        string
+	abuseBookings   int
+	abuseDistinct   bool
+	abuseFlood      bool
 }
 
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -103,6 +117,11 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.DurationVar(&c.timeout, "timeout", 30*time.Second, "per-request timeout")
 	fs.Float64Var(&c.rate, "rate", 0, "open loop: requests per second on a fixed schedule, latency measured from each request's due time; 0 = closed loop with --clients")
 	fs.IntVar(&c.maxInFlight, "max-in-flight", 0, "open loop: most requests outstanding at once (each needs a connection); 0 = one second's worth at --rate, at least 64")
+	fs.IntVar(&c.abusers, "abusers", 0, "abusive clients sending the most expensive availability query the API accepts, back to back, for the whole run (uniform, hot, mixed)")
+	fs.StringVar(&c.abuseKey, "abuse-api-key", "", "API key of the abusive clients (a publishable key, to see per-client limits: it must list <prefix>-abuse); default --api-key")
+	fs.IntVar(&c.abuseBookings, "abuse-bookings", 5000, "bookings put on the abusive clients' calendar in the queried range before the run")
+	fs.BoolVar(&c.abuseFlood, "abuse-ignore-retry-after", false, "abusive clients refused with 429 send again at once instead of waiting for Retry-After (adds a flood of refused requests)")
+	fs.BoolVar(&c.abuseDistinct, "abuse-distinct-ips", false, "each abusive client sends X-Forwarded-For with an address of its own (198.18.x.y): distinct clients to a server whose --trusted-proxies lists the generator")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -175,6 +194,13 @@ func (c *benchConfig) normalise() error {
 		return errors.New("--rate applies to uniform, hot and mixed, not import")
 	case c.maxInFlight < 0:
 		return errors.New("--max-in-flight must not be negative")
+	case c.abusers < 0 || c.abuseBookings < 0:
+		return errors.New("--abusers and --abuse-bookings must not be negative")
+	case c.abusers > 0 && c.scenario == "import":
+		return errors.New("--abusers applies to uniform, hot and mixed, not import")
+	}
+	if c.abuseKey == "" {
+		c.abuseKey = c.apiKey
 	}
 	if c.rate > 0 && c.maxInFlight == 0 {
 		c.maxInFlight = max(64, int(math.Ceil(c.rate)))
@@ -220,7 +246,7 @@ func newBenchHTTPClient(c benchConfig) *fasthttp.Client {
 	}
 	return &fasthttp.Client{
 		Name:                          "bookline-bench",
-		MaxConnsPerHost:               conns + 16,
+		MaxConnsPerHost:               conns + c.abusers + 16,
 		MaxIdleConnDuration:           90 * time.Second,
 		ReadTimeout:                   c.timeout,
 		WriteTimeout:                  c.timeout,
@@ -245,16 +271,26 @@ func runBenchScenario(ctx context.Context, c benchConfig) (*BenchResult, error) 
 		clients   []*benchClient
 		measureAt time.Time
 		open      *OpenLoopStats
+		abuse     *AbuseStats
 	)
+	stopAbuse := func() *AbuseStats { return nil }
+	if c.abusers > 0 {
+		if err := r.prepareAbuse(ctx); err != nil {
+			return nil, err
+		}
+		stopAbuse = r.startAbuse(ctx)
+	}
 	if c.rate > 0 {
 		clients, measureAt, open = r.runOpen(ctx)
 	} else {
 		clients, measureAt = r.runClosed(ctx)
 	}
+	abuse = stopAbuse()
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	res := r.summarise(clients, measureAt)
+	res.Abuse = abuse
 	res.OpenLoop = open
 	if open != nil {
 		res.Mode = "open"

@@ -166,6 +166,7 @@ func (r *benchRun) runOpen(ctx context.Context) ([]*benchClient, time.Time, *Ope
 		measured = int(math.Ceil(c.rate * c.duration.Seconds()))
 	}
 	o := newOpenLoop(time.Now(), c.rate, warm+measured, c.maxInFlight)
+	r.measure.Store(o.due(warm).UnixNano()) // for the abusive clients
 	// One state for the whole run: requests are not a client's, and in
 	// mixed any request may cancel or read a booking another one made.
 	var mu sync.Mutex

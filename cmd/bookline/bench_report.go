@@ -33,7 +33,9 @@ type BenchResult struct {
 	Status map[string]int `json:"status"`
 	// OpenLoop is the schedule's account (open loop only).
 	OpenLoop *OpenLoopStats `json:"open_loop,omitempty"`
-	Audit    AuditResult    `json:"audit"`
+	// Abuse is the abusive clients' account (--abusers only).
+	Abuse *AbuseStats `json:"abuse,omitempty"`
+	Audit AuditResult `json:"audit"`
 }
 
 // OpStats are one operation's numbers.
@@ -164,6 +166,10 @@ func printBenchResult(w io.Writer, res *BenchResult) {
 			o := res.Ops[op]
 			fmt.Fprintf(w, "  %-7s  %d requests; %s; %s\n", op, o.Count, lat(o.Latency), countString(o.Status))
 		}
+	}
+	if ab := res.Abuse; ab != nil {
+		fmt.Fprintf(w, "abusers    %d clients, %d requests (%.1f/s) of %s (%d bookings in range); %s; %s\n",
+			ab.Clients, ab.Requests, ab.PerS, ab.Query, ab.Bookings, lat(ab.Latency), countString(ab.Status))
 	}
 	a := res.Audit
 	verdict := "ok"

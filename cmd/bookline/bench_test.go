@@ -90,6 +90,10 @@ func TestBenchFlags(t *testing.T) {
 	if code := Main(context.Background(), []string{"bench", "--scenario", "nope"}, &out, &errb); code != 1 || !strings.Contains(errb.String(), "--scenario") {
 		t.Errorf("bad scenario: exit %d, stderr %s", code, errb.String())
 	}
+	errb.Reset()
+	if code := Main(context.Background(), []string{"bench", "--scenario", "import", "--abusers", "2"}, &out, &errb); code != 1 || !strings.Contains(errb.String(), "--abusers") {
+		t.Errorf("abusers on import: exit %d, stderr %s", code, errb.String())
+	}
 	t.Setenv("BOOKLINE_CLIENTS", "0")
 	errb.Reset()
 	if code := Main(context.Background(), []string{"bench"}, &out, &errb); code != 1 || !strings.Contains(errb.String(), "--clients") {
@@ -126,6 +130,9 @@ func TestBenchSmoke(t *testing.T) {
 			switch sc {
 			case "uniform", "mixed":
 				args = append(args, "--calendars", "5", "--days", "2")
+				if sc == "uniform" {
+					args = append(args, "--abusers", "2", "--abuse-bookings", "50")
+				}
 			case "import":
 				args = append(args, "--nats-url", node.ClientURL(), "--requests", "2000", "--calendars", "20")
 			}
@@ -159,6 +166,9 @@ func TestBenchSmoke(t *testing.T) {
 				if res.Audit.Expected == 0 {
 					t.Errorf("audit expected nothing: %+v", res.Audit)
 				}
+			}
+			if ab := res.Abuse; (sc == "uniform") != (ab != nil) || ab != nil && (ab.Requests == 0 || ab.Status["200"] == 0 || ab.Bookings != 50) {
+				t.Errorf("abusive clients: %+v", ab)
 			}
 			if sc == "hot" && res.Status["409"] == 0 {
 				t.Errorf("hot scenario without conflicts: %v", res.Status)

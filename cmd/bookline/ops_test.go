@@ -62,6 +62,8 @@ func TestServeFlagErrors(t *testing.T) {
 		{[]string{"--http-write-timeout", "1s"}, "must exceed --reply-timeout"},
 		{[]string{"--max-header-bytes", "10"}, "--max-header-bytes"},
 		{[]string{"--rate-limit", "-1"}, "--rate-limit"},
+		{[]string{"--trusted-proxies", "10.0.0.0/8, 10.0.0.0/33"}, `--trusted-proxies: trusted proxy "10.0.0.0/33"`},
+		{[]string{"--trusted-proxies", "proxy.example"}, "not an IP address or CIDR prefix"},
 		{[]string{"--keyless-record-retention", "30s"}, "--keyless-record-retention 30s: want 0 (forever) or from 1m"},
 		{[]string{"--keyed-record-retention", "-1h"}, "--keyed-record-retention"},
 		{[]string{"--keyed-record-retention", "100000h"}, "--keyed-record-retention"},

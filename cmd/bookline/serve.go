@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"net/netip"
 	"net/url"
 	"os"
 	"strings"
@@ -59,6 +60,8 @@ type serveConfig struct {
 	rateBurst      int
 	pageRateLimit  float64
 	pageRateBurst  int
+	trustedProxies string
+	proxies        []netip.Prefix // trustedProxies, parsed by checkLimits
 	logEvery       bool
 
 	keylessRetention time.Duration
@@ -158,6 +161,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&c.rateBurst, "rate-burst", 200, "requests a key may make at once before --rate-limit applies")
 	fs.Float64Var(&c.pageRateLimit, "page-rate-limit", 2, "requests per second allowed per client IP address with a publishable key (booking pages; such keys are public, so they are limited per client, not per key); more answers 429 rate_limited with Retry-After (0 = no limit)")
 	fs.IntVar(&c.pageRateBurst, "page-rate-burst", 40, "requests a client may make at once with a publishable key before --page-rate-limit applies")
+	fs.StringVar(&c.trustedProxies, "trusted-proxies", "", "reverse proxies whose X-Forwarded-For is believed, comma-separated IP addresses and CIDR prefixes: a request from one of them is from the right-most address of that header that is not one of them (per-client limits of publishable keys, logs); empty = the header is ignored and the connection's address is the client")
 	fs.BoolVar(&c.logEvery, "log-every-booking", false, "send every booking and hold through the log; by default one without an Idempotency-Key that the committed index already refuses (slot taken, a rule, no such calendar) is answered from the index and not logged (no command, no outcome event)")
 
 	fs.DurationVar(&c.keylessRetention, "keyless-record-retention", 24*time.Hour, "how long, in log time (the commands' stream timestamps), the request records of writes without an Idempotency-Key and of bookline's own commands (hold expiries, Google busy time) are kept: the 202 Location of such a write can be read this long; at least 1m; 0 = forever")
@@ -328,8 +332,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		RateLimit:    c.rateLimit,
 		RateBurst:    c.rateBurst,
 
-		PageRateLimit: c.pageRateLimit,
-		PageRateBurst: c.pageRateBurst,
+		PageRateLimit:  c.pageRateLimit,
+		PageRateBurst:  c.pageRateBurst,
+		TrustedProxies: c.proxies,
 
 		LogEveryBooking: c.logEvery,
 
@@ -370,6 +375,11 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 }
 
 func (c *serveConfig) checkLimits() error {
+	proxies, err := httpapi.ParseTrustedProxies(c.trustedProxies)
+	if err != nil {
+		return fmt.Errorf("--trusted-proxies: %w", err)
+	}
+	c.proxies = proxies
 	switch {
 	case c.maxBodyBytes < 1:
 		return errors.New("--max-body-bytes must be positive")
