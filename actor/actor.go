@@ -295,8 +295,10 @@ func apply(tx *data.Tx, partition int, batch []Decoded, effects sideEffects) ([]
 			level = d.Declared
 		}
 		// Every decided command leaves its outcome event in the outbox,
-		// in this same transaction (see queue's event publisher).
-		if !effects.events || d.Seq <= effects.eventsAfter {
+		// in this same transaction (see queue's event publisher), but
+		// for the partition's own commands: they are about no calendar,
+		// and their answers are recorded.
+		if !effects.events || d.Seq <= effects.eventsAfter || dn.Skip == nil && isSystemCommand(&dn.Cmd) {
 			continue
 		}
 		buf = AppendReply(buf[:0], reply)

@@ -27,3 +27,9 @@ func decideSkip(tx *data.Tx, p int, d *Decoded) (Reply, error) {
 	return d.reject(CodeNotStopped, fmt.Sprintf("stream seq %d was not skipped: the partition did not stop at it "+
 		"(it was decided, is not a command of this partition, or does not come before this command)", target)), nil
 }
+
+// isSystemCommand reports whether c is one of the version 2 commands about
+// a partition rather than a calendar (schema.upgrade, partition.skip).
+func isSystemCommand(c *Command) bool {
+	return c.V >= 2 && (c.Type == TypeSchemaUpgrade || c.Type == TypePartitionSkip)
+}

@@ -41,6 +41,10 @@ func SetKnownSchemaVersionForTest(v int) (restore func()) {
 	return func() { knownVersion = old }
 }
 
+// KnownVersion is the newest schema version this process decides:
+// KnownSchemaVersion, unless a test set another (SetKnownSchemaVersionForTest).
+func KnownVersion() int { return knownVersion }
+
 // legacyKnown is the version the builds before rules levels knew: level 1
 // holds what they held.
 const legacyKnown = 1

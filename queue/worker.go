@@ -44,9 +44,12 @@ type Partition struct {
 	// horizon is the index's horizon of the partition (data.Tx.Horizon):
 	// its history is complete through max(applied, horizon).
 	horizon atomic.Uint64
-	// stalled is why the writer stopped for good (a command of a newer
-	// schema, see stall); nil while it runs.
+	// stalled is why the writer stopped (a command of a newer schema, see
+	// stall); nil while it runs.
 	stalled atomic.Pointer[actor.NewerSchemaError]
+	// sys reads the partition's system token: the skips the writer looks
+	// up before it decides a command that may have been skipped.
+	sys *systemLog
 	// committed, when set, is called after every committed batch.
 	committed func()
 	// observe, when set, is told about every committed batch (metrics; see
@@ -211,8 +214,11 @@ func (p *Partition) Run(ctx context.Context) error {
 			return nil
 		}
 		if e, ok := errors.AsType[*actor.NewerSchemaError](err); ok {
-			p.stall(ctx, e)
-			return nil
+			if !p.stall(ctx, e) {
+				return nil
+			}
+			p.stalled.Store(nil) // an operator skipped the command: go on
+			continue
 		}
 		if errors.Is(err, ErrHistoryMissing) {
 			p.halt(err)
@@ -230,33 +236,56 @@ func (p *Partition) Run(ctx context.Context) error {
 	return nil
 }
 
-// stallReport is how often a stopped partition says so again.
-const stallReport = time.Minute
+// stallReport is how often a stopped partition says so again; skipPoll
+// how often it looks for an operator's skip of the command.
+const (
+	stallReport = time.Minute
+	skipPoll    = time.Second
+)
 
-// stall stops the partition at a command of a newer schema until ctx ends.
-// A newer build accepted that command (or will), so this build must not
-// decide it: a rejection recorded here would make the indexes differ, and
-// skipping it would break the partition's order. The command is not
-// applied or acknowledged and the applied sequence stays before it; the
-// partition is not ready (Node.Ready, /readyz) and says why at error level
-// every stallReport until the process is replaced by a build that knows
-// the version. In cluster mode the partition is handed to the other
-// instances (which may be upgraded already).
-func (p *Partition) stall(ctx context.Context, e *actor.NewerSchemaError) {
+// stall stops the partition at a command of a newer schema until ctx ends
+// or an operator skips the command (then it returns true). A newer build
+// accepted that command (or will), so this build must not decide it: a
+// rejection recorded here would make the indexes differ, and passing over
+// it would break the partition's order. The command is not applied or
+// acknowledged and the applied sequence stays before it; the partition is
+// not ready (Node.Ready, /readyz) and says why at error level every
+// stallReport until the process is replaced by a build that knows the
+// version, or a partition.skip naming the command is in the log (Node.Skip:
+// then every build answers it command_skipped). In cluster mode the
+// partition is handed to the other instances (which may be upgraded
+// already).
+func (p *Partition) stall(ctx context.Context, e *actor.NewerSchemaError) bool {
 	p.stalled.Store(e)
 	p.caughtUp.Store(false)
 	if p.cluster != nil {
 		p.release()
 	}
-	t := time.NewTicker(stallReport)
-	defer t.Stop()
+	report := time.NewTicker(stallReport)
+	defer report.Stop()
+	poll := time.NewTicker(skipPoll)
+	defer poll.Stop()
+	say := func() {
+		p.log.Error("PARTITION STOPPED AT A NEWER SCHEMA: upgrade bookline, or skip the command (bookline skip)", "seq", e.Seq,
+			"schema", e.Version, "known", actor.KnownSchemaVersion, "applied_seq", p.applied.Load(), "reason", e.Error())
+	}
+	say()
 	for {
-		p.log.Error("PARTITION STOPPED AT A NEWER SCHEMA: upgrade bookline", "seq", e.Seq, "schema", e.Version,
-			"known", actor.SchemaVersion, "applied_seq", p.applied.Load(), "reason", e.Error())
 		select {
 		case <-ctx.Done():
-			return
-		case <-t.C:
+			return false
+		case <-report.C:
+			say()
+		case <-poll.C:
+			if err := p.sys.refresh(ctx); err != nil {
+				p.log.Warn("looking for a skip of the command the partition stopped at", "err", err)
+				continue
+			}
+			if s, ok := p.sys.skipOf(e.Seq); ok {
+				p.log.Warn("an operator skipped the command the partition stopped at: going on", "seq", e.Seq,
+					"skip_seq", s.Seq, "skip_request_id", s.RequestID)
+				return true
+			}
 		}
 	}
 }
@@ -564,6 +593,12 @@ func (p *Partition) submit(batch []jetstream.Msg) (*inFlight, error) {
 			Data:            m.Data(),
 		})
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	err := p.sys.mark(ctx, in, storeLevel(p.store, p.ID))
+	cancel()
+	if err != nil {
+		return nil, err
+	}
 	// The batch before this one ended at p.submitted; if its commit
 	// failed, this one must not be applied on top of the gap.
 	prev := p.submitted
@@ -607,6 +642,9 @@ func (p *Partition) finish(b *inFlight) error {
 			p.log.Info("command rejected", "seq", o.Seq, "code", in[i].Reject.Code, "message", in[i].Reject.Message,
 				"request_id", batch[i].Headers().Get(HeaderRequestID), "trace_id", batch[i].Headers().Get(HeaderTraceID))
 		}
+		if !o.Skipped && o.OperatorSkip != nil {
+			p.auditSkip(o, batch[i].Subject(), batch[i].Headers())
+		}
 		hdr := batch[i].Headers()
 		to := hdr.Get(HeaderReplyTo)
 		if o.Reply == nil || !ValidReplySubject(to) {
@@ -633,6 +671,14 @@ func (p *Partition) finish(b *inFlight) error {
 		p.observe(actor.AppliedBatch{Partition: p.ID, In: in, Out: out, Done: time.Now()})
 	}
 	return actor.Held(out, in)
+}
+
+// auditSkip says, at warn level, that a command was answered
+// command_skipped instead of being decided, and because of which skip.
+func (p *Partition) auditSkip(o actor.Output, subject string, hdr nats.Header) {
+	p.log.Warn("COMMAND SKIPPED BY AN OPERATOR: answered command_skipped, not decided", "seq", o.Seq,
+		"calendar", calendarOfStoredSubject(subject), "request_id", hdr.Get(HeaderRequestID),
+		"skip_seq", o.OperatorSkip.Seq, "skip_request_id", o.OperatorSkip.RequestID)
 }
 
 // sendReply answers a decided command at to: in a reply batch when the
