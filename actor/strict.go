@@ -32,6 +32,8 @@ type strictScan struct {
 	// last one's value as written.
 	vCount int
 	vRaw   []byte
+	// end is where the value ends (when ok).
+	end int
 }
 
 // scanStrict scans the first JSON value of data. Keys are compared as
@@ -43,6 +45,7 @@ func scanStrict(data []byte) strictScan {
 	s := strictScanner{data: data}
 	s.ws()
 	s.res.ok = s.value(0, false, true)
+	s.res.end = s.i
 	return s.res
 }
 

@@ -77,11 +77,11 @@ func (d *Decoded) SetSkip(s *Skip) { d.Skip, d.skipLooked = s, true }
 // never decided by any of them: it is decided by the strict rules at every
 // level.
 func Decode(in Input) Decoded {
-	d, fast, rawMeta := decodeLegacy(in)
+	d, fast := decodeLegacy(in)
 	if d.Newer > 0 {
 		return decodeStrict(in)
 	}
-	d.strict = strictDifference(in, &d, fast, rawMeta)
+	d.strict = strictDifference(in, &d, fast)
 	return d
 }
 
@@ -93,22 +93,21 @@ func rejection(in Input, cmd *Command, code, msg string, details []FieldError) *
 
 // decodeLegacy is the decoding of the builds that knew only version 1
 // (rules level 1), unchanged. fast says whether the fast parser read the
-// body, rawMeta is the booking's metadata as written (before Validate
-// puts it in canonical form).
-func decodeLegacy(in Input) (d Decoded, fast bool, rawMeta json.RawMessage) {
+// body.
+func decodeLegacy(in Input) (d Decoded, fast bool) {
 	d = Decoded{Seq: in.Seq, At: in.At.UTC(), msg: in}
-	reject := func(code, msg string, details []FieldError) (Decoded, bool, json.RawMessage) {
+	reject := func(code, msg string, details []FieldError) (Decoded, bool) {
 		d.Reject = rejection(in, &d.Cmd, code, msg, details)
-		return d, fast, rawMeta
+		return d, fast
 	}
 	if v := headerVersion(in.Schema); v > legacyKnown {
 		d.Newer = v
-		return d, false, nil
+		return d, false
 	}
 	if len(in.Data) > MaxCommandBytes {
 		if v := bodyVersion(in.Data); v > legacyKnown {
 			d.Newer = v
-			return d, false, nil
+			return d, false
 		}
 		return reject(CodeInvalidCommand, fmt.Sprintf("command larger than %d bytes", MaxCommandBytes), nil)
 	}
@@ -123,13 +122,13 @@ func decodeLegacy(in Input) (d Decoded, fast bool, rawMeta json.RawMessage) {
 			if v := bodyVersion(in.Data); v > legacyKnown {
 				// Not readable as this schema, but declared newer.
 				d.Newer = v
-				return d, false, nil
+				return d, false
 			}
 			return reject(CodeInvalidCommand, "command is not valid JSON for the schema: "+err.Error(), nil)
 		}
 		if d.Cmd.V > legacyKnown {
 			d.Newer = d.Cmd.V
-			return d, false, nil
+			return d, false
 		}
 		if trailingData(in.Data, dec) {
 			return reject(CodeInvalidCommand, "trailing data after the command", nil)
@@ -137,7 +136,7 @@ func decodeLegacy(in Input) (d Decoded, fast bool, rawMeta json.RawMessage) {
 	}
 	if d.Cmd.V > legacyKnown {
 		d.Newer = d.Cmd.V
-		return d, false, nil
+		return d, false
 	}
 	if d.Cmd.V < 1 {
 		return reject(CodeInvalidCommand, fmt.Sprintf("unsupported schema version %d (this writer knows 1..%d)", d.Cmd.V, legacyKnown), nil)
@@ -145,14 +144,11 @@ func decodeLegacy(in Input) (d Decoded, fast bool, rawMeta json.RawMessage) {
 	if d.Cmd.CalendarID != in.SubjectCalendar {
 		return reject(CodeInvalidCommand, "calendar_id does not match the subject", nil)
 	}
-	if b := d.Cmd.Booking; b != nil {
-		rawMeta = b.Metadata
-	}
 	if errs := d.Cmd.validate(false); len(errs) > 0 {
 		return reject(fieldErrorsCode(errs), "invalid command", errs)
 	}
 	d.Fingerprint = d.Cmd.Fingerprint()
-	return d, fast, rawMeta
+	return d, fast
 }
 
 // fieldErrorsCode is the code of a command refused by its field rules:
@@ -247,9 +243,9 @@ const headerSchema = "Bookline-Schema"
 // same. For a command level 1 accepts only what the strict rules add is
 // checked (the strict rules refuse more and change nothing else), cheaply
 // when the fast parser read it: it refuses duplicate keys, escapes,
-// invalid UTF-8 and -0 itself, so only the header, metadata that was not
-// canonical and a blank customer remain.
-func strictDifference(in Input, d *Decoded, fast bool, rawMeta json.RawMessage) *Reply {
+// invalid UTF-8 and -0 itself (also in metadata), so only the header and
+// a blank customer remain.
+func strictDifference(in Input, d *Decoded, fast bool) *Reply {
 	if d.Reject != nil {
 		s := decodeStrict(in)
 		if s.Reject == nil || reflect.DeepEqual(s.Reject, d.Reject) {
@@ -262,13 +258,8 @@ func strictDifference(in Input, d *Decoded, fast bool, rawMeta json.RawMessage) 
 			return decodeStrict(in).Reject
 		}
 	}
-	switch {
-	case !fast:
+	if !fast {
 		if sc := scanStrict(in.Data); sc.violation != "" {
-			return decodeStrict(in).Reject
-		}
-	case len(rawMeta) > 0 && !bytes.Equal(rawMeta, d.Cmd.Booking.Metadata):
-		if sc := scanStrictOpaque(rawMeta); sc.violation != "" {
 			return decodeStrict(in).Reject
 		}
 	}
@@ -283,6 +274,7 @@ func scanStrictOpaque(raw []byte) strictScan {
 	s := strictScanner{data: raw}
 	s.ws()
 	s.res.ok = s.value(0, true, false)
+	s.res.end = s.i
 	return s.res
 }
 

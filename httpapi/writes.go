@@ -278,7 +278,9 @@ func replyAnswer(raw []byte) (status int, code string, body []byte, err error) {
 	case len(r.Booking) > 0:
 		return createdStatus(r.Type), "", r.Booking, nil
 	}
-	return 0, "", nil, errors.New("httpapi: accepted reply without a body")
+	// Accepted with a message only (hold.expire, busy.*, the system
+	// commands of docs/protocol.md "Versions"): the reply itself.
+	return http.StatusOK, "", raw, nil
 }
 
 // errNotYourRequest answers a booker that asks for the outcome of a request
