@@ -454,8 +454,11 @@ func decide(tx *data.Tx, p int, d *Decoded) (*Reply, error) {
 	case TypeBusySet, TypeBusyClear:
 		r, err = setBusy(tx, d)
 	case TypeSchemaUpgrade:
+		// Not recorded: deciding it (any version 2 command) is all it
+		// does, and deciding it again does the same.
 		r = d.accept()
 		r.Message = fmt.Sprintf("the partition decides under the rules of schema version %d from here on", d.Cmd.V)
+		return &r, nil
 	case TypePartitionSkip:
 		r, err = decideSkip(tx, p, d)
 	default:

@@ -31,6 +31,7 @@ var subcommands = map[string]subcommand{
 	"import":   {"publish bookings from a CSV, NDJSON or ICS file and wait for their outcomes", runImport},
 	"replay":   {"rebuild an index from the command stream (or a snapshot and the stream after it) into a new directory", runReplay},
 	"snapshot": {"take an index snapshot on a running server now, or list the stored ones", runSnapshot},
+	"skip":     {"skip the command a partition is stopped at (a schema version this build does not know)", runSkip},
 	"verify":   {"compare a live index with a fresh replay of the stream", runVerify},
 	"hash-key": {"print the SHA-256 of an API key read from stdin (or make a new key) for --api-keys", runHashKey},
 }
