@@ -417,3 +417,20 @@ func TestSkipOnlyAboveTheLevel(t *testing.T) {
 		t.Errorf("a version 1 partition.skip: %s", out[5].Reply)
 	}
 }
+
+// skipsIn finds the skips in a partition's log as the queue's writers do:
+// each command a valid version 2 partition.skip names (before it), with
+// the first skip that names it.
+func skipsIn(log []actor.Input) map[uint64]*actor.Skip {
+	skips := map[uint64]*actor.Skip{}
+	for _, in := range log {
+		d := actor.Decode(in)
+		if d.Reject != nil || d.Newer > 0 || d.Cmd.V != 2 || d.Cmd.Type != actor.TypePartitionSkip {
+			continue
+		}
+		if t := d.Cmd.Skip.Seq; t < in.Seq && skips[t] == nil {
+			skips[t] = &actor.Skip{Seq: in.Seq, RequestID: d.Cmd.RequestID}
+		}
+	}
+	return skips
+}
