@@ -30,7 +30,8 @@ func checkDecodeSame(t testing.TB, in Input) {
 	want := decodeReference(in)
 	got := Decode(in)
 	checkStrictSame(t, in, got)
-	if legacy, _ := decodeLegacy(in); legacy.Newer > 0 {
+	var legacy Decoded
+	if decodeLegacy(in, &legacy); legacy.Newer > 0 {
 		// A command of a newer schema than version 1: the reference
 		// (written before builds held them) rejected every one as
 		// invalid_command; the builds that knew only version 1 held it,

@@ -193,8 +193,9 @@ func (s *strictScanner) object(depth int, opaque, top bool) bool {
 		return true
 	}
 	var (
-		keys [][]byte
-		seen map[string]struct{}
+		small [manyKeys][]byte // on the stack: most objects are small
+		keys  = small[:0]
+		seen  map[string]struct{}
 	)
 	for {
 		if s.i >= len(s.data) || s.data[s.i] != '"' {

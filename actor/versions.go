@@ -77,7 +77,8 @@ func (d *Decoded) SetSkip(s *Skip) { d.Skip, d.skipLooked = s, true }
 // never decided by any of them: it is decided by the strict rules at every
 // level.
 func Decode(in Input) Decoded {
-	d, fast := decodeLegacy(in)
+	var d Decoded
+	fast := decodeLegacy(in, &d)
 	if d.Newer > 0 {
 		return decodeStrict(in)
 	}
@@ -92,22 +93,22 @@ func rejection(in Input, cmd *Command, code, msg string, details []FieldError) *
 }
 
 // decodeLegacy is the decoding of the builds that knew only version 1
-// (rules level 1), unchanged. fast says whether the fast parser read the
-// body.
-func decodeLegacy(in Input) (d Decoded, fast bool) {
-	d = Decoded{Seq: in.Seq, At: in.At.UTC(), msg: in}
-	reject := func(code, msg string, details []FieldError) (Decoded, bool) {
+// (rules level 1), unchanged, into d (filled in place: Decoded is large).
+// It reports whether the fast parser read the body.
+func decodeLegacy(in Input, d *Decoded) (fast bool) {
+	*d = Decoded{Seq: in.Seq, At: in.At.UTC(), msg: in}
+	reject := func(code, msg string, details []FieldError) bool {
 		d.Reject = rejection(in, &d.Cmd, code, msg, details)
-		return d, fast
+		return fast
 	}
 	if v := headerVersion(in.Schema); v > legacyKnown {
 		d.Newer = v
-		return d, false
+		return false
 	}
 	if len(in.Data) > MaxCommandBytes {
 		if v := bodyVersion(in.Data); v > legacyKnown {
 			d.Newer = v
-			return d, false
+			return false
 		}
 		return reject(CodeInvalidCommand, fmt.Sprintf("command larger than %d bytes", MaxCommandBytes), nil)
 	}
@@ -122,13 +123,13 @@ func decodeLegacy(in Input) (d Decoded, fast bool) {
 			if v := bodyVersion(in.Data); v > legacyKnown {
 				// Not readable as this schema, but declared newer.
 				d.Newer = v
-				return d, false
+				return false
 			}
 			return reject(CodeInvalidCommand, "command is not valid JSON for the schema: "+err.Error(), nil)
 		}
 		if d.Cmd.V > legacyKnown {
 			d.Newer = d.Cmd.V
-			return d, false
+			return false
 		}
 		if trailingData(in.Data, dec) {
 			return reject(CodeInvalidCommand, "trailing data after the command", nil)
@@ -136,7 +137,7 @@ func decodeLegacy(in Input) (d Decoded, fast bool) {
 	}
 	if d.Cmd.V > legacyKnown {
 		d.Newer = d.Cmd.V
-		return d, false
+		return false
 	}
 	if d.Cmd.V < 1 {
 		return reject(CodeInvalidCommand, fmt.Sprintf("unsupported schema version %d (this writer knows 1..%d)", d.Cmd.V, legacyKnown), nil)
@@ -148,7 +149,7 @@ func decodeLegacy(in Input) (d Decoded, fast bool) {
 		return reject(fieldErrorsCode(errs), "invalid command", errs)
 	}
 	d.Fingerprint = d.Cmd.Fingerprint()
-	return d, fast
+	return fast
 }
 
 // fieldErrorsCode is the code of a command refused by its field rules:
