@@ -236,60 +236,6 @@ func (p *Partition) Run(ctx context.Context) error {
 	return nil
 }
 
-// stallReport is how often a stopped partition says so again; skipPoll
-// how often it looks for an operator's skip of the command.
-const (
-	stallReport = time.Minute
-	skipPoll    = time.Second
-)
-
-// stall stops the partition at a command of a newer schema until ctx ends
-// or an operator skips the command (then it returns true). A newer build
-// accepted that command (or will), so this build must not decide it: a
-// rejection recorded here would make the indexes differ, and passing over
-// it would break the partition's order. The command is not applied or
-// acknowledged and the applied sequence stays before it; the partition is
-// not ready (Node.Ready, /readyz) and says why at error level every
-// stallReport until the process is replaced by a build that knows the
-// version, or a partition.skip naming the command is in the log (Node.Skip:
-// then every build answers it command_skipped). In cluster mode the
-// partition is handed to the other instances (which may be upgraded
-// already).
-func (p *Partition) stall(ctx context.Context, e *actor.NewerSchemaError) bool {
-	p.stalled.Store(e)
-	p.caughtUp.Store(false)
-	if p.cluster != nil {
-		p.release()
-	}
-	report := time.NewTicker(stallReport)
-	defer report.Stop()
-	poll := time.NewTicker(skipPoll)
-	defer poll.Stop()
-	say := func() {
-		p.log.Error("PARTITION STOPPED AT A NEWER SCHEMA: upgrade bookline, or skip the command (bookline skip)", "seq", e.Seq,
-			"schema", e.Version, "known", actor.KnownSchemaVersion, "applied_seq", p.applied.Load(), "reason", e.Error())
-	}
-	say()
-	for {
-		select {
-		case <-ctx.Done():
-			return false
-		case <-report.C:
-			say()
-		case <-poll.C:
-			if err := p.sys.refresh(ctx); err != nil {
-				p.log.Warn("looking for a skip of the command the partition stopped at", "err", err)
-				continue
-			}
-			if s, ok := p.sys.skipOf(e.Seq); ok {
-				p.log.Warn("an operator skipped the command the partition stopped at: going on", "seq", e.Seq,
-					"skip_seq", s.Seq, "skip_request_id", s.RequestID)
-				return true
-			}
-		}
-	}
-}
-
 func (p *Partition) run(ctx context.Context) error {
 	p.idle.Store(false)
 	defer p.idle.Store(true)
@@ -671,14 +617,6 @@ func (p *Partition) finish(b *inFlight) error {
 		p.observe(actor.AppliedBatch{Partition: p.ID, In: in, Out: out, Done: time.Now()})
 	}
 	return actor.Held(out, in)
-}
-
-// auditSkip says, at warn level, that a command was answered
-// command_skipped instead of being decided, and because of which skip.
-func (p *Partition) auditSkip(o actor.Output, subject string, hdr nats.Header) {
-	p.log.Warn("COMMAND SKIPPED BY AN OPERATOR: answered command_skipped, not decided", "seq", o.Seq,
-		"calendar", calendarOfStoredSubject(subject), "request_id", hdr.Get(HeaderRequestID),
-		"skip_seq", o.OperatorSkip.Seq, "skip_request_id", o.OperatorSkip.RequestID)
 }
 
 // sendReply answers a decided command at to: in a reply batch when the
