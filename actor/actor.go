@@ -1,13 +1,9 @@
 package actor
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
-	"encoding/json"
 	"fmt"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/bookline/bookline/data"
@@ -68,9 +64,24 @@ type Decoded struct {
 	// command; it is decided without looking at the index.
 	Reject *Reply
 	// Newer, when above 0, is the schema version of a command newer than
-	// this build (above SchemaVersion). Such a message is never decided
-	// here: apply holds it and everything after it (Output.Held).
+	// this build (above KnownSchemaVersion). Such a message is never
+	// decided here: apply holds it and everything after it (Output.Held),
+	// unless an operator skipped it (Skip).
 	Newer int
+	// Declared is the schema version the message declares in a form
+	// every build reads alike (docs/protocol.md, "Versions"): the higher of
+	// the Bookline-Schema header and the body's v, each when written in
+	// canonical decimal (v: once, in a syntactically valid body); 0 when
+	// neither is, and at most 1 for what rules level 1 decides. A decided
+	// command raises its partition's rules level to it.
+	Declared int
+	// Skip is the partition.skip that names this command, when the
+	// caller looked for one (SetSkip; needed for SkipCandidate commands).
+	Skip       *Skip
+	skipLooked bool
+	// strict, when set, is the answer of the strict rules (rules level 2
+	// and up) where it differs from the one above, which is level 1's.
+	strict *Reply
 
 	// mirror is set by apply when decisions may queue Google sync
 	// operations (live writers yes, replay no).
@@ -97,107 +108,6 @@ func MessageHash(in Input) []byte {
 	return h.Sum(nil)[:16]
 }
 
-// Decode turns a raw message into a command. It never fails: a message that
-// is not a valid command comes back with Reject set, and one of a schema
-// version newer than this build with Newer set.
-//
-// The version is looked at before anything else is judged: a newer build
-// may accept what this one would reject (other fields, other types, a
-// larger body), so nothing of a newer command may become a rejection here.
-func Decode(in Input) Decoded {
-	d := Decoded{Seq: in.Seq, At: in.At.UTC(), msg: in}
-	reject := func(code, msg string, details []FieldError) Decoded {
-		d.Reject = &Reply{V: SchemaVersion, RequestID: d.Cmd.RequestID, CalendarID: in.SubjectCalendar,
-			Type: d.Cmd.Type, Outcome: OutcomeRejected, Code: code, Message: msg, Details: details, Seq: in.Seq}
-		return d
-	}
-	if v := headerVersion(in.Schema); v > SchemaVersion {
-		d.Newer = v
-		return d
-	}
-	if len(in.Data) > MaxCommandBytes {
-		if v := bodyVersion(in.Data); v > SchemaVersion {
-			d.Newer = v
-			return d
-		}
-		return reject(CodeInvalidCommand, fmt.Sprintf("command larger than %d bytes", MaxCommandBytes), nil)
-	}
-	// The fast parser handles the usual shape exactly as the Decoder would;
-	// for anything else (and every error) the Decoder decides, so that
-	// results and error texts stay those of earlier versions.
-	if !parseCommandFast(in.Data, &d.Cmd) {
-		d.Cmd = Command{}
-		dec := json.NewDecoder(bytes.NewReader(in.Data))
-		if err := dec.Decode(&d.Cmd); err != nil {
-			d.Cmd = Command{}
-			if v := bodyVersion(in.Data); v > SchemaVersion {
-				// Not readable as this schema, but declared newer.
-				d.Newer = v
-				return d
-			}
-			return reject(CodeInvalidCommand, "command is not valid JSON for the schema: "+err.Error(), nil)
-		}
-		if d.Cmd.V > SchemaVersion {
-			d.Newer = d.Cmd.V
-			return d
-		}
-		if trailingData(in.Data, dec) {
-			return reject(CodeInvalidCommand, "trailing data after the command", nil)
-		}
-	}
-	if d.Cmd.V > SchemaVersion {
-		d.Newer = d.Cmd.V
-		return d
-	}
-	if d.Cmd.V < 1 {
-		return reject(CodeInvalidCommand, fmt.Sprintf("unsupported schema version %d (this writer knows 1..%d)", d.Cmd.V, SchemaVersion), nil)
-	}
-	if d.Cmd.CalendarID != in.SubjectCalendar {
-		return reject(CodeInvalidCommand, "calendar_id does not match the subject", nil)
-	}
-	if errs := d.Cmd.Validate(); len(errs) > 0 {
-		code := CodeInvalidRequest
-		for _, e := range errs {
-			if e.Field == "type" || e.Field == "request_id" {
-				code = CodeInvalidCommand
-			}
-		}
-		return reject(code, "invalid command", errs)
-	}
-	d.Fingerprint = d.Cmd.Fingerprint()
-	return d
-}
-
-// headerVersion reads a Bookline-Schema header: a plain positive decimal
-// version, else 0 (the header says nothing).
-func headerVersion(h string) int {
-	if h == "" || h == strconv.Itoa(SchemaVersion) {
-		return 0
-	}
-	v, err := strconv.Atoi(h)
-	if err != nil || v < 1 || strings.TrimLeft(h, "0123456789") != "" {
-		return 0
-	}
-	return v
-}
-
-// bodyVersion reads the v of a JSON object leniently, whatever the rest of
-// it holds (0 if there is none, or it is not an integer). It is asked only
-// for messages this build cannot take as a command.
-func bodyVersion(data []byte) int {
-	var env struct {
-		V json.RawMessage `json:"v"` // any other field, of any type, is skipped
-	}
-	if json.NewDecoder(bytes.NewReader(data)).Decode(&env) != nil {
-		return 0
-	}
-	v, err := strconv.Atoi(string(env.V))
-	if err != nil {
-		return 0
-	}
-	return v
-}
-
 // NewerSchemaError says that a partition stopped at a command of a schema
 // version this build does not know: a newer build published it and only a
 // build that knows the version may decide it.
@@ -208,8 +118,9 @@ type NewerSchemaError struct {
 
 func (e *NewerSchemaError) Error() string {
 	return fmt.Sprintf("stream seq %d is a command of schema version %d, and this build knows only 1..%d: "+
-		"its partition is stopped here (nothing after it is decided) until bookline is upgraded to a build that knows version %d",
-		e.Seq, e.Version, SchemaVersion, e.Version)
+		"its partition is stopped here (nothing after it is decided) until bookline is upgraded to a build that knows version %d, "+
+		"or an operator skips it (bookline skip)",
+		e.Seq, e.Version, knownVersion, e.Version)
 }
 
 // Held returns a *NewerSchemaError for the first output of a batch that
@@ -245,6 +156,9 @@ type Output struct {
 	// message before it in the batch, is a command of a newer schema
 	// (Decoded.Newer): no decision, no reply, no ack. See Held.
 	Held bool
+	// OperatorSkip, when set, is the skip because of which the message
+	// was answered command_skipped instead of being decided.
+	OperatorSkip *Skip
 }
 
 // Apply decides a batch of one partition's messages, in order, inside tx,
@@ -320,6 +234,10 @@ func apply(tx *data.Tx, partition int, batch []Decoded, effects sideEffects) ([]
 	// and a replay or recovery computes the same.
 	lastNow := tx.LogNow(partition)
 	now := lastNow
+	// The rules level, like now, is a function of the partition's log
+	// (docs/protocol.md, "Versions"), kept beside the applied sequence.
+	lastLevel := tx.RulesLevel(partition)
+	level := lastLevel
 	out := make([]Output, len(batch))
 	var buf []byte
 	held := false
@@ -327,37 +245,34 @@ func apply(tx *data.Tx, partition int, batch []Decoded, effects sideEffects) ([]
 	for i := range batch {
 		d := &batch[i]
 		out[i].Seq = d.Seq
-		if held || d.Newer > 0 && d.Seq > applied {
-			// A newer build's command: this build must not decide it
-			// (a newer one may accept it), nor anything after it in the
-			// partition, whose order it would break.
-			held, out[i].Held = true, true
+		if held {
+			out[i].Held = true
 			continue
 		}
 		if d.Seq <= applied {
 			out[i].Skipped = true
-			if d.Newer > 0 {
-				continue // decided before, by a build that knew it
-			}
-			if d.Reject != nil {
-				// A rejection depends on the message alone, so the
-				// answer given the first time is decided again, byte
-				// for byte, whether or not it was recorded.
-				out[i].Decision = d.Reject
-				continue
-			}
-			reply, err := answeredBefore(tx, d)
+			reply, err := redelivered(tx, partition, d, level)
 			if err != nil {
 				return nil, err
 			}
 			out[i].Decision = reply
 			continue
 		}
+		dn, err := atLevel(d, partition, level)
+		if err != nil {
+			return nil, err
+		}
+		if dn == nil {
+			// A newer build's command: this build must not decide it
+			// (a newer one may accept it), nor anything after it in the
+			// partition, whose order it would break.
+			held, out[i].Held = true, true
+			continue
+		}
 		if d.At.After(now) {
 			now = d.At
 		}
 		// Decided on a copy: d.At stays the message's own timestamp.
-		dn := *d
 		dn.At, dn.mirror = now, effects.mirror
 		// Request records whose retention ended by this command's log
 		// time go first, a few per command: which ones depends on the
@@ -365,25 +280,29 @@ func apply(tx *data.Tx, partition int, batch []Decoded, effects sideEffects) ([]
 		if _, err := tx.PruneRequests(partition, now, prunePerCommand); err != nil {
 			return nil, fmt.Errorf("actor: partition %d seq %d: %w", partition, d.Seq, err)
 		}
-		reply, err := decide(tx, partition, &dn)
+		reply, err := decide(tx, partition, dn)
 		if err != nil {
 			return nil, fmt.Errorf("actor: partition %d seq %d: %w", partition, d.Seq, err)
 		}
 		out[i].Decision = reply
 		applied, last = d.Seq, i
+		if dn.Skip != nil {
+			out[i].OperatorSkip = dn.Skip
+			if err := tx.MarkSkipped(partition, d.Seq, dn.Skip.Seq); err != nil {
+				return nil, err
+			}
+		} else if d.Declared > level {
+			level = d.Declared
+		}
 		// Every decided command leaves its outcome event in the outbox,
-		// in this same transaction (see queue's event publisher).
-		if !effects.events || d.Seq <= effects.eventsAfter {
+		// in this same transaction (see queue's event publisher), but
+		// for the partition's own commands: they are about no calendar,
+		// and their answers are recorded.
+		if !effects.events || d.Seq <= effects.eventsAfter || dn.Skip == nil && isSystemCommand(&dn.Cmd) {
 			continue
 		}
-		cal := d.Cmd.CalendarID
-		if d.Reject != nil && ValidCalendarID(d.Reject.CalendarID) {
-			cal = d.Reject.CalendarID
-		} else if d.Reject != nil {
-			cal = "" // not a calendar: the event goes to the invalid subject
-		}
 		buf = AppendReply(buf[:0], reply)
-		if err := tx.PutEvent(data.Event{Seq: d.Seq, Calendar: cal, Payload: buf}); err != nil {
+		if err := tx.PutEvent(data.Event{Seq: d.Seq, Calendar: eventCalendar(dn), Payload: buf}); err != nil {
 			return nil, err
 		}
 	}
@@ -397,7 +316,96 @@ func apply(tx *data.Tx, partition int, batch []Decoded, effects sideEffects) ([]
 			return nil, err
 		}
 	}
+	if level != lastLevel {
+		if err := tx.SetRulesLevel(partition, level); err != nil {
+			return nil, err
+		}
+	}
 	return out, nil
+}
+
+// atLevel is how d is decided at rules level: a copy of d, with the strict
+// rules' answer from rules level 2 on, or the refusal of a command an
+// operator skipped; nil when it must be held (a command of a newer schema
+// that nobody skipped).
+//
+// A command that declares a version above the level may be skipped: every
+// build that stopped at a command (it declares a version the build does
+// not know) decided every command before it, so their versions, and the
+// partition's level there, are below the command's. Every build, those
+// that know the version too, therefore looks for a skip of every such
+// command and finds the same, and every replay skips what a writer
+// skipped.
+func atLevel(d *Decoded, partition, level int) (*Decoded, error) {
+	dn := *d
+	dn.Skip = nil
+	if d.Declared > level {
+		if !d.skipLooked {
+			return nil, fmt.Errorf("actor: partition %d seq %d: a command of schema version %d was not looked up for a skip (Decoded.SetSkip)",
+				partition, d.Seq, d.Declared)
+		}
+		if d.Skip != nil {
+			dn.Skip, dn.Reject, dn.Fingerprint = d.Skip, skippedReply(d), ""
+			return &dn, nil
+		}
+	}
+	if d.Newer > 0 {
+		return nil, nil
+	}
+	if level >= 2 && d.strict != nil {
+		dn.Reject, dn.Fingerprint = d.strict, ""
+	}
+	return &dn, nil
+}
+
+// skippedReply is the answer of a command an operator skipped: the same
+// from every build, whatever it can read of the command, so it carries
+// nothing of the body.
+func skippedReply(d *Decoded) *Reply {
+	return &Reply{V: SchemaVersion, CalendarID: d.msg.SubjectCalendar, Outcome: OutcomeRejected, Code: CodeCommandSkipped,
+		Message: fmt.Sprintf("not decided: an operator skipped this command (partition.skip at stream seq %d, request id %q)", d.Skip.Seq, d.Skip.RequestID),
+		Seq:     d.Seq}
+}
+
+// redelivered is the answer to a message the partition applied before.
+func redelivered(tx *data.Tx, partition int, d *Decoded, level int) (*Reply, error) {
+	if d.SkipCandidate() && d.Skip != nil {
+		if by, ok := tx.SkippedBy(partition, d.Seq); ok && by == d.Skip.Seq {
+			return skippedReply(d), nil
+		}
+	}
+	switch {
+	case d.Newer > 0:
+		return nil, nil // decided before, by a build that knew it (or skipped)
+	case d.Reject != nil:
+		// A rejection depends on the message alone, so the answer given
+		// the first time is decided again, byte for byte, whether or not
+		// it was recorded.
+		if level >= 2 && d.strict != nil {
+			return d.strict, nil
+		}
+		return d.Reject, nil
+	}
+	reply, err := answeredBefore(tx, d)
+	if reply == nil && err == nil && level >= 2 && d.strict != nil {
+		// Not recorded: refused by the strict rules (or its record is
+		// gone, and then the refusal says the same as any answer would).
+		return d.strict, nil
+	}
+	return reply, err
+}
+
+// eventCalendar is the calendar whose subject gets d's outcome event: ""
+// for a message whose subject token is not a calendar id (the invalid
+// subject).
+func eventCalendar(d *Decoded) string {
+	if d.Reject == nil {
+		return d.Cmd.CalendarID
+	}
+	if ValidCalendarID(d.Reject.CalendarID) {
+		return d.Reject.CalendarID
+	}
+	return ""
 }
 
 // prunePerCommand bounds the expired request records (and stale expiry
@@ -445,6 +453,14 @@ func decide(tx *data.Tx, p int, d *Decoded) (*Reply, error) {
 		}
 	case TypeBusySet, TypeBusyClear:
 		r, err = setBusy(tx, d)
+	case TypeSchemaUpgrade:
+		// Not recorded: deciding it (any version 2 command) is all it
+		// does, and deciding it again does the same.
+		r = d.accept()
+		r.Message = fmt.Sprintf("the partition decides under the rules of schema version %d from here on", d.Cmd.V)
+		return &r, nil
+	case TypePartitionSkip:
+		r, err = decideSkip(tx, p, d)
 	default:
 		err = fmt.Errorf("validated command of unknown type %q", cmd.Type)
 	}

@@ -21,6 +21,11 @@ var (
 	// ErrPending means the command is stored (it will be decided) but no
 	// answer arrived in time; its outcome can be read later by request id.
 	ErrPending = errors.New("queue: command stored, outcome pending")
+	// ErrNotStopped refuses an operator's skip: the partition is not
+	// stopped at that command (or it could still be decided).
+	ErrNotStopped = errors.New("the partition is not stopped at that command")
+	// ErrNoPartition names a partition the log does not have.
+	ErrNoPartition = errors.New("no such partition")
 )
 
 // traceKey is the context key of the trace id.

@@ -18,6 +18,13 @@ const (
 	// CodeExternalBusy: the interval overlaps time that is busy outside
 	// bookline (a busy block imported from a linked Google calendar).
 	CodeExternalBusy = "external_busy"
+	// CodeCommandSkipped answers a command that stopped its partition and
+	// that an operator skipped (partition.skip): it was not decided.
+	CodeCommandSkipped = "command_skipped"
+	// CodeNotStopped refuses a partition.skip whose command was not
+	// skipped by it: the partition did not stop there (or another skip
+	// came first).
+	CodeNotStopped = "not_stopped"
 
 	// Calendar rules (HTTP 422; a full slot stays slot_taken, 409).
 	CodeOutsideHours       = "outside_hours"

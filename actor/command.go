@@ -14,10 +14,11 @@ import (
 	"github.com/bookline/bookline/data"
 )
 
-// SchemaVersion is the command and reply schema version this build writes.
-// A command of a higher version is never decided by this build, nor
-// half-understood: its partition stops at it until a build that knows the
-// version decides it (Decoded.Newer, docs/protocol.md "Versions").
+// SchemaVersion is the command and reply schema version this build writes:
+// bookline's producers write version 1 for every command version 1 can
+// express, so that every build still running can decide it (docs/protocol.md
+// "Versions"), and replies are version 1. The versions this build can decide
+// go up to KnownSchemaVersion.
 const SchemaVersion = 1
 
 // Command types.
@@ -41,6 +42,18 @@ const (
 	TypeBusySet = "busy.set"
 	// TypeBusyClear removes an external busy block (busy.block_id).
 	TypeBusyClear = "busy.clear"
+)
+
+// Command types of schema version 2 (a version 1 command of these types is
+// of an unknown type). Both are published to a partition's system token
+// (queue.SystemToken), not to a calendar.
+const (
+	// TypeSchemaUpgrade changes nothing but the partition's rules level:
+	// deciding it, as any version 2 command, raises the level to 2.
+	TypeSchemaUpgrade = "schema.upgrade"
+	// TypePartitionSkip is an operator's way past a command that stopped
+	// its partition (skip.seq): see docs/protocol.md, "Versions".
+	TypePartitionSkip = "partition.skip"
 )
 
 // Limits checked for every command, whether it came through HTTP or was
@@ -111,6 +124,34 @@ type Command struct {
 	// log. It is not part of the fingerprint: a retry is the same request
 	// whatever retention it asks for.
 	RecordTTLSeconds int `json:"record_ttl_seconds,omitempty"`
+	// Skip is the body of partition.skip (schema version 2).
+	Skip *SkipSpec `json:"skip,omitempty"`
+}
+
+// SkipSpec is the body of partition.skip: the stream sequence of the
+// command to skip.
+type SkipSpec struct {
+	Seq uint64 `json:"seq"`
+	// bad is set when the member was not an object with a seq of a JSON
+	// unsigned integer.
+	bad bool
+}
+
+// UnmarshalJSON reads the body of partition.skip and never fails: a
+// version 1 command that carries a member named skip (which version 1 did
+// not define, so its decoder ignored it) must be decided as before, and a
+// partition.skip whose skip is not what it should be is refused by
+// Validate with the field named.
+func (s *SkipSpec) UnmarshalJSON(b []byte) error {
+	var v struct {
+		Seq *uint64 `json:"seq"`
+	}
+	if err := json.Unmarshal(b, &v); err != nil || v.Seq == nil {
+		*s = SkipSpec{bad: true}
+		return nil
+	}
+	*s = SkipSpec{Seq: *v.Seq}
+	return nil
 }
 
 // RecordTTLSeconds turns a record retention into record_ttl_seconds:
@@ -201,14 +242,18 @@ func CanonicalMetadata(raw json.RawMessage) (json.RawMessage, error) {
 	return out, nil
 }
 
-// ValidateBooking checks a booking body and returns one entry per invalid
-// field; nil means valid. It also puts the times in UTC and the metadata in
-// canonical form.
-func ValidateBooking(b *BookingSpec) []FieldError {
-	errs := validateInterval(&b.Start, &b.End)
+// ValidateBooking checks a booking body under the strict rules and returns
+// one entry per invalid field; nil means valid. It also puts the times in
+// UTC and the metadata in canonical form.
+func ValidateBooking(b *BookingSpec) []FieldError { return validateBooking(b, true) }
+
+// validateBooking is ValidateBooking, under the strict rules or those of
+// rules level 1.
+func validateBooking(b *BookingSpec, strict bool) []FieldError {
+	errs := validateInterval(&b.Start, &b.End, strict)
 	add := func(f, m string) { errs = append(errs, FieldError{Field: f, Message: m}) }
 	switch n := utf8.RuneCountInString(b.Customer); {
-	case n == 0:
+	case n == 0 || strict && blank(b.Customer):
 		add("customer", "is required")
 	case n > MaxCustomerLen:
 		add("customer", fmt.Sprintf("must be at most %d characters", MaxCustomerLen))
@@ -218,18 +263,33 @@ func ValidateBooking(b *BookingSpec) []FieldError {
 	if md, err := CanonicalMetadata(b.Metadata); err != nil {
 		add("metadata", err.Error())
 	} else {
+		if strict && !bytes.Equal(md, bytes.TrimSpace(b.Metadata)) {
+			// Not canonical as sent: the round trip may have
+			// dropped a duplicate key or replaced invalid UTF-8.
+			if sc := scanStrictOpaque(b.Metadata); sc.ok && sc.violation != "" {
+				add("metadata", "must be valid strict JSON: "+sc.violation)
+				return errs
+			}
+		}
 		b.Metadata = md
 	}
 	return errs
 }
 
+// TimeRangeMessage is what the strict rules say of a time that is missing
+// or outside years MinYear..MaxYear: the same for both, and for start and
+// end (a year 0001 time and a missing one are both Go's zero time).
+var TimeRangeMessage = fmt.Sprintf("must be an RFC 3339 time between years %d and %d, e.g. 2026-12-01T10:00:00Z", MinYear, MaxYear)
+
 // validateInterval checks start and end of a booking interval and puts them
 // in UTC.
-func validateInterval(start, end *time.Time) []FieldError {
+func validateInterval(start, end *time.Time, strict bool) []FieldError {
 	var errs []FieldError
 	add := func(f, m string) { errs = append(errs, FieldError{Field: f, Message: m}) }
 	okTime := func(field string, t time.Time) bool {
 		switch {
+		case strict && (t.IsZero() || t.Year() < MinYear || t.Year() > MaxYear):
+			add(field, TimeRangeMessage)
 		case t.IsZero():
 			add(field, "is required (RFC 3339, e.g. 2026-12-01T10:00:00Z)")
 		case t.Year() < MinYear || t.Year() > MaxYear:
@@ -277,9 +337,14 @@ func ValidateCalendar(c *CalendarSpec) []FieldError {
 	return append(errs, ValidateRules(&c.Rules)...)
 }
 
-// Validate checks the envelope and body of a command. It normalises the body
+// Validate checks the envelope and body of a command under the strict rules
+// (what the HTTP API and bookline's producers send). It normalises the body
 // in place (UTC times, canonical metadata, default timezone).
-func (c *Command) Validate() []FieldError {
+func (c *Command) Validate() []FieldError { return c.validate(true) }
+
+// validate is Validate under the strict rules or those of rules level 1
+// (docs/protocol.md, "Versions").
+func (c *Command) validate(strict bool) []FieldError {
 	var errs []FieldError
 	add := func(f, m string) { errs = append(errs, FieldError{Field: f, Message: m}) }
 	if !ValidCalendarID(c.CalendarID) {
@@ -299,7 +364,7 @@ func (c *Command) Validate() []FieldError {
 		if c.Booking == nil {
 			add("booking", "is required")
 		} else {
-			errs = append(errs, ValidateBooking(c.Booking)...)
+			errs = append(errs, validateBooking(c.Booking, strict)...)
 			if c.Booking.TTLSeconds < 0 || c.Booking.TTLSeconds > int(MaxHoldTTL/time.Second) {
 				add("ttl", fmt.Sprintf("must be from 1 to %d seconds", int(MaxHoldTTL/time.Second)))
 			} else if c.Type == TypeBookingCreate && c.Booking.TTLSeconds != 0 {
@@ -317,7 +382,7 @@ func (c *Command) Validate() []FieldError {
 		if c.Reschedule == nil {
 			add("reschedule", "is required")
 		} else {
-			errs = append(errs, validateInterval(&c.Reschedule.Start, &c.Reschedule.End)...)
+			errs = append(errs, validateInterval(&c.Reschedule.Start, &c.Reschedule.End, strict)...)
 		}
 	case TypeHoldExpire:
 	case TypeBusySet, TypeBusyClear:
@@ -327,7 +392,7 @@ func (c *Command) Validate() []FieldError {
 		case !ValidBlockID(c.Busy.BlockID):
 			add("busy.block_id", "must match [A-Za-z0-9._:-]{1,128}")
 		case c.Type == TypeBusySet:
-			for _, e := range validateInterval(&c.Busy.Start, &c.Busy.End) {
+			for _, e := range validateInterval(&c.Busy.Start, &c.Busy.End, strict) {
 				if d := c.Busy.End.Sub(c.Busy.Start); e.Field == "end" && d > MaxBookingDuration {
 					if d <= MaxBusyDuration {
 						continue // busy blocks may be longer than bookings
@@ -338,6 +403,13 @@ func (c *Command) Validate() []FieldError {
 			}
 		default:
 			c.Busy.Start, c.Busy.End = time.Time{}, time.Time{}
+		}
+	case TypeSchemaUpgrade, TypePartitionSkip:
+		switch {
+		case c.V < 2:
+			add("type", fmt.Sprintf("unknown command type %q", c.Type))
+		case c.Type == TypePartitionSkip && (c.Skip == nil || c.Skip.bad || c.Skip.Seq == 0):
+			add("skip.seq", "must be the stream sequence (a positive integer) of the command to skip")
 		}
 	default:
 		add("type", fmt.Sprintf("unknown command type %q", c.Type))
@@ -358,7 +430,10 @@ func (c *Command) Fingerprint() string {
 	// and without reflection (see appendFingerprintBody).
 	var buf [512]byte
 	b, ok := appendFingerprintBody(buf[:0], c)
-	if !ok {
+	switch {
+	case c.Type == TypePartitionSkip:
+		b, _ = json.Marshal(fpSkipV2{Type: c.Type, CalendarID: c.CalendarID, Skip: c.Skip})
+	case !ok:
 		b = c.fingerprintJSON()
 	}
 	sum := sha256.Sum256(b)
@@ -443,6 +518,14 @@ type fpBusyV1 struct {
 	BlockID string    `json:"block_id"`
 	Start   time.Time `json:"start,omitzero"`
 	End     time.Time `json:"end,omitzero"`
+}
+
+// fpSkipV2 is the fingerprint body of partition.skip (schema version 2):
+// a skip of another command is another request.
+type fpSkipV2 struct {
+	Type       string    `json:"type"`
+	CalendarID string    `json:"calendar_id"`
+	Skip       *SkipSpec `json:"skip"`
 }
 
 // fingerprintBodyV1 copies the schema 1 fields of c.

@@ -297,16 +297,19 @@ const maxFastDepth = 64
 
 // rawObject reads an object value as a json.RawMessage: a copy of its bytes
 // as written, which is what RawMessage.UnmarshalJSON stores. It finds the
-// end by bracket counting outside strings and then has json.Valid confirm
-// that exactly those bytes are one valid value, so it never accepts what
-// encoding/json would not, nor ends the value elsewhere.
+// end by bracket counting outside strings and then has the strict scanner
+// confirm that exactly those bytes are one valid value (what json.Valid
+// says, FuzzStrictScan), so it never accepts what encoding/json would not,
+// nor ends the value elsewhere. It also leaves to encoding/json a value
+// the strict rules refuse (invalid UTF-8, a repeated key), which the
+// strict rules then find in the whole body.
 func (p *fastParser) rawObject() (json.RawMessage, bool) {
 	end, ok := p.objectEnd(maxFastDepth)
 	if !ok {
 		return nil, false
 	}
 	raw := p.data[p.i:end]
-	if !json.Valid(raw) {
+	if sc := scanStrictOpaque(raw); !sc.ok || sc.end != len(raw) || sc.violation != "" {
 		return nil, false
 	}
 	p.i = end

@@ -23,19 +23,31 @@ import (
 
 var diffSubjects = []string{"cal1", "c-2", ""}
 
-// checkDecodeSame fails t unless Decode and decodeReference agree on in.
+// checkDecodeSame fails t unless Decode and decodeReference agree on in at
+// rules level 1, and Decode's answer at level 2 is decodeStrict's.
 func checkDecodeSame(t testing.TB, in Input) {
 	t.Helper()
 	want := decodeReference(in)
 	got := Decode(in)
-	if got.Newer > 0 {
-		// A command of a newer schema: the reference (written before
-		// builds held them) rejected every one as invalid_command.
-		if got.Newer <= SchemaVersion || got.Reject != nil || got.Fingerprint != "" || want.Reject == nil || want.Reject.Code != CodeInvalidCommand {
-			t.Fatalf("Decode(%q): newer %d, reference %+v", in.Data, got.Newer, want.Reject)
+	checkStrictSame(t, in, got)
+	var legacy Decoded
+	if decodeLegacy(in, &legacy); legacy.Newer > 0 {
+		// A command of a newer schema than version 1: the reference
+		// (written before builds held them) rejected every one as
+		// invalid_command; the builds that knew only version 1 held it,
+		// so it is decoded by the strict rules at every level.
+		if legacy.Newer <= 1 || legacy.Reject != nil || legacy.Fingerprint != "" || want.Reject == nil || want.Reject.Code != CodeInvalidCommand {
+			t.Fatalf("Decode(%q): newer %d, reference %+v", in.Data, legacy.Newer, want.Reject)
+		}
+		if got.strict != nil {
+			t.Fatalf("Decode(%q): a strict-only decoding with a second answer %+v", in.Data, got.strict)
 		}
 		return
 	}
+	if got.Declared > 1 {
+		t.Fatalf("Decode(%q): declares %d, decided at level 1", in.Data, got.Declared)
+	}
+	got.strict, got.Declared = nil, 0
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("Decode(%q) on %q:\n got %+v\nwant %+v\n got cmd %s\nwant cmd %s", in.Data, in.SubjectCalendar,
 			got, want, mustMarshal(t, got.Cmd), mustMarshal(t, want.Cmd))
@@ -45,6 +57,33 @@ func checkDecodeSame(t testing.TB, in Input) {
 	}
 	if g, w := mustMarshal(t, got.Cmd), mustMarshal(t, want.Cmd); !bytes.Equal(g, w) {
 		t.Fatalf("Decode(%q): command\n%s\nwant\n%s", in.Data, g, w)
+	}
+}
+
+// checkStrictSame fails t unless got, Decode's result for in, answers at
+// rules level 2 what decodeStrict does: the shortcuts of strictDifference
+// must not miss what the strict rules refuse.
+func checkStrictSame(t testing.TB, in Input, got Decoded) {
+	t.Helper()
+	s := decodeStrict(in)
+	if s.Newer != got.Newer || max(s.Declared, 1) != max(got.Declared, 1) {
+		t.Fatalf("Decode(%q): newer %d declared %d, strict decoding newer %d declared %d", in.Data, got.Newer, got.Declared, s.Newer, s.Declared)
+	}
+	if s.Newer > 0 {
+		return
+	}
+	reject := got.Reject
+	if got.strict != nil {
+		reject = got.strict
+	}
+	if g, w := mustMarshal(t, reject), mustMarshal(t, s.Reject); !bytes.Equal(g, w) {
+		t.Fatalf("Decode(%q) at level 2: reject\n%s\nwant\n%s", in.Data, g, w)
+	}
+	if reject != nil {
+		return
+	}
+	if g, w := mustMarshal(t, got.Cmd), mustMarshal(t, s.Cmd); !bytes.Equal(g, w) || got.Fingerprint != s.Fingerprint {
+		t.Fatalf("Decode(%q) at level 2: command\n%s %s\nwant\n%s %s", in.Data, g, got.Fingerprint, w, s.Fingerprint)
 	}
 }
 

@@ -66,7 +66,10 @@ var fingerprintedV1 = []string{
 // requested: a retry under another retention is the same request. A
 // link's event title and visibility shape the Google mirror only, never a
 // decision.
-var notFingerprinted = []string{"calendar.google.check_freebusy", "calendar.google.event_title", "calendar.google.visibility", "record_ttl_seconds", "request_id", "v"}
+// skip is a field of schema version 2 (partition.skip), whose own
+// fingerprint body (fpSkipV2) has it; a version 1 command that carries a
+// member named skip is fingerprinted without it.
+var notFingerprinted = []string{"calendar.google.check_freebusy", "calendar.google.event_title", "calendar.google.visibility", "record_ttl_seconds", "request_id", "skip", "skip.seq", "v"}
 
 // TestFingerprintFieldsV1: the fingerprint body is exactly the schema 1
 // field set, and every field a command can carry is either in it or

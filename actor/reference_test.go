@@ -87,7 +87,7 @@ func canonicalMetadataReference(raw json.RawMessage) (json.RawMessage, error) {
 }
 
 func validateBookingReference(b *BookingSpec) []FieldError {
-	errs := validateInterval(&b.Start, &b.End)
+	errs := validateInterval(&b.Start, &b.End, false)
 	add := func(f, m string) { errs = append(errs, FieldError{Field: f, Message: m}) }
 	switch n := utf8.RuneCountInString(b.Customer); {
 	case n == 0:
@@ -145,7 +145,7 @@ func validateReference(c *Command) []FieldError {
 		if c.Reschedule == nil {
 			add("reschedule", "is required")
 		} else {
-			errs = append(errs, validateInterval(&c.Reschedule.Start, &c.Reschedule.End)...)
+			errs = append(errs, validateInterval(&c.Reschedule.Start, &c.Reschedule.End, false)...)
 		}
 	case TypeHoldExpire:
 	case TypeBusySet, TypeBusyClear:
@@ -155,7 +155,7 @@ func validateReference(c *Command) []FieldError {
 		case !refBlockIDRe.MatchString(c.Busy.BlockID):
 			add("busy.block_id", "must match [A-Za-z0-9._:-]{1,128}")
 		case c.Type == TypeBusySet:
-			for _, e := range validateInterval(&c.Busy.Start, &c.Busy.End) {
+			for _, e := range validateInterval(&c.Busy.Start, &c.Busy.End, false) {
 				if d := c.Busy.End.Sub(c.Busy.Start); e.Field == "end" && d > MaxBookingDuration {
 					if d <= MaxBusyDuration {
 						continue // busy blocks may be longer than bookings

@@ -16,7 +16,7 @@ import (
 // Bookline-Schema header, whatever else the body holds (fields this build
 // does not know, fields of types it does not expect, a size it refuses).
 func newerCommands(cal string) []actor.Input {
-	next := actor.SchemaVersion + 1
+	next := actor.KnownSchemaVersion + 1
 	valid := bookCmd(cal, "n1", at(600), at(660), "Ada")
 	return []actor.Input{
 		{SubjectCalendar: cal, Data: []byte(strings.Replace(valid, `"v":1`, fmt.Sprintf(`"v":%d`, next), 1))},
@@ -46,7 +46,7 @@ func TestNewerSchemaIsNotDecided(t *testing.T) {
 			after := h.input("cal1", bookCmd("cal1", "b2", at(120), at(180), "Bob"))
 
 			d := actor.Decode(newer)
-			if d.Reject != nil || d.Fingerprint != "" || d.Newer <= actor.SchemaVersion {
+			if d.Reject != nil || d.Fingerprint != "" || d.Newer <= actor.KnownSchemaVersion {
 				t.Fatalf("decoded as %+v, reject %+v", d, d.Reject)
 			}
 			for range 2 { // held again when delivered again

@@ -23,7 +23,7 @@ func (t *Tx) SetStreamIdentity(id string) error {
 // ResetPartition forgets everything partition p derived from the stream:
 // every calendar for which belongs(id) is true, with its bookings, slots and
 // request records, p's request expiry entries, and p's applied sequence,
-// horizon and log time. The partition then rebuilds
+// horizon, log time, rules level and skipped commands. The partition then rebuilds
 // from the start of the stream.
 func (t *Tx) ResetPartition(p int, belongs func(calID string) bool) (err error) {
 	if err := t.forgetCalendars(); err != nil {
@@ -83,6 +83,9 @@ func (t *Tx) ResetPartition(p int, belongs func(calID string) bool) (err error) 
 		}
 	}
 	if err := t.dropLogNow(p); err != nil {
+		return err
+	}
+	if err := t.dropLevels(p); err != nil {
 		return err
 	}
 	if err := t.dropRequestExpiries(p, belongs); err != nil {

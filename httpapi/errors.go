@@ -53,6 +53,8 @@ var statusOf = map[string]int{
 	actor.CodeHoldExpired:          http.StatusConflict,
 	actor.CodeHoldConfirmed:        http.StatusConflict,
 	actor.CodeBookingNotConfirmed:  http.StatusConflict,
+	actor.CodeCommandSkipped:       http.StatusConflict,
+	actor.CodeNotStopped:           http.StatusConflict,
 	CodePayloadTooLarge:            http.StatusRequestEntityTooLarge,
 	actor.CodeIdempotencyKeyReused: http.StatusUnprocessableEntity,
 	CodeUnavailable:                http.StatusServiceUnavailable,

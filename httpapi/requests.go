@@ -163,7 +163,13 @@ func decodeBody(c *fiber.Ctx, v any) error {
 func decodeJSON(body []byte, v any) error { return decodeJSONWith(body, v, false) }
 
 // decodeJSONWith decodes one JSON object, refusing unknown fields if strict.
+// Whatever the route, a body must keep the strict rules (actor.CheckJSON):
+// encoding/json would otherwise store invalid UTF-8 replaced and keep the
+// last of two keys without a word.
 func decodeJSONWith(body []byte, v any, strict bool) error {
+	if err := actor.CheckJSON(body); err != nil {
+		return invalid(actor.FieldError{Field: "body", Message: "invalid JSON: " + err.Error()})
+	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	if strict {
 		dec.DisallowUnknownFields()

@@ -207,14 +207,20 @@ func (s *Server) rescheduleBooking(c *fiber.Ctx) error {
 
 // parseInterval parses the start and end fields of a body.
 func parseInterval(start, end string) (s, e time.Time, bad []actor.FieldError) {
-	var fe *actor.FieldError
-	if s, fe = parseTime("start", start); fe != nil {
-		bad = append(bad, *fe)
+	parse := func(field, v string) time.Time {
+		t, fe := parseTime(field, v)
+		switch {
+		case fe != nil:
+			bad = append(bad, *fe)
+		case t.Year() < actor.MinYear || t.Year() > actor.MaxYear:
+			// Said here, where the time is known to be present: the
+			// same words for start and end (year 0001 is also Go's
+			// zero time, which the command cannot tell from none).
+			bad = append(bad, actor.FieldError{Field: field, Message: actor.TimeRangeMessage})
+		}
+		return t
 	}
-	if e, fe = parseTime("end", end); fe != nil {
-		bad = append(bad, *fe)
-	}
-	return s, e, bad
+	return parse("start", start), parse("end", end), bad
 }
 
 // createdStatus is the HTTP status of an accepted command of type typ.

@@ -242,6 +242,7 @@ func (s *Server) routes() {
 	v1.Get("/admin/digest", admin(s.digest)...)
 	v1.Get("/admin/cluster", admin(s.clusterStatus)...)
 	v1.Post("/admin/snapshots", admin(s.takeSnapshot)...)
+	v1.Post("/admin/partitions/:partition/skip", admin(s.skipPartition)...)
 	v1.Get("/admin/snapshots", admin(s.listSnapshots)...)
 	v1.Post("/admin/calendars/:calendarId/google/sync", admin(s.syncGoogle)...)
 	s.webhookRoutes(v1, admin)

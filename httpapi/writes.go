@@ -291,7 +291,9 @@ func typedReplyAnswer(raw []byte) (typ string, status int, code string, body []b
 	case len(r.Booking) > 0:
 		return r.Type, createdStatus(r.Type), "", r.Booking, nil
 	}
-	return "", 0, "", nil, errors.New("httpapi: accepted reply without a body")
+	// Accepted with a message only (hold.expire, busy.*, the system
+	// commands of docs/protocol.md "Versions"): the reply itself.
+	return r.Type, http.StatusOK, "", raw, nil
 }
 
 // errNotYourRequest answers a booker that asks for the outcome of a request

@@ -375,11 +375,17 @@ func (p *Partition) applyLog(msgs []logMsg, floor uint64) (int, error) {
 			split = i
 		}
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	err := p.sys.mark(ctx, in, storeLevel(p.store, p.ID))
+	cancel()
+	if err != nil {
+		return 0, err
+	}
 	var (
 		out  []actor.Output
 		held error
 	)
-	err := p.store.Commit(func(tx *data.Tx) error {
+	err = p.store.Commit(func(tx *data.Tx) error {
 		out, held = nil, nil
 		if split > 0 {
 			// Decided and answered by another instance, which may have

@@ -21,7 +21,7 @@ func marshalCommand(cmd *actor.Command) ([]byte, error) {
 }
 
 func appendCommandJSON(b []byte, c *actor.Command) ([]byte, bool) {
-	if c.Calendar != nil || c.Reschedule != nil || c.Busy != nil {
+	if c.Calendar != nil || c.Reschedule != nil || c.Busy != nil || c.Skip != nil {
 		return b, false
 	}
 	b = append(b, `{"v":`...)

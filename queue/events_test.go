@@ -62,7 +62,7 @@ func TestEventIDsNameTheStreamIncarnation(t *testing.T) {
 	dir := t.TempDir()
 	n := startNode(t, dir, nil)
 	const cal = "incarnation"
-	submit(t, n, upsert(cal))
+	oldFirst := submit(t, n, upsert(cal)).Seq
 	ctx := context.Background()
 	s, err := n.JS.Stream(ctx, queue.StreamName)
 	if err != nil {
@@ -75,13 +75,14 @@ func TestEventIDsNameTheStreamIncarnation(t *testing.T) {
 		}
 		return nil
 	})
-	// An outcome the old incarnation decided (seq 2) and had not
-	// published when the stream was replaced.
+	// An outcome the old incarnation decided (after the first) and had
+	// not published when the stream was replaced.
 	n.StopWriters()
+	pendingSeq := oldFirst + 1
 	pending := actor.Reply{V: actor.SchemaVersion, RequestID: "pending", CalendarID: cal, Type: actor.TypeCalendarUpsert,
-		Outcome: actor.OutcomeAccepted, Seq: 2}
+		Outcome: actor.OutcomeAccepted, Seq: pendingSeq}
 	if err := n.Store.Commit(func(tx *data.Tx) error {
-		return tx.PutEvent(data.Event{Seq: 2, Calendar: cal, Payload: actor.AppendReply(nil, &pending)})
+		return tx.PutEvent(data.Event{Seq: pendingSeq, Calendar: cal, Payload: actor.AppendReply(nil, &pending)})
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -91,8 +92,11 @@ func TestEventIDsNameTheStreamIncarnation(t *testing.T) {
 	stopNode(t, n)
 
 	n = startNode(t, dir, nil)
-	if r := submit(t, n, upsert(cal)); r.Seq != 1 || !r.Created {
-		t.Fatalf("first command of the new stream: %+v", r)
+	// A new stream starts with the schema version 2 marker of each
+	// partition (no outcome events).
+	first := uint64(len(n.Parts)) + 1
+	if r := submit(t, n, upsert(cal)); r.Seq != first || !r.Created {
+		t.Fatalf("first command of the new stream: %+v, want seq %d", r, first)
 	}
 	s, err = n.JS.Stream(ctx, queue.StreamName)
 	if err != nil {
@@ -105,7 +109,7 @@ func TestEventIDsNameTheStreamIncarnation(t *testing.T) {
 	var evs []jetstream.Msg
 	queuetest.CheckFor(t, 10*time.Second, func() error {
 		if evs = eventsOf(t, n.JS, cal); len(evs) != 3 {
-			return fmt.Errorf("%d events, want 3 (seq 1 of each incarnation and the pending seq 2)", len(evs))
+			return fmt.Errorf("%d events, want 3 (the first command of each incarnation and the pending one)", len(evs))
 		}
 		return nil
 	})
@@ -113,9 +117,9 @@ func TestEventIDsNameTheStreamIncarnation(t *testing.T) {
 		return queue.StreamName + "@" + created.UTC().Format(time.RFC3339Nano)
 	}
 	want := map[string]bool{
-		identity(oldCreated) + " 1": true,
-		identity(oldCreated) + " 2": true,
-		identity(newCreated) + " 1": true,
+		identity(oldCreated) + " " + strconv.FormatUint(oldFirst, 10):   true,
+		identity(oldCreated) + " " + strconv.FormatUint(pendingSeq, 10): true,
+		identity(newCreated) + " " + strconv.FormatUint(first, 10):      true,
 	}
 	ids := map[string]bool{}
 	for _, m := range evs {

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/bookline/bookline/actor"
 )
 
 // Spreading the partitions over the live instances (cluster mode).
@@ -43,7 +45,14 @@ type Member struct {
 	// a command of a newer schema, or history it needs is missing): they
 	// are assigned to another instance.
 	Unable []int `json:"unable,omitempty"`
+	// Schema is the newest command schema version the instance decides
+	// (actor.KnownSchemaVersion; 0 from builds before it was advertised,
+	// which know version 1).
+	Schema int `json:"schema,omitempty"`
 }
+
+// knownSchema is the newest schema version m decides.
+func (m Member) knownSchema() int { return max(m.Schema, 1) }
 
 // score ranks member id for partition p (rendezvous hashing): FNV-1a of
 // both, spread by a 64-bit finaliser so that similar ids rank apart.
@@ -256,7 +265,7 @@ func (m *membership) heartbeat(ctx context.Context) {
 	if !ok && !registered {
 		return
 	}
-	b, _ := json.Marshal(Member{ID: m.self, Unable: unable})
+	b, _ := json.Marshal(Member{ID: m.self, Unable: unable, Schema: actor.KnownVersion()})
 	c, cancel := context.WithTimeout(ctx, m.heartbeatEvery())
 	defer cancel()
 	if _, err := m.kv.Put(c, m.self, b); err != nil {
@@ -334,6 +343,51 @@ func (m *membership) reassign() {
 		id := assign[p.ID]
 		p.setAssigned(fallback || registered && (id == m.self || id == ""))
 	}
+}
+
+// allKnow reports whether this instance is registered and every live
+// member decides schema version v.
+func (m *membership) allKnow(v int) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.registered || len(m.members) == 0 {
+		return false
+	}
+	for _, mem := range m.members {
+		if mem.knownSchema() < v {
+			return false
+		}
+	}
+	return true
+}
+
+// notKnowing lists the live members that do not decide schema version v.
+func (m *membership) notKnowing(v int) []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var ids []string
+	for id, mem := range m.members {
+		if mem.knownSchema() < v {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// knowing lists the live members other than this instance that decide
+// schema version v.
+func (m *membership) knowing(v int) []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var ids []string
+	for id, mem := range m.members {
+		if id != m.self && mem.knownSchema() >= v {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	return ids
 }
 
 // leave deletes this instance's entry on a graceful stop, so the others

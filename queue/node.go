@@ -390,6 +390,7 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 	}
 	for i := 0; i < cfg.Partitions; i++ {
 		p := NewPartition(i, n.NC, n.JS, n.Store, cfg.Logger)
+		p.sys = newSystemLog(stream, i, cfg.Partitions)
 		p.committed = n.committed
 		p.logSync = n.cmdSync
 		p.storage = n.storage
@@ -592,10 +593,24 @@ func (n *Node) StartWriters() {
 	ctx, cancel := context.WithCancel(context.Background())
 	n.cancel = cancel
 	n.mu.Unlock()
-	n.wg.Add(5)
+	if n.members == nil {
+		// The only instance: the markers go to the stream before anything
+		// else this start publishes, so that a new stream begins with
+		// them (its first sequences, one per partition).
+		mctx, mcancel := context.WithTimeout(ctx, 10*time.Second)
+		if _, err := n.publishMarkers(mctx); err != nil {
+			n.log.Warn("publishing the schema version 2 markers; trying again", "err", err)
+		}
+		mcancel()
+	}
+	n.wg.Add(6)
 	go func() {
 		defer n.wg.Done()
 		n.events.run(ctx)
+	}()
+	go func() {
+		defer n.wg.Done()
+		n.upgradeRules(ctx)
 	}()
 	go func() {
 		defer n.wg.Done()

@@ -30,7 +30,7 @@ func CommandMsg(ctx context.Context, cmd *actor.Command, fingerprint, replyTo st
 	}
 	msg := &nats.Msg{Subject: CommandSubject(cmd.CalendarID), Data: body, Header: make(nats.Header, 8)}
 	msg.Header.Set(HeaderReplyTo, replyTo)
-	msg.Header.Set(HeaderSchema, strconv.Itoa(actor.SchemaVersion))
+	msg.Header.Set(HeaderSchema, strconv.Itoa(cmd.V))
 	msg.Header.Set(HeaderRequestID, cmd.RequestID)
 	if trace := actor.TraceID(ctx); trace != "" {
 		msg.Header.Set(HeaderTraceID, trace)

@@ -231,6 +231,14 @@ func Replay(ctx context.Context, js jetstream.JetStream, store *data.Store, opt 
 		return st, err
 	}
 
+	// The skips every writer looked up before it decided a command that
+	// may have been skipped: the system tokens as they are now.
+	sys := make([]*systemLog, partitions)
+	for p := range sys {
+		sys[p] = newSystemLog(s, p, partitions)
+		sys[p].static = true
+	}
+	never := func() int { return 0 }
 	var chunk [][]actor.Decoded
 	pending, size := 0, firstReplayChunk
 	for st.LastSeq < last {
@@ -262,6 +270,11 @@ func Replay(ctx context.Context, js jetstream.JetStream, store *data.Store, opt 
 		}
 		chunk[p] = append(chunk[p], actor.Decode(actor.Input{Seq: seq, At: meta.Timestamp, SubjectCalendar: cal,
 			Schema: m.Headers().Get(HeaderSchema), Data: m.Data()}))
+		if p < len(sys) {
+			if err := sys[p].mark(ctx, chunk[p][len(chunk[p])-1:], never); err != nil {
+				return finish(err)
+			}
+		}
 		if pending++; pending >= size {
 			jobs <- job{chunk: chunk, n: pending, lastSeq: seq, last: last}
 			chunk, pending, size = nil, 0, min(2*size, ReplayChunk)

@@ -22,11 +22,11 @@ import (
 )
 
 // newerBody is a booking.create as a build with schema version
-// SchemaVersion+1 might write it: a field of a type this build does not
+// KnownSchemaVersion+1 might write it: a field of a type this build does not
 // expect, and one it does not know.
 func newerBody(cal, req string) []byte {
 	return fmt.Appendf(nil, `{"v":%d,"type":"booking.create","request_id":%q,"calendar_id":%q,"booking":{"start":"2027-05-03T12:00:00Z","end":"2027-05-03T13:00:00Z","customer":{"name":"Ada"}},"party_size":4}`,
-		actor.SchemaVersion+1, req, cal)
+		actor.KnownSchemaVersion+1, req, cal)
 }
 
 // publishRaw publishes body on cal's command subject as an importer would,
@@ -60,7 +60,7 @@ func waitStopped(t *testing.T, n *queue.Node, p int) {
 	queuetest.CheckFor(t, 20*time.Second, func() error {
 		err := n.Ready()
 		want := fmt.Sprintf("partition %d stopped: ", p)
-		if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), fmt.Sprintf("schema version %d", actor.SchemaVersion+1)) {
+		if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), fmt.Sprintf("schema version %d", actor.KnownSchemaVersion+1)) {
 			return fmt.Errorf("ready: %v", err)
 		}
 		return nil
@@ -95,7 +95,7 @@ func TestNewerSchemaStopsPartition(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := publishRaw(t, n.JS, cal, mustMarshal(t, book(cal, "before", 0, 4)), actor.SchemaVersion, inbox+".before")
-	newer := publishRaw(t, n.JS, cal, newerBody(cal, "newer"), actor.SchemaVersion+1, inbox+".newer")
+	newer := publishRaw(t, n.JS, cal, newerBody(cal, "newer"), actor.KnownSchemaVersion+1, inbox+".newer")
 	after := publishRaw(t, n.JS, cal, mustMarshal(t, book(cal, "after", 8, 4)), actor.SchemaVersion, inbox+".after")
 	waitStopped(t, n, pa)
 
@@ -137,7 +137,7 @@ func TestNewerSchemaStopsPartition(t *testing.T) {
 				t.Errorf("partition %d stopped too: %v", st.Partition, st.Stalled)
 			}
 		}
-		if stalled == nil || stalled.Seq != newer || stalled.Version != actor.SchemaVersion+1 {
+		if stalled == nil || stalled.Seq != newer || stalled.Version != actor.KnownSchemaVersion+1 {
 			t.Fatalf("partition status: %+v", stalled)
 		}
 	}
@@ -174,7 +174,7 @@ func TestNewerSchemaStopsPartition(t *testing.T) {
 
 	// A replay by this build cannot pass it either.
 	if _, err := queue.Replay(context.Background(), n2.JS, datatest.MustOpen(t), queue.ReplayOptions{}); err == nil ||
-		!strings.Contains(err.Error(), fmt.Sprintf("stream seq %d is a command of schema version %d", newer, actor.SchemaVersion+1)) {
+		!strings.Contains(err.Error(), fmt.Sprintf("stream seq %d is a command of schema version %d", newer, actor.KnownSchemaVersion+1)) {
 		t.Fatalf("replay past a newer command: %v", err)
 	}
 	_ = after
@@ -195,7 +195,7 @@ func TestClusterNewerSchemaStopsEveryInstance(t *testing.T) {
 	submit(t, n1, upsert(cal))
 	inbox := nats.NewInbox()
 	publishRaw(t, n1.JS, cal, mustMarshal(t, book(cal, "before", 0, 4)), actor.SchemaVersion, inbox+".before")
-	newer := publishRaw(t, n1.JS, cal, newerBody(cal, "newer"), actor.SchemaVersion+1, inbox+".newer")
+	newer := publishRaw(t, n1.JS, cal, newerBody(cal, "newer"), actor.KnownSchemaVersion+1, inbox+".newer")
 	publishRaw(t, n1.JS, cal, mustMarshal(t, book(cal, "after", 8, 4)), actor.SchemaVersion, inbox+".after")
 	waitStopped(t, n1, pa)
 	waitStopped(t, n2, pa)

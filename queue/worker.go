@@ -44,9 +44,12 @@ type Partition struct {
 	// horizon is the index's horizon of the partition (data.Tx.Horizon):
 	// its history is complete through max(applied, horizon).
 	horizon atomic.Uint64
-	// stalled is why the writer stopped for good (a command of a newer
-	// schema, see stall); nil while it runs.
+	// stalled is why the writer stopped (a command of a newer schema, see
+	// stall); nil while it runs.
 	stalled atomic.Pointer[actor.NewerSchemaError]
+	// sys reads the partition's system token: the skips the writer looks
+	// up before it decides a command that may have been skipped.
+	sys *systemLog
 	// committed, when set, is called after every committed batch.
 	committed func()
 	// observe, when set, is told about every committed batch (metrics; see
@@ -221,8 +224,11 @@ func (p *Partition) Run(ctx context.Context) error {
 			return nil
 		}
 		if e, ok := errors.AsType[*actor.NewerSchemaError](err); ok {
-			p.stall(ctx, e)
-			return nil
+			if !p.stall(ctx, e) {
+				return nil
+			}
+			p.stalled.Store(nil) // an operator skipped the command: go on
+			continue
 		}
 		if errors.Is(err, ErrHistoryMissing) {
 			p.halt(err)
@@ -259,37 +265,6 @@ const (
 	storageRetryMin = 100 * time.Millisecond
 	storageRetryMax = time.Second
 )
-
-// stallReport is how often a stopped partition says so again.
-const stallReport = time.Minute
-
-// stall stops the partition at a command of a newer schema until ctx ends.
-// A newer build accepted that command (or will), so this build must not
-// decide it: a rejection recorded here would make the indexes differ, and
-// skipping it would break the partition's order. The command is not
-// applied or acknowledged and the applied sequence stays before it; the
-// partition is not ready (Node.Ready, /readyz) and says why at error level
-// every stallReport until the process is replaced by a build that knows
-// the version. In cluster mode the partition is handed to the other
-// instances (which may be upgraded already).
-func (p *Partition) stall(ctx context.Context, e *actor.NewerSchemaError) {
-	p.stalled.Store(e)
-	p.caughtUp.Store(false)
-	if p.cluster != nil {
-		p.release()
-	}
-	t := time.NewTicker(stallReport)
-	defer t.Stop()
-	for {
-		p.log.Error("PARTITION STOPPED AT A NEWER SCHEMA: upgrade bookline", "seq", e.Seq, "schema", e.Version,
-			"known", actor.SchemaVersion, "applied_seq", p.applied.Load(), "reason", e.Error())
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
-}
 
 func (p *Partition) run(ctx context.Context) error {
 	p.idle.Store(false)
@@ -595,6 +570,12 @@ func (p *Partition) submit(batch []jetstream.Msg) (*inFlight, error) {
 			Data:            m.Data(),
 		})
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	err := p.sys.mark(ctx, in, storeLevel(p.store, p.ID))
+	cancel()
+	if err != nil {
+		return nil, err
+	}
 	// The batch before this one ended at p.submitted; if its commit
 	// failed, this one must not be applied on top of the gap.
 	prev := p.submitted
@@ -637,6 +618,9 @@ func (p *Partition) finish(b *inFlight) error {
 		if in[i].Reject != nil {
 			p.log.Info("command rejected", "seq", o.Seq, "code", in[i].Reject.Code, "message", in[i].Reject.Message,
 				"request_id", batch[i].Headers().Get(HeaderRequestID), "trace_id", batch[i].Headers().Get(HeaderTraceID))
+		}
+		if !o.Skipped && o.OperatorSkip != nil {
+			p.auditSkip(o, batch[i].Subject(), batch[i].Headers())
 		}
 		hdr := batch[i].Headers()
 		to := hdr.Get(HeaderReplyTo)

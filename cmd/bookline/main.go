@@ -31,6 +31,7 @@ var subcommands = map[string]subcommand{
 	"import":           {"publish bookings from a CSV, NDJSON or ICS file and wait for their outcomes", runImport},
 	"replay":           {"rebuild an index from the command stream (or a snapshot and the stream after it) into a new directory", runReplay},
 	"snapshot":         {"take an index snapshot on a running server now, or list the stored ones", runSnapshot},
+	"skip":             {"skip the command a partition is stopped at (a schema version this build does not know)", runSkip},
 	"verify":           {"compare a live index with a fresh replay of the stream", runVerify},
 	"nats-credentials": {"print the credentials of an embedded NATS role (importer, admin) for its clients", runNATSCredentials},
 	"secrets-key":      {"make the key file that --secrets-key-file takes (instances sharing NATS need the same)", runSecretsKey},

@@ -181,8 +181,14 @@ func printDigest(w io.Writer, d data.Digest, asJSON bool) error {
 		return enc.Encode(d)
 	}
 	fmt.Fprintf(w, "digest %s\n", d.Total)
+	cals := 0
+	for _, c := range d.Calendars {
+		if !strings.HasPrefix(c.ID, queue.SystemTokenPrefix) { // a partition's skips, not a calendar
+			cals++
+		}
+	}
 	fmt.Fprintf(w, "calendars %d, bookings %d (confirmed %d), request records %d\n",
-		len(d.Calendars), d.Counts["bookings"], d.Counts["confirmed"], d.Counts["requests"])
+		cals, d.Counts["bookings"], d.Counts["confirmed"], d.Counts["requests"])
 	parts := make([]int, 0, len(d.Applied))
 	for p := range d.Applied {
 		parts = append(parts, p)
