@@ -153,10 +153,17 @@ func NkeyOption(seed []byte) (nats.Option, error) {
 	return nats.Nkey(pub, kp.Sign), nil
 }
 
-// users are the server's nkey users with their permissions.
-func (c *Credentials) users() ([]*server.NkeyUser, error) {
+// users are the server's nkey users with their permissions: only
+// bookline's own while partitions is 0 (the command stream's partition
+// count is not known yet), every role's once it is (see
+// RolePermissions).
+func (c *Credentials) users(partitions int) ([]*server.NkeyUser, error) {
+	roles := Roles
+	if partitions == 0 {
+		roles = []string{RoleBookline}
+	}
 	var out []*server.NkeyUser
-	for _, role := range Roles {
+	for _, role := range roles {
 		kp, err := nkeys.FromSeed(c.seeds[role])
 		if err != nil {
 			return nil, err
@@ -165,21 +172,46 @@ func (c *Credentials) users() ([]*server.NkeyUser, error) {
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, &server.NkeyUser{Nkey: pub, Permissions: RolePermissions(role)})
+		out = append(out, &server.NkeyUser{Nkey: pub, Permissions: RolePermissions(role, partitions)})
 	}
 	return out, nil
 }
 
+// admitRoles lets the importer and admin users in, once the command
+// stream's partition count is known: their permissions name the system
+// tokens (system.go), which only bookline may publish to. The server
+// starts with bookline's user alone, so no client connects with
+// permissions that lack them.
+func (c *Credentials) admitRoles(ns *server.Server, opts *server.Options, partitions int) (*server.Options, error) {
+	users, err := c.users(partitions)
+	if err != nil {
+		return nil, err
+	}
+	next := opts.Clone()
+	next.Nkeys = users
+	if err := ns.ReloadOptions(next); err != nil {
+		return nil, fmt.Errorf("queue: admit the NATS roles: %w", err)
+	}
+	return next, nil
+}
+
 // RolePermissions are the NATS permissions of an embedded server's role
-// (nil: everything). docs/protocol.md section 13 lists them.
-func RolePermissions(role string) *server.Permissions {
+// on a command stream of the given partition count (nil: everything).
+// docs/protocol.md section 13 lists them.
+func RolePermissions(role string, partitions int) *server.Permissions {
 	switch role {
 	case RoleImporter:
+		// The partitions' system tokens carry the schema markers and the
+		// operator's skips: an importer must not skip a command.
+		var system []string
+		for p := range partitions {
+			system = append(system, CommandSubjectPrefix+SystemToken(p, partitions))
+		}
 		return &server.Permissions{
 			Publish: &server.SubjectPermission{Allow: []string{
 				CommandSubjectPrefix + ">",
 				"$JS.API.STREAM.INFO." + StreamName,
-			}},
+			}, Deny: system},
 			// Its own answers (nats.go's default inbox) and the live
 			// outcome events. Not bookline's inbox (BooklineInboxPrefix),
 			// not KV, not the stream or consumer API.

@@ -203,8 +203,13 @@ func TestEmbeddedNATSImporterRole(t *testing.T) {
 	if err := nc.Publish(queue.EventSubject("alice"), []byte(`{}`)); err != nil {
 		t.Fatal(err)
 	}
+	// A partition's system token carries the operator's skips.
+	skipSubject := queue.CommandSubject(queue.SystemToken(1, len(n.Parts)))
+	if err := nc.Publish(skipSubject, []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
 	_ = nc.Flush()
-	for _, what := range []string{"Subscription to \"" + queue.BooklineInboxPrefix, "Publish to \"" + queue.EventSubjectPrefix} {
+	for _, what := range []string{"Subscription to \"" + queue.BooklineInboxPrefix, "Publish to \"" + queue.EventSubjectPrefix, "Publish to \"" + skipSubject} {
 		deadline := time.Now().Add(5 * time.Second)
 		for v.saw(what) != nil && time.Now().Before(deadline) {
 			_ = nc.Flush()
@@ -214,13 +219,14 @@ func TestEmbeddedNATSImporterRole(t *testing.T) {
 		}
 	}
 	// The stream still holds exactly the commands bookline and the
-	// importer published: nothing was removed or added around it.
+	// importer published (after one schema marker per partition): nothing
+	// was removed or added around it.
 	info, err := n.JS.Stream(ctx, queue.StreamName)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := info.CachedInfo().State.Msgs; got != 2 {
-		t.Errorf("command stream holds %d messages, want 2", got)
+	if got, want := info.CachedInfo().State.Msgs, uint64(len(n.Parts)+2); got != want {
+		t.Errorf("command stream holds %d messages, want %d", got, want)
 	}
 }
 

@@ -65,7 +65,7 @@ func startEmbedded(cfg EmbeddedConfig) (*server.Server, *server.Options, error) 
 		MaxPayload: MaxMessageBytes,
 	}
 	if cfg.Auth != nil {
-		users, err := cfg.Auth.users()
+		users, err := cfg.Auth.users(0) // the other roles once the stream is known
 		if err != nil {
 			return nil, nil, err
 		}

@@ -274,6 +274,11 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 		return nil, err
 	}
 	stream = denyRemovals(ctx, n.JS, stream, !cfg.Snapshots.On(), cfg.Logger)
+	if cfg.NATSAuth != nil && n.ns != nil {
+		if nsOpts, err = cfg.NATSAuth.admitRoles(n.ns, nsOpts, cfg.Partitions); err != nil {
+			return nil, err
+		}
+	}
 	n.stream = stream
 	if n.cluster != nil {
 		n.cluster.stream = stream
