@@ -29,7 +29,7 @@ import (
 // cluster must answer.
 type ServerCheck struct {
 	// MonitorURLs are the monitoring endpoints of every server
-	// (http://host:8222; "/varz" is added).
+	// (http://host:8222; "/varz" and "/jsz" are added).
 	MonitorURLs []string
 	// SystemURL, when set, is the NATS URL (comma-separated URLs) to ask
 	// the servers through, with SystemOptions as the system account
@@ -94,23 +94,31 @@ func (r ServerReport) Names() []string {
 
 // varz is the part of a server's VARZ that the check reads (nats-server's
 // monitor.go Varz; jetstream.config is its JetStreamConfig, whose
-// sync_interval is in nanoseconds).
+// sync_interval is in nanoseconds; jetstream.meta its MetaClusterInfo).
 type varz struct {
 	ID        string `json:"server_id"`
 	Name      string `json:"server_name"`
 	JetStream struct {
-		Config *struct {
-			SyncInterval time.Duration `json:"sync_interval"`
-			SyncAlways   bool          `json:"sync_always"`
-		} `json:"config"`
-		Meta *struct {
-			Leader   string `json:"leader"`
-			Size     int    `json:"cluster_size"`
-			Replicas []struct {
-				Name string `json:"name"`
-			} `json:"replicas"`
-		} `json:"meta"`
+		Config *jetStreamSettings   `json:"config"`
+		Meta   *metaClusterSettings `json:"meta"`
 	} `json:"jetstream"`
+}
+
+// jetStreamSettings is the part of nats-server's JetStreamConfig the
+// check reads.
+type jetStreamSettings struct {
+	SyncInterval time.Duration `json:"sync_interval"`
+	SyncAlways   bool          `json:"sync_always"`
+}
+
+// metaClusterSettings is the part of nats-server's MetaClusterInfo the
+// check reads: the cluster's size and the names of its servers.
+type metaClusterSettings struct {
+	Leader   string `json:"leader"`
+	Size     int    `json:"cluster_size"`
+	Replicas []struct {
+		Name string `json:"name"`
+	} `json:"replicas"`
 }
 
 // ErrServersUnchecked is returned when not every server of the cluster
@@ -124,19 +132,19 @@ func CheckServers(ctx context.Context, c ServerCheck) (ServerReport, error) {
 	if !c.Given() {
 		return ServerReport{}, errors.New("queue: no way to read the NATS servers' settings: give their monitoring URLs or a system account user")
 	}
-	var nc *nats.Conn
+	var ping *varzPing
 	if c.SystemURL != "" {
 		var err error
-		if nc, err = Connect(c.SystemURL, "bookline server check", append([]nats.Option{nats.MaxReconnects(0)}, c.SystemOptions...)...); err != nil {
-			return ServerReport{}, fmt.Errorf("queue: connect to NATS as the system account user: %w", err)
+		if ping, err = newVarzPing(c); err != nil {
+			return ServerReport{}, err
 		}
-		defer nc.Close()
+		defer ping.close()
 	}
 	for {
 		var got map[string]varz
 		var problems []string
-		if nc != nil {
-			got, problems = pingVarz(ctx, nc)
+		if ping != nil {
+			got, problems = ping.ask(ctx)
 		} else {
 			got, problems = monitorVarz(ctx, c)
 		}
@@ -161,9 +169,14 @@ func collect(got map[string]varz, problems []string) (ServerReport, []string) {
 	answered := map[string]bool{}
 	known := map[string]bool{}
 	settling := false
+	var noJS []string
 	for _, v := range got {
-		if v.JetStream.Config == nil || answered[v.Name] {
-			continue // stores nothing, or a URL given twice
+		if v.JetStream.Config == nil {
+			noJS = append(noJS, v.Name)
+			continue
+		}
+		if answered[v.Name] {
+			continue // a URL given twice
 		}
 		answered[v.Name] = true
 		r.Servers = append(r.Servers, ServerSettings{Name: v.Name, SyncAlways: v.JetStream.Config.SyncAlways,
@@ -190,7 +203,11 @@ func collect(got map[string]varz, problems []string) (ServerReport, []string) {
 	}
 	slices.Sort(unnamed)
 	for _, name := range unnamed {
-		missing = append(missing, "server "+name+" did not answer")
+		if slices.Contains(noJS, name) {
+			missing = append(missing, "server "+name+" answered without JetStream (not started yet, or disabled)")
+		} else {
+			missing = append(missing, "server "+name+" did not answer")
+		}
 	}
 	if n := r.Size - len(r.Servers) - len(unnamed); n > 0 {
 		missing = append(missing, fmt.Sprintf("%d of the cluster's %d servers did not answer", n+len(unnamed), r.Size))
@@ -204,7 +221,12 @@ func collect(got map[string]varz, problems []string) (ServerReport, []string) {
 	return r, missing
 }
 
-// monitorVarz reads /varz from every monitoring URL, keyed by server id.
+// monitorVarz reads every monitoring URL, keyed by URL: the server's name
+// from /varz, its JetStream settings and meta group from /jsz. (The
+// settings in /varz are taken once, at the endpoint's first request: a
+// server asked before its JetStream had started, by a monitoring agent
+// say, leaves them out of /varz until it restarts. Seen here, when polled
+// from start. /jsz reads them at every request.)
 func monitorVarz(ctx context.Context, c ServerCheck) (map[string]varz, []string) {
 	client := c.HTTPClient
 	if client == nil {
@@ -213,10 +235,27 @@ func monitorVarz(ctx context.Context, c ServerCheck) (map[string]varz, []string)
 	got := map[string]varz{}
 	var problems []string
 	for _, u := range c.MonitorURLs {
-		v, err := readVarz(ctx, client, u)
+		base := strings.TrimSuffix(strings.TrimSuffix(u, "/"), "/varz")
+		var v varz
+		err := getJSON(ctx, client, base+"/varz", &v)
+		if err == nil && v.Name == "" {
+			err = fmt.Errorf("GET %s/varz: no server_name: not a NATS monitoring endpoint", base)
+		}
+		var js struct {
+			Disabled bool                 `json:"disabled"`
+			Config   *jetStreamSettings   `json:"config"`
+			Meta     *metaClusterSettings `json:"meta_cluster"`
+		}
+		if err == nil {
+			err = getJSON(ctx, client, base+"/jsz", &js)
+		}
 		if err != nil {
 			problems = append(problems, fmt.Sprintf("%s: %v", u, err))
 			continue
+		}
+		v.JetStream.Config, v.JetStream.Meta = js.Config, js.Meta
+		if js.Disabled {
+			v.JetStream.Config = nil
 		}
 		v.ID = u
 		got[u] = v
@@ -224,62 +263,85 @@ func monitorVarz(ctx context.Context, c ServerCheck) (map[string]varz, []string)
 	return got, problems
 }
 
-func readVarz(ctx context.Context, client *http.Client, base string) (varz, error) {
-	u := strings.TrimSuffix(base, "/")
-	if !strings.HasSuffix(u, "/varz") {
-		u += "/varz"
-	}
+func getJSON(ctx context.Context, client *http.Client, u string, v any) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
-		return varz{}, err
+		return err
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		return varz{}, err
+		return err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return varz{}, fmt.Errorf("GET %s: %s", u, resp.Status)
+		return fmt.Errorf("GET %s: %s", u, resp.Status)
 	}
-	var v varz
-	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
-		return varz{}, fmt.Errorf("GET %s: not a NATS monitoring endpoint: %w", u, err)
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		return fmt.Errorf("GET %s: not a NATS monitoring endpoint: %w", u, err)
 	}
-	if v.Name == "" {
-		return varz{}, fmt.Errorf("GET %s: no server_name: not a NATS monitoring endpoint", u)
-	}
-	return v, nil
+	return nil
 }
 
-// pingVarz asks every server for its VARZ over the system account and
-// gathers the answers: until as many servers answered as the cluster has,
-// or for at most a second.
-func pingVarz(ctx context.Context, nc *nats.Conn) (map[string]varz, []string) {
-	inbox := nc.NewRespInbox()
-	ch := make(chan *nats.Msg, 64)
-	sub, err := nc.ChanSubscribe(inbox, ch)
+// varzPing asks every server for its VARZ over the system account. Its
+// answers come to one inbox for the whole check, and what every server
+// said is kept across rounds: a reply is dropped by a server that has not
+// yet learnt, over its route, of an inbox subscribed just before the
+// request (seen: one server missing from every round for 15 s when each
+// round had an inbox of its own).
+type varzPing struct {
+	nc    *nats.Conn
+	inbox string
+	ch    chan *nats.Msg
+	got   map[string]varz // by server id
+}
+
+func newVarzPing(c ServerCheck) (*varzPing, error) {
+	nc, err := Connect(c.SystemURL, "bookline server check", append([]nats.Option{nats.MaxReconnects(0)}, c.SystemOptions...)...)
 	if err != nil {
-		return nil, []string{err.Error()}
+		return nil, fmt.Errorf("queue: connect to NATS as the system account user: %w", err)
 	}
-	defer sub.Unsubscribe()
-	if err := nc.PublishRequest("$SYS.REQ.SERVER.PING.VARZ", inbox, nil); err != nil {
-		return nil, []string{err.Error()}
+	p := &varzPing{nc: nc, inbox: nc.NewRespInbox(), ch: make(chan *nats.Msg, 64), got: map[string]varz{}}
+	if _, err := nc.ChanSubscribe(p.inbox, p.ch); err != nil {
+		nc.Close()
+		return nil, err
 	}
-	got := map[string]varz{}
+	if err := nc.Flush(); err != nil {
+		nc.Close()
+		return nil, err
+	}
+	return p, nil
+}
+
+func (p *varzPing) close() { p.nc.Close() }
+
+// ask sends one request and gathers answers until as many servers
+// answered as the cluster has, or for at most a second.
+func (p *varzPing) ask(ctx context.Context) (map[string]varz, []string) {
 	var problems []string
-	size := 0
+	if err := p.nc.PublishRequest("$SYS.REQ.SERVER.PING.VARZ", p.inbox, nil); err != nil {
+		return p.got, []string{err.Error()}
+	}
 	quiet := time.NewTimer(time.Second)
 	defer quiet.Stop()
-	for size == 0 || len(got) < size {
+	for {
+		size := 0
+		for _, v := range p.got {
+			if mt := v.JetStream.Meta; mt != nil {
+				size = max(size, mt.Size)
+			}
+		}
+		if len(p.got) > 0 && len(p.got) >= size {
+			return p.got, problems
+		}
 		select {
 		case <-ctx.Done():
-			return got, problems
+			return p.got, problems
 		case <-quiet.C:
-			if len(got) == 0 {
+			if len(p.got) == 0 {
 				problems = append(problems, "no server answered $SYS.REQ.SERVER.PING.VARZ: is the user in the system account?")
 			}
-			return got, problems
-		case m := <-ch:
+			return p.got, problems
+		case m := <-p.ch:
 			var resp struct {
 				Server struct {
 					ID   string `json:"id"`
@@ -300,14 +362,9 @@ func pingVarz(ctx context.Context, nc *nats.Conn) (map[string]varz, []string) {
 			}
 			v := resp.Data
 			v.ID = "$SYS"
-			got[resp.Server.ID] = v
-			if mt := v.JetStream.Meta; mt != nil {
-				size = max(size, mt.Size)
-			}
-			size = max(size, 1)
+			p.got[resp.Server.ID] = v
 		}
 	}
-	return got, problems
 }
 
 // lazyServersError is the refusal of servers that acknowledge before they

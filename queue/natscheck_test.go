@@ -3,8 +3,11 @@ package queue_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -28,8 +31,10 @@ func TestCheckServersSyncAlways(t *testing.T) {
 		"system":  {SystemURL: c.SystemURL("sys", "pw")},
 	} {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		began := time.Now()
 		r, err := queue.CheckServers(ctx, check)
 		cancel()
+		t.Logf("%s: %s", name, time.Since(began).Round(time.Millisecond))
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
@@ -179,5 +184,32 @@ func TestClusterRefusesFewerReplicas(t *testing.T) {
 	}
 	if s, err := n.JS.Stream(ctx, "KV_other"); err != nil || s.CachedInfo().Config.Replicas != 3 {
 		t.Errorf("bucket other: %v, want 3 replicas", err)
+	}
+}
+
+// TestCheckServersReadsSettingsFromJsz: nats-server fills jetstream.config
+// in its /varz only at the endpoint's first request, so a server asked
+// before its JetStream started (by a monitoring agent polling from boot)
+// never shows it there until it restarts; the real binary did so in 3 of
+// 12 starts of deploy/nats polled from boot. The check reads the settings
+// and the meta group from /jsz, which reads them at every request. This
+// endpoint answers as such a server does.
+func TestCheckServersReadsSettingsFromJsz(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/varz":
+			fmt.Fprint(w, `{"server_id":"NID","server_name":"solo","jetstream":{}}`)
+		case "/jsz":
+			fmt.Fprint(w, `{"server_id":"NID","config":{"max_memory":1,"sync_interval":120000000000,"sync_always":true}}`)
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer srv.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	r, err := queue.CheckServers(ctx, queue.ServerCheck{MonitorURLs: []string{srv.URL}})
+	if err != nil || strings.Join(r.Names(), ",") != "solo" || r.Size != 1 || len(r.Lazy()) != 0 {
+		t.Fatalf("report %+v, err %v", r, err)
 	}
 }
