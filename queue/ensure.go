@@ -23,7 +23,13 @@ import (
 //     timeout ("context deadline exceeded");
 //   - while the meta leader settles, requests fail with "JetStream system
 //     temporarily unavailable", "insufficient resources" (the peers are not
-//     known yet) or no responders at all.
+//     known yet), "JetStream not enabled" or no responders at all, and a
+//     name another request is creating is "already in use" to a create
+//     but "not found" to a look-up until the creation is applied.
+//
+// An account without JetStream, or too few servers for the replicas, look
+// the same as a cluster still settling: they fail after the whole wait,
+// with the last error.
 //
 // So every creation is "look, create if absent, look again if someone else
 // created it", each request with a short timeout of its own, and the whole
@@ -36,8 +42,8 @@ import (
 // further attempt may take twice as long, up to ensureAttemptMax, so that
 // a cluster that is merely slow (loaded, or syncing every write) gets
 // there too. Four instances started together on a fresh 3-node cluster
-// were all started after 2.1-2.5 s with a first bound of 2 s, 5.2-5.9 s
-// with 5 s: the dropped replies cost one bound each.
+// were all started after 2.1-2.9 s with a first bound of 2 s, 5.2-5.9 s
+// with 5 s: a dropped reply costs one bound.
 const (
 	ensureAttemptMin = 2 * time.Second
 	ensureAttemptMax = 8 * time.Second
