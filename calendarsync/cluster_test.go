@@ -93,6 +93,8 @@ func startClusterNode(t *testing.T, urls, id string, line *googleLine) node {
 	var n node
 	var err error
 	n.Node, err = queue.StartNode(queue.NodeConfig{DataDir: t.TempDir(), NATSURL: urls, InstanceID: id, Partitions: 4, Replicas: 3,
+		// Not about durability: the test cluster keeps NATS's lazy sync.
+		AllowLazySync:   true,
 		TakeoverTimeout: 2 * time.Second, Logger: logger,
 		Followers: []func(*queue.Node) queue.Follower{func(qn *queue.Node) queue.Follower {
 			gc.Owns, gc.Progress = qn.OwnsCalendar, qn

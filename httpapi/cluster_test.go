@@ -41,7 +41,8 @@ func startClusterInstance(t *testing.T, natsURLs, id string) *instance {
 	in := &instance{id: id, logs: &queuetest.SyncBuffer{}}
 	log := slog.New(slog.NewTextHandler(in.logs, nil))
 	node, err := queue.StartNode(queue.NodeConfig{DataDir: t.TempDir(), NATSURL: natsURLs, InstanceID: id, Replicas: 3,
-		Partitions: clusterPartitions, Logger: log})
+		AllowLazySync: true, // about takeovers, not the servers' durability
+		Partitions:    clusterPartitions, Logger: log})
 	if err != nil {
 		t.Fatalf("start %s: %v", id, err)
 	}

@@ -265,12 +265,14 @@ var (
 		"Time spent in bbolt's Commit (page writes and fsync).", nil, nil)
 	descReady = prometheus.NewDesc("bookline_ready",
 		"1 when NATS is connected, every partition has caught up and the index is open.", nil, nil)
+	descLazySync = prometheus.NewDesc("bookline_nats_lazy_sync",
+		"1 when answered commands may be lost to a power cut of the NATS servers: in cluster mode a server acknowledges before it syncs, or its settings were not checked (--allow-lazy-nats-sync); with the embedded server --sync interval. /readyz says which (check nats_durability).", nil, nil)
 	descStorageFailing = prometheus.NewDesc("bookline_storage_failing",
 		"1 while a write path of the component (index, nats) fails for storage reasons (see bookline_storage_write_failures_total); writes are refused with 503 meanwhile and resume by themselves once there is room.", []string{"component"}, nil)
 )
 
 func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descApplied, descCaughtUp, descStalled, descPending, descAckPending, descActive, descOutbox, descCommits, descCommitCalls, descCommitSeconds, descReady, descStorageFailing} {
+	for _, d := range []*prometheus.Desc{descApplied, descCaughtUp, descStalled, descPending, descAckPending, descActive, descOutbox, descCommits, descCommitCalls, descCommitSeconds, descReady, descStorageFailing, descLazySync} {
 		ch <- d
 	}
 }
@@ -298,6 +300,10 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descCommitSeconds, prometheus.CounterValue, cs.InCommit.Seconds())
 	ready := c.n.Ready() == nil && c.n.View(func(*data.Tx) error { return nil }) == nil
 	ch <- prometheus.MustNewConstMetric(descReady, prometheus.GaugeValue, b2f(ready))
+	if d, ok := c.n.(DurabilityReporter); ok {
+		lazy, _ := d.NATSDurability()
+		ch <- prometheus.MustNewConstMetric(descLazySync, prometheus.GaugeValue, b2f(lazy))
+	}
 	for component, failing := range c.n.StorageFailing() {
 		ch <- prometheus.MustNewConstMetric(descStorageFailing, prometheus.GaugeValue, b2f(failing), component)
 	}

@@ -213,6 +213,7 @@ func TestClusterOutcome(t *testing.T) {
 		in := &instance{id: id, logs: &queuetest.SyncBuffer{}}
 		log := slog.New(slog.NewTextHandler(in.logs, nil))
 		node, err := queue.StartNode(queue.NodeConfig{DataDir: t.TempDir(), NATSURL: url, InstanceID: id, Partitions: 2,
+			Replicas: 1, AllowLazySync: true, // not about the servers' durability
 			TakeoverTimeout: 2 * time.Second, Logger: log})
 		if err != nil {
 			t.Fatal(err)

@@ -105,6 +105,16 @@ type Refuser interface {
 	Refused(cmd *actor.Command) (reply []byte, code string, err error)
 }
 
+// DurabilityReporter is implemented by backends that know whether
+// answered commands may be lost to a power cut of the NATS servers
+// (queue.Node does): lazy is true when a server acknowledges before it
+// syncs, or was not checked; detail says which and why. /readyz shows
+// detail as its nats_durability check without failing on it, and
+// bookline_nats_lazy_sync is lazy.
+type DurabilityReporter interface {
+	NATSDurability() (lazy bool, detail string)
+}
+
 // Limits of the API.
 const (
 	DefaultBodyLimit    = 64 << 10
@@ -294,7 +304,8 @@ func (s *Server) livez(c *fiber.Ctx) error {
 }
 
 // readyz is the full readiness check: NATS connected, every partition
-// caught up, the index open, and not shutting down.
+// caught up, the index open, and not shutting down; it also says whether
+// answered commands survive a power cut of the NATS servers.
 func (s *Server) readyz(c *fiber.Ctx) error {
 	checks := fiber.Map{"nats_and_partitions": "ok", "index": "ok", "shutdown": "no"}
 	var failed []string
@@ -309,6 +320,12 @@ func (s *Server) readyz(c *fiber.Ctx) error {
 	if s.draining.Load() {
 		checks["shutdown"] = "draining"
 		failed = append(failed, errDraining.Error())
+	}
+	if d, ok := s.backend.(DurabilityReporter); ok {
+		// Reported, never failed on: a start with lazy servers was
+		// allowed on purpose (--allow-lazy-nats-sync), and a load
+		// balancer must not take every instance out for it.
+		_, checks["nats_durability"] = d.NATSDurability()
 	}
 	if len(failed) > 0 {
 		return &Error{Code: CodeUnavailable, Message: strings.Join(failed, "; ")}

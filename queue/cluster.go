@@ -123,33 +123,15 @@ func clusterConsumerConfig(p int, ttl time.Duration, applied uint64) jetstream.C
 // last message in the stream before the writer consumes.
 func (p *Partition) clusterConsumer(ctx context.Context, applied uint64) (jetstream.Consumer, error) {
 	name := ConsumerPrefix + strconv.Itoa(p.ID)
-	cons, err := p.js.Consumer(ctx, StreamName, name)
-	if err == nil {
-		c := cons.CachedInfo().Config
-		if c.PriorityPolicy != jetstream.PriorityPolicyPinned || !slices.Contains(c.PriorityGroups, OwnerGroup) {
-			// Left by single-instance mode (no priority group): replace it.
-			p.log.Warn("replacing a consumer without priority groups for cluster mode", "consumer", name)
-			if err := p.js.DeleteConsumer(ctx, StreamName, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
-				return nil, fmt.Errorf("queue: replace consumer %s: %w", name, err)
-			}
-			cons, err = nil, jetstream.ErrConsumerNotFound
-		} else if c.PinnedTTL != p.cluster.ttl {
-			p.log.Warn("the partition's consumer has another takeover timeout; the first instance's applies",
-				"consumer", name, "pinned_ttl", c.PinnedTTL, "takeover_timeout", p.cluster.ttl)
-		}
-	}
-	if errors.Is(err, jetstream.ErrConsumerNotFound) {
-		// Create if absent; another instance may win the race, then its
-		// consumer is the one.
-		_, err = p.js.CreateConsumer(ctx, StreamName, clusterConsumerConfig(p.ID, p.cluster.ttl, applied))
-		if err != nil && !errors.Is(err, jetstream.ErrConsumerExists) {
-			return nil, fmt.Errorf("queue: create consumer %s: %w", name, err)
-		}
-		// Fetch it again so that the handle carries the priority groups.
-		cons, err = p.js.Consumer(ctx, StreamName, name)
-	}
+	// Instances started together all look for the consumer at once: see
+	// ensure.go for why each attempt is bounded and retried.
+	ectx, cancel := context.WithTimeout(ctx, ensureWait)
+	defer cancel()
+	cons, err := retryJS(ectx, "consumer "+name+" of stream "+StreamName, func(ctx context.Context) (jetstream.Consumer, error) {
+		return p.findOrCreateConsumer(ctx, name, applied)
+	})
 	if err != nil {
-		return nil, fmt.Errorf("queue: consumer %s: %w", name, err)
+		return nil, err
 	}
 	p.pinMu.Lock()
 	p.cons = cons
@@ -162,6 +144,36 @@ func (p *Partition) clusterConsumer(ctx context.Context, applied uint64) (jetstr
 		return nil, err
 	}
 	return cons, nil
+}
+
+// findOrCreateConsumer returns the partition's shared consumer, creating
+// it if no instance has yet (another instance may win the race: then its
+// consumer is the one). A consumer left by single-instance mode, without
+// priority groups, is replaced.
+func (p *Partition) findOrCreateConsumer(ctx context.Context, name string, applied uint64) (jetstream.Consumer, error) {
+	cons, err := p.js.Consumer(ctx, StreamName, name)
+	if err == nil {
+		c := cons.CachedInfo().Config
+		if c.PriorityPolicy != jetstream.PriorityPolicyPinned || !slices.Contains(c.PriorityGroups, OwnerGroup) {
+			p.log.Warn("replacing a consumer without priority groups for cluster mode", "consumer", name)
+			if err := p.js.DeleteConsumer(ctx, StreamName, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+				return nil, fmt.Errorf("replace consumer %s: %w", name, err)
+			}
+			err = jetstream.ErrConsumerNotFound
+		} else if c.PinnedTTL != p.cluster.ttl {
+			p.log.Warn("the partition's consumer has another takeover timeout; the first instance's applies",
+				"consumer", name, "pinned_ttl", c.PinnedTTL, "takeover_timeout", p.cluster.ttl)
+		}
+	}
+	if !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return cons, err
+	}
+	_, err = p.js.CreateConsumer(ctx, StreamName, clusterConsumerConfig(p.ID, p.cluster.ttl, applied))
+	if err != nil && !errors.Is(err, jetstream.ErrConsumerExists) {
+		return nil, err
+	}
+	// Fetch it again so that the handle carries the priority groups.
+	return p.js.Consumer(ctx, StreamName, name)
 }
 
 // lastSeqFor is the stream sequence of the last message on subject (a

@@ -31,6 +31,7 @@ func startInstance(t *testing.T, url, id string, logs io.Writer) *queue.Node {
 		logs = io.Discard
 	}
 	n, err := queue.StartNode(queue.NodeConfig{DataDir: t.TempDir(), NATSURL: url, InstanceID: id, Partitions: 2,
+		Replicas: 1, AllowLazySync: true, // not about the servers' durability
 		TakeoverTimeout: 2 * time.Second, Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	if err != nil {
 		t.Fatal(err)
@@ -358,6 +359,7 @@ func TestClusterHoldExpiries(t *testing.T) {
 	for i := 0; i < 3; i++ {
 		n, err := queue.StartNode(queue.NodeConfig{DataDir: t.TempDir(), NATSURL: c.URLs(), InstanceID: fmt.Sprintf("i%d", i),
 			Partitions: 4, Replicas: 3, TakeoverTimeout: 5 * time.Second, HoldExpiryInterval: 200 * time.Millisecond,
+			AllowLazySync:   true, // about hold expiries, not durability
 			DuplicateWindow: 2 * time.Second, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 		if err != nil {
 			t.Fatal(err)

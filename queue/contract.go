@@ -160,15 +160,20 @@ const (
 // or for a new one DefaultPartitions (DefaultClusterPartitions in cluster
 // mode).
 func defaultPartitions(ctx context.Context, js jetstream.JetStream, cluster bool) (int, error) {
-	s, err := js.Stream(ctx, StreamName)
-	switch {
-	case errors.Is(err, jetstream.ErrStreamNotFound):
-		if cluster {
-			return DefaultClusterPartitions, nil
+	s, err := retryJS(ctx, "stream "+StreamName+" (its partition count)", func(ctx context.Context) (jetstream.Stream, error) {
+		s, err := js.Stream(ctx, StreamName)
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			return nil, nil
 		}
-		return DefaultPartitions, nil
+		return s, err
+	})
+	switch {
 	case err != nil:
-		return 0, fmt.Errorf("queue: command stream: %w", err)
+		return 0, err
+	case s == nil && cluster:
+		return DefaultClusterPartitions, nil
+	case s == nil:
+		return DefaultPartitions, nil
 	}
 	if t := s.CachedInfo().Config.SubjectTransform; t != nil {
 		for n := 1; n <= 1024; n++ {

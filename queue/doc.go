@@ -18,7 +18,13 @@
 //   - No answer is sent, and no reader sees a decision, before the command
 //     it derives from is durable: fdatasynced with the embedded server's
 //     default --sync always (logsync.go, data.Store.CommitDurable),
-//     replicated on a cluster; --sync interval gives that up, explicitly.
+//     replicated on a cluster whose every server syncs before it
+//     acknowledges, checked at start (natscheck.go); --sync interval and
+//     AllowLazySync give that up, explicitly and loudly.
+//   - What bookline keeps in JetStream is found or created idempotently,
+//     each request bounded and retried while the cluster settles, so that
+//     instances may start together (ensure.go); an existing stream or
+//     bucket with fewer replicas than asked is refused, never changed.
 //   - A write that fails for lack of space (the index, the embedded
 //     server's store) is neither acknowledged nor answered: the node
 //     reports it (Ready: "storage full"), refuses new commands meanwhile

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -509,17 +510,41 @@ func (e *eventPublisher) drainAside(ctx context.Context) error {
 	}
 }
 
-func ensureEventStream(ctx context.Context, js jetstream.JetStream, replicas int, maxAge time.Duration) (jetstream.Stream, error) {
-	cfg := EventStreamConfig(replicas)
+// ensureEventStream creates the event stream, or brings the settings
+// bookline manages (retention, dedupe window, subjects, description) of
+// the existing one to cfg's; its replicas are checked against rp, never
+// changed.
+func ensureEventStream(ctx context.Context, js jetstream.JetStream, maxAge time.Duration, rp replicaPolicy) (jetstream.Stream, error) {
+	cfg := EventStreamConfig(rp.want)
 	switch {
 	case maxAge == 0:
 		cfg.MaxAge = DefaultEventsMaxAge
 	case maxAge > 0:
 		cfg.MaxAge = maxAge
 	}
-	s, err := js.CreateOrUpdateStream(ctx, cfg)
+	s, err := ensureStreamExists(ctx, js, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("queue: event stream: %w", err)
+		return nil, err
 	}
-	return s, nil
+	if err := rp.check("stream", EventStreamName, s.CachedInfo().Config.Replicas); err != nil {
+		return nil, err
+	}
+	managed := func(c jetstream.StreamConfig) jetstream.StreamConfig {
+		c.MaxAge, c.Duplicates, c.Subjects, c.Description = cfg.MaxAge, cfg.Duplicates, cfg.Subjects, cfg.Description
+		return c
+	}
+	if have := s.CachedInfo().Config; reflect.DeepEqual(have, managed(have)) {
+		return s, nil
+	}
+	return retryJS(ctx, "the settings of stream "+EventStreamName, func(ctx context.Context) (jetstream.Stream, error) {
+		s, err := js.Stream(ctx, EventStreamName)
+		if err != nil {
+			return nil, err
+		}
+		have := s.CachedInfo().Config
+		if want := managed(have); !reflect.DeepEqual(have, want) {
+			return js.UpdateStream(ctx, want)
+		}
+		return s, nil // another instance updated it
+	})
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"hash/fnv"
 	"log/slog"
 	"slices"
@@ -161,22 +160,15 @@ func (m *membership) fallbackAfter() time.Duration { return 2 * m.ttl }
 
 // ensureMembers creates the members bucket (its TTL is the takeover
 // timeout of the first instance) or opens the existing one.
-func ensureMembers(ctx context.Context, js jetstream.JetStream, ttl time.Duration, replicas int) (jetstream.KeyValue, error) {
-	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
+func ensureMembers(ctx context.Context, js jetstream.JetStream, ttl time.Duration, rp replicaPolicy) (jetstream.KeyValue, error) {
+	return ensureKeyValue(ctx, js, jetstream.KeyValueConfig{
 		Bucket:         MembersBucket,
 		Description:    "bookline instances that decide partitions (heartbeats; entries expire after the takeover timeout)",
 		TTL:            ttl,
 		LimitMarkerTTL: max(ttl, time.Second),
 		Storage:        jetstream.FileStorage,
-		Replicas:       replicas,
-	})
-	if errors.Is(err, jetstream.ErrBucketExists) {
-		kv, err = js.KeyValue(ctx, MembersBucket)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("queue: members bucket: %w", err)
-	}
-	return kv, nil
+		Replicas:       rp.want,
+	}, rp)
 }
 
 // heartbeatEvery is how often a registered instance refreshes its entry.

@@ -145,17 +145,12 @@ func StoreDirFor(dataDir string) string { return filepath.Join(dataDir, "nats") 
 // EnsureStream creates the command stream, or checks that the existing one
 // was created for the same partition count. Changing the partition count of
 // an existing stream would move calendars between partitions and break
-// per-calendar ordering, so it is refused.
+// per-calendar ordering, so it is refused. Several instances may call it
+// at once on a fresh cluster: see ensure.go.
 func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
-	s, err := js.Stream(ctx, StreamName)
-	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		s, err = js.CreateStream(ctx, cfg)
-		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-			s, err = js.Stream(ctx, StreamName)
-		}
-	}
+	s, err := ensureStreamExists(ctx, js, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("queue: command stream: %w", err)
+		return nil, err
 	}
 	got := s.CachedInfo().Config.SubjectTransform
 	if got == nil || got.Destination != cfg.SubjectTransform.Destination {

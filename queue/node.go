@@ -48,16 +48,33 @@ type NodeConfig struct {
 	// index never per commit; both survive a process crash, a power loss
 	// may take the last minutes of commands, and an index left by a session
 	// that died before a reboot is rebuilt from the stream. It has no
-	// effect with NATSURL: the cluster's replication is the durability, and
-	// the index is fsynced per commit.
+	// effect with NATSURL: the cluster's replication, on servers that sync
+	// before they acknowledge (Servers, AllowLazySync), is the durability,
+	// and the index is fsynced per commit.
 	SyncInterval bool
 	// Partitions is the number of partitions (and writer goroutines). 0
 	// takes the existing command stream's count, or for a new stream
 	// DefaultPartitions (embedded server) or DefaultClusterPartitions
 	// (with NATSURL).
 	Partitions int
-	// Replicas of the command and event streams when they are created.
+	// Replicas of the streams and buckets bookline creates (command and
+	// event streams, the members, progress and webhook buckets, the
+	// snapshot store). 0: with NATSURL min(3, servers in the cluster),
+	// which needs Servers; 1 with the embedded server. An existing one
+	// with fewer replicas is refused unless AllowFewerReplicas; bookline
+	// never changes the replicas of what it finds.
 	Replicas int
+	// AllowFewerReplicas runs on existing streams and buckets that have
+	// fewer replicas than Replicas, with a warning.
+	AllowFewerReplicas bool
+	// Servers says how, with NATSURL, every server's JetStream settings
+	// are read at start (natscheck.go): a server that acknowledges before
+	// it syncs (sync_interval other than always) is refused.
+	Servers ServerCheck
+	// AllowLazySync runs with NATSURL on servers that acknowledge before
+	// they sync, or whose settings are not read (no Servers), with a loud
+	// warning; Node.NATSDurability reports it.
+	AllowLazySync bool
 	// InstanceID names this instance among several sharing a stream
 	// (cluster mode, i.e. with NATSURL; default DefaultInstanceID()).
 	InstanceID string
@@ -148,6 +165,10 @@ type Node struct {
 	// NATSURL).
 	storage *storageFaults
 	watch   *storeWatch
+	// durability is what NATSDurability reports; replicas the replicas
+	// of what the node creates (NodeConfig.Replicas resolved).
+	durability durability
+	replicas   replicaPolicy
 }
 
 // IndexFile is the bbolt index's path inside a data directory.
@@ -160,7 +181,10 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 	if cfg.Partitions < 0 || cfg.Partitions > 1024 {
 		return nil, fmt.Errorf("queue: partitions must be 1..1024 (or 0: the stream's), got %d", cfg.Partitions)
 	}
-	if cfg.Replicas < 1 {
+	if cfg.Replicas < 0 {
+		return nil, fmt.Errorf("queue: replicas must not be negative, got %d", cfg.Replicas)
+	}
+	if cfg.NATSURL == "" && cfg.Replicas == 0 {
 		cfg.Replicas = 1
 	}
 	if err := cfg.Snapshots.check(); err != nil {
@@ -206,6 +230,11 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 	}()
 	var nsOpts *server.Options
 	if cfg.NATSURL == "" {
+		n.durability = durability{detail: "ok: embedded NATS server; every answer waits for an fdatasync of its command (--sync always)"}
+		if cfg.SyncInterval {
+			n.durability = durability{lazy: true, detail: "LAZY (--sync interval): the embedded NATS server syncs every 2 minutes; " +
+				"a power cut can lose the commands answered since"}
+		}
 		// The store's directory must outlive a power loss too; what
 		// nats-server creates inside it is synced once started (syncTree).
 		if err = data.MkdirAllDurable(StoreDirFor(cfg.DataDir)); err != nil {
@@ -226,6 +255,9 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 		}
 		n.NC, err = ConnectEmbedded(n.ns, "bookline", opts...)
 	} else {
+		if err = n.checkServers(&cfg); err != nil {
+			return nil, err
+		}
 		n.NC, err = Connect(cfg.NATSURL, "bookline "+cfg.InstanceID, cfg.NATSOptions...)
 	}
 	if err != nil {
@@ -255,41 +287,17 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 		cfg.Logger.Error("INDEX DISCARDED: rebuilding it from the stream before serving", "reason", why,
 			"moved_to", IndexFile(cfg.DataDir)+".discarded")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if cfg.Partitions == 0 {
-		if cfg.Partitions, err = defaultPartitions(ctx, n.JS, cfg.NATSURL != ""); err != nil {
-			return nil, err
-		}
-	}
-	scfg := StreamConfig(cfg.Partitions, cfg.Replicas)
-	if cfg.DuplicateWindow > 0 {
-		scfg.Duplicates = cfg.DuplicateWindow
-	}
-	// With snapshots the stream may be trimmed below them, now or later:
-	// a purge must stay possible (the server never lifts DenyPurge).
-	scfg.DenyPurge = !cfg.Snapshots.On()
-	stream, err := EnsureStream(ctx, n.JS, scfg)
+	stream, obs, fresh, err := n.ensureResources(&cfg)
 	if err != nil {
 		return nil, err
 	}
-	stream = denyRemovals(ctx, n.JS, stream, !cfg.Snapshots.On(), cfg.Logger)
 	if cfg.NATSAuth != nil && n.ns != nil {
 		if nsOpts, err = cfg.NATSAuth.admitRoles(n.ns, nsOpts, cfg.Partitions); err != nil {
 			return nil, err
 		}
 	}
-	n.stream = stream
-	if n.cluster != nil {
-		n.cluster.stream = stream
-	}
-	if _, err = ensureEventStream(ctx, n.JS, cfg.Replicas, cfg.EventsMaxAge); err != nil {
-		return nil, err
-	}
-	obs, fresh, err := ensureSnapshotStore(ctx, n.JS, cfg.Replicas)
-	if err != nil {
-		return nil, err
-	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
 	n.snaps = &snapshotter{n: n, cfg: cfg.Snapshots, obs: obs, dir: cfg.DataDir, log: cfg.Logger.With("component", "snapshots"),
 		taken: cfg.SnapshotTaken, busy: make(chan struct{}, 1)}
 	// Copies left by a snapshot that a crash interrupted.
@@ -353,19 +361,6 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 			observe(StreamName), embeddedLastSeq(n.ns, StreamName))
 		n.evtSync = newLogSync(streamMsgsDir(store, EventStreamName), cfg.Logger.With("component", "logsync", "stream", EventStreamName),
 			observe(EventStreamName), embeddedLastSeq(n.ns, EventStreamName))
-	}
-	if n.cluster != nil {
-		kv, err := ensureMembers(ctx, n.JS, cfg.TakeoverTimeout, cfg.Replicas)
-		if err != nil {
-			return nil, err
-		}
-		n.members = &membership{kv: kv, self: cfg.InstanceID, ttl: cfg.TakeoverTimeout, log: cfg.Logger.With("component", "members")}
-		pkv, err := ensureProgress(ctx, n.JS, cfg.Replicas)
-		if err != nil {
-			return nil, err
-		}
-		n.progress = newProgress(pkv, stream.CachedInfo().Created, cfg.Partitions, cfg.Logger)
-		n.cluster.progress = n.progress
 	}
 	if n.cmdSync != nil {
 		obj := "OBJ_" + SnapshotBucket

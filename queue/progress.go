@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
-	"fmt"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -49,20 +48,13 @@ type progress struct {
 	mu     sync.Mutex // serialises writes of one instance
 }
 
-func ensureProgress(ctx context.Context, js jetstream.JetStream, replicas int) (jetstream.KeyValue, error) {
-	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
+func ensureProgress(ctx context.Context, js jetstream.JetStream, rp replicaPolicy) (jetstream.KeyValue, error) {
+	return ensureKeyValue(ctx, js, jetstream.KeyValueConfig{
 		Bucket:      ProgressBucket,
 		Description: "bookline side-effect watermarks: outcome events published per partition, Google mirror confirmed per calendar",
 		Storage:     jetstream.FileStorage,
-		Replicas:    replicas,
-	})
-	if errors.Is(err, jetstream.ErrBucketExists) {
-		kv, err = js.KeyValue(ctx, ProgressBucket)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("queue: progress bucket: %w", err)
-	}
-	return kv, nil
+		Replicas:    rp.want,
+	}, rp)
 }
 
 func newProgress(kv jetstream.KeyValue, created time.Time, partitions int, log *slog.Logger) *progress {

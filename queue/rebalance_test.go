@@ -95,7 +95,7 @@ func clusterNode(t *testing.T, urls, id string, parts int, ttl time.Duration, lo
 		logs = io.Discard
 	}
 	n, err := queue.StartNode(queue.NodeConfig{DataDir: t.TempDir(), NATSURL: urls, InstanceID: id, Partitions: parts,
-		Replicas: 3, TakeoverTimeout: ttl, Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+		Replicas: 3, AllowLazySync: true /* not about durability */, TakeoverTimeout: ttl, Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	if err != nil {
 		t.Fatal(err)
 	}

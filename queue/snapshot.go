@@ -140,21 +140,10 @@ func snapshotName(at time.Time) string {
 
 // ensureSnapshotStore opens the snapshot bucket, creating it if needed;
 // created says it did (so it holds no snapshot).
-func ensureSnapshotStore(ctx context.Context, js jetstream.JetStream, replicas int) (obs jetstream.ObjectStore, created bool, err error) {
-	obs, err = js.ObjectStore(ctx, SnapshotBucket)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		obs, err = js.CreateObjectStore(ctx, jetstream.ObjectStoreConfig{
-			Bucket: SnapshotBucket, Description: "bookline index snapshots", Replicas: replicas, Storage: jetstream.FileStorage,
-		})
-		created = err == nil
-		if errors.Is(err, jetstream.ErrBucketExists) {
-			obs, err = js.ObjectStore(ctx, SnapshotBucket)
-		}
-	}
-	if err != nil {
-		return nil, false, fmt.Errorf("queue: snapshot bucket: %w", err)
-	}
-	return obs, created, nil
+func ensureSnapshotStore(ctx context.Context, js jetstream.JetStream, rp replicaPolicy) (obs jetstream.ObjectStore, created bool, err error) {
+	return ensureObjectStore(ctx, js, jetstream.ObjectStoreConfig{
+		Bucket: SnapshotBucket, Description: "bookline index snapshots", Replicas: rp.want, Storage: jetstream.FileStorage,
+	}, rp)
 }
 
 // ListSnapshots returns the stored snapshots, oldest first. No bucket is

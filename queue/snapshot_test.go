@@ -256,6 +256,7 @@ func TestClusterFollowsAndRestoresBehindTrimmedStream(t *testing.T) {
 	start := func(id, dir string, logs *queuetest.SyncBuffer) *queue.Node {
 		t.Helper()
 		n, err := queue.StartNode(queue.NodeConfig{DataDir: dir, NATSURL: url, InstanceID: id, Partitions: 2,
+			Replicas: 1, AllowLazySync: true, // not about the servers' durability
 			TakeoverTimeout: 2 * time.Second, FollowInterval: 200 * time.Millisecond, Logger: slogTo(logs),
 			Snapshots: queue.SnapshotConfig{Every: 1 << 40, Keep: 1, StreamMaxAge: time.Millisecond, TrimGrace: 3 * time.Second}})
 		if err != nil {

@@ -26,7 +26,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv("BOOKLINE_TEST_MAIN") == "1" {
 		os.Exit(Main(context.Background(), strings.Split(os.Getenv("BOOKLINE_TEST_ARGS"), "\x1f"), os.Stdout, os.Stderr))
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	removeNATSServerBinary()
+	os.Exit(code)
 }
 
 // proc is a bookline process started from the test binary.

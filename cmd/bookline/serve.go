@@ -96,6 +96,14 @@ type serveConfig struct {
 	replicas        int
 	takeoverTimeout time.Duration
 
+	// Cluster mode: the NATS servers' durability, checked at start.
+	natsMonitorURLs    string
+	natsSystemURL      string
+	natsSystemCreds    string
+	natsSystemNkey     string
+	allowLazyNATSSync  bool
+	allowFewerReplicas bool
+
 	// Webhooks.
 	webhookAllowHosts  string
 	webhookTimeout     time.Duration
@@ -189,7 +197,13 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.DurationVar(&c.streamTrimGrace, "stream-trim-grace", queue.DefaultTrimGrace, "with a bounded stream: commands stored this recently are never trimmed, even under a snapshot (instances that do not own a partition follow it a few seconds behind)")
 	fs.DurationVar(&c.eventsMaxAge, "events-max-age", queue.DefaultEventsMaxAge, "how long the outcome event stream BOOKLINE_EVT keeps events (0 = forever)")
 	fs.StringVar(&c.instanceID, "instance-id", "", "with --nats-url: this instance's unique name among the instances sharing the stream (default hostname-pid)")
-	fs.IntVar(&c.replicas, "replicas", 1, "replicas of the command and event streams when this instance creates them (3 on a 3-node NATS cluster)")
+	fs.IntVar(&c.replicas, "replicas", 0, "replicas of the streams and buckets bookline creates; 0 = with --nats-url min(3, servers in the NATS cluster, as the check of the servers counts them: --nats-monitor-urls or a system account user), 1 with the embedded server. An existing stream or bucket with fewer replicas refuses the start unless --allow-fewer-replicas; bookline never changes the replicas of what it finds")
+	fs.BoolVar(&c.allowFewerReplicas, "allow-fewer-replicas", false, "with --nats-url: run on existing streams and buckets that have fewer replicas than --replicas (with a warning) instead of refusing to start")
+	fs.StringVar(&c.natsMonitorURLs, "nats-monitor-urls", "", "with --nats-url: comma-separated monitoring URLs of every NATS server (http://n1:8222,...): at start bookline reads each server's /varz and /jsz and refuses servers that acknowledge before they sync (sync_interval other than always)")
+	fs.StringVar(&c.natsSystemURL, "nats-system-url", "", "with --nats-url: NATS URL(s) of a system account user, e.g. nats://sys:password@n1:4222 (default: --nats-url's servers, with --nats-system-creds or --nats-system-nkey): at start bookline asks every server for its settings ($SYS.REQ.SERVER.PING.VARZ) instead of reading --nats-monitor-urls")
+	fs.StringVar(&c.natsSystemCreds, "nats-system-creds", "", "with --nats-url: credentials file (JWT + seed) of a system account user, for the check of the servers (see --nats-system-url)")
+	fs.StringVar(&c.natsSystemNkey, "nats-system-nkey", "", "with --nats-url: nkey seed file of a system account user, for the check of the servers (see --nats-system-url)")
+	fs.BoolVar(&c.allowLazyNATSSync, "allow-lazy-nats-sync", false, "with --nats-url: start even if a NATS server acknowledges before it syncs (NATS's default sync_interval of 2 minutes), or without a way to check it (no --nats-monitor-urls, no system account user); a power cut of the cluster can then lose answered commands. Logged at error level, bookline_nats_lazy_sync 1, and /readyz says so")
 	fs.DurationVar(&c.takeoverTimeout, "takeover-timeout", queue.DefaultTakeoverTimeout, "with --nats-url: how long the partitions of an instance that stopped pulling (dead or cut off) wait before another instance takes them over (at least 2s)")
 	fs.StringVar(&c.webhookAllowHosts, "webhook-allow-hosts", "", "comma-separated host names, IP addresses or CIDR prefixes that webhook endpoints may use over plain http and that may resolve to private, loopback or link-local addresses (refused for every other host)")
 	fs.DurationVar(&c.webhookTimeout, "webhook-timeout", webhook.DefaultAttemptTimeout, "time limit of one webhook delivery attempt (connect, send, answer)")
@@ -249,6 +263,10 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
+	servers, err := c.serverCheck()
+	if err != nil {
+		return err
+	}
 	natsAuth, natsTLS, err := c.embeddedNATSSecurity(keys, log)
 	if err != nil {
 		return err
@@ -276,6 +294,10 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		Logger:       log,
 		Observer:     metrics,
 		Followers:    []func(*queue.Node) queue.Follower{googleFollower(google, &syncer)},
+
+		Servers:            servers,
+		AllowLazySync:      c.allowLazyNATSSync,
+		AllowFewerReplicas: c.allowFewerReplicas,
 
 		InstanceID:      c.instanceID,
 		TakeoverTimeout: c.takeoverTimeout,
@@ -521,8 +543,8 @@ func (c *serveConfig) googleConfig() calendarsync.Config {
 // checkCluster validates the cluster-mode flags.
 func (c *serveConfig) checkCluster() error {
 	switch {
-	case c.replicas < 1 || c.replicas > 5:
-		return fmt.Errorf("--replicas %d: want 1 to 5", c.replicas)
+	case c.replicas < 0 || c.replicas > 5:
+		return fmt.Errorf("--replicas %d: want 1 to 5, or 0 (min(3, servers) with --nats-url, 1 embedded)", c.replicas)
 	case c.natsURL == "" && c.replicas > 1:
 		return errors.New("--replicas above 1 needs a NATS cluster: give --nats-url")
 	case c.natsURL == "" && c.instanceID != "":
@@ -567,7 +589,6 @@ func (c *serveConfig) webhookGuard() (*webhook.Guard, error) {
 // webhookConfig is the webhook deliveries' configuration of the flags.
 func (c *serveConfig) webhookConfig(g *webhook.Guard, log *slog.Logger) webhook.Config {
 	return webhook.Config{
-		Replicas:       c.replicas,
 		Guard:          g,
 		Logger:         log,
 		PinnedTTL:      c.takeoverTimeout,

@@ -49,7 +49,11 @@ type apiBackend struct {
 // delivers from its event stream until stop is called.
 func startWebhooks(n *queue.Node, cfg webhook.Config) (m *webhook.Manager, stop func(), err error) {
 	cfg.JS, cfg.Stream, cfg.SubjectPrefix = n.JS, queue.EventStreamName, queue.EventSubjectPrefix
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	// The bucket's replicas are the node's (--replicas resolved), and it is
+	// created the way the node's own are: retried while a fresh cluster
+	// settles, an existing one with fewer replicas refused.
+	cfg.Replicas, cfg.EnsureBucket = n.Replicas(), n.EnsureKeyValue
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	if m, err = webhook.Open(ctx, cfg); err != nil {
 		return nil, nil, err

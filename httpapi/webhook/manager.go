@@ -64,6 +64,11 @@ type Config struct {
 	SubjectPrefix string
 	// Replicas of the KV bucket when it is created (like the streams').
 	Replicas int
+	// EnsureBucket, when set, opens or creates the KV bucket instead of
+	// the plain lookup-then-create (the queue's, which retries what a
+	// cluster that is still settling refuses and checks the replicas of
+	// an existing bucket).
+	EnsureBucket func(context.Context, jetstream.KeyValueConfig) (jetstream.KeyValue, error)
 	// Guard checks URLs and makes the delivery client (nil: no
 	// allow-list).
 	Guard  *Guard
@@ -151,17 +156,24 @@ func Open(ctx context.Context, cfg Config) (*Manager, error) {
 	if cfg.MaxAttempts <= 0 {
 		cfg.MaxAttempts = DefaultMaxAttempts
 	}
-	kv, err := cfg.JS.KeyValue(ctx, BucketName)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		kv, err = cfg.JS.CreateKeyValue(ctx, jetstream.KeyValueConfig{
-			Bucket:      BucketName,
-			Description: "bookline webhook endpoints (ep.<id>) and their delivery status (st.<id>)",
-			History:     1,
-			Storage:     jetstream.FileStorage,
-			Replicas:    cfg.Replicas,
-		})
-		if errors.Is(err, jetstream.ErrBucketExists) {
-			kv, err = cfg.JS.KeyValue(ctx, BucketName)
+	bucket := jetstream.KeyValueConfig{
+		Bucket:      BucketName,
+		Description: "bookline webhook endpoints (ep.<id>) and their delivery status (st.<id>)",
+		History:     1,
+		Storage:     jetstream.FileStorage,
+		Replicas:    cfg.Replicas,
+	}
+	var kv jetstream.KeyValue
+	var err error
+	if cfg.EnsureBucket != nil {
+		kv, err = cfg.EnsureBucket(ctx, bucket)
+	} else {
+		kv, err = cfg.JS.KeyValue(ctx, BucketName)
+		if errors.Is(err, jetstream.ErrBucketNotFound) {
+			kv, err = cfg.JS.CreateKeyValue(ctx, bucket)
+			if errors.Is(err, jetstream.ErrBucketExists) {
+				kv, err = cfg.JS.KeyValue(ctx, BucketName)
+			}
 		}
 	}
 	if err != nil {

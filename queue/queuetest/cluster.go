@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -42,10 +44,38 @@ func freePorts(tb testing.TB, n int) []int {
 	return ports
 }
 
+// ClusterOptions are the settings of StartClusterWith.
+type ClusterOptions struct {
+	// SyncAlways makes every server fsync each write before it
+	// acknowledges it (sync_interval: always), as bookline requires of
+	// a cluster unless told otherwise. Tests about durability set it;
+	// it costs an fsync per message.
+	SyncAlways bool
+	// NoWait returns as soon as the servers accept connections, without
+	// waiting for the JetStream cluster to elect its meta leader (for
+	// tests of what happens while it settles).
+	NoWait bool
+	// SystemUser, when set, gives the servers two accounts: SYS, the
+	// system account, with this user (password SystemPassword), and
+	// BOOKLINE with JetStream, which connections without credentials
+	// use. Then the servers answer $SYS.REQ.SERVER.PING.VARZ to that
+	// user (queue.ServerCheck.SystemURL: SystemURL).
+	SystemUser, SystemPassword string
+}
+
 // StartCluster starts n JetStream servers (client ports chosen by the
-// system, one store directory each, full-mesh routes) and waits until an
-// R-n stream can be created. They are shut down at cleanup.
+// system, one store directory each, full-mesh routes, a monitoring port
+// each) and waits until an R-n stream can be created. They are shut down
+// at cleanup. Their JetStream keeps NATS's default sync schedule: nodes of
+// bookline on it must allow that (queue.NodeConfig.AllowLazySync) or use
+// StartClusterWith and SyncAlways.
 func StartCluster(tb testing.TB, n int) *Cluster {
+	tb.Helper()
+	return StartClusterWith(tb, n, ClusterOptions{})
+}
+
+// StartClusterWith is StartCluster with options.
+func StartClusterWith(tb testing.TB, n int, co ClusterOptions) *Cluster {
 	tb.Helper()
 	ports := freePorts(tb, n)
 	var routes []*url.URL
@@ -54,7 +84,9 @@ func StartCluster(tb testing.TB, n int) *Cluster {
 	}
 	c := &Cluster{}
 	for i := 0; i < n; i++ {
-		o := &server.Options{
+		o := accountOptions(tb, co)
+		*o = server.Options{
+			Accounts: o.Accounts, SystemAccount: o.SystemAccount, Users: o.Users, NoAuthUser: o.NoAuthUser,
 			ServerName: fmt.Sprintf("n%d", i),
 			Host:       "127.0.0.1",
 			Port:       -1,
@@ -65,6 +97,9 @@ func StartCluster(tb testing.TB, n int) *Cluster {
 			MaxPayload: 1 << 20,
 			Cluster:    server.ClusterOpts{Name: "bookline-test", Host: "127.0.0.1", Port: ports[i]},
 			Routes:     routes,
+			HTTPHost:   "127.0.0.1",
+			HTTPPort:   -1, // a free port: MonitorURLs
+			SyncAlways: co.SyncAlways,
 		}
 		ns, err := server.NewServer(o)
 		if err != nil {
@@ -80,8 +115,60 @@ func StartCluster(tb testing.TB, n int) *Cluster {
 			tb.Fatalf("nats %s not ready", ns.Name())
 		}
 	}
-	c.waitJetStream(tb, n)
+	if !co.NoWait {
+		c.waitJetStream(tb, n)
+	}
 	return c
+}
+
+// MonitorURLs are the monitoring endpoints of the running servers
+// (queue.ServerCheck.MonitorURLs).
+func (c *Cluster) MonitorURLs() []string {
+	var u []string
+	for _, ns := range c.Servers {
+		if ns.Running() && ns.MonitorAddr() != nil {
+			u = append(u, "http://"+ns.MonitorAddr().String())
+		}
+	}
+	return u
+}
+
+// accountOptions are the accounts of co.SystemUser (none without it),
+// read from a configuration file: only a configuration enables JetStream
+// for an account before the server starts.
+func accountOptions(tb testing.TB, co ClusterOptions) *server.Options {
+	tb.Helper()
+	if co.SystemUser == "" {
+		return &server.Options{}
+	}
+	conf := filepath.Join(tb.TempDir(), "accounts.conf")
+	text := fmt.Sprintf(`accounts {
+  BOOKLINE { jetstream: enabled, users: [{user: bookline, password: bookline}] }
+  SYS { users: [{user: %q, password: %q}] }
+}
+system_account: SYS
+no_auth_user: bookline
+`, co.SystemUser, co.SystemPassword)
+	if err := os.WriteFile(conf, []byte(text), 0o600); err != nil {
+		tb.Fatal(err)
+	}
+	o, err := server.ProcessConfigFile(conf)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return o
+}
+
+// SystemURL is URLs with the system account user of
+// ClusterOptions.SystemUser.
+func (c *Cluster) SystemURL(user, password string) string {
+	var u []string
+	for _, ns := range c.Servers {
+		if ns.Running() {
+			u = append(u, strings.Replace(ns.ClientURL(), "nats://", "nats://"+url.UserPassword(user, password).String()+"@", 1))
+		}
+	}
+	return strings.Join(u, ",")
 }
 
 // waitJetStream polls until a stream with n replicas can be created.
