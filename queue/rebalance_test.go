@@ -526,7 +526,7 @@ func startServerWithUser(t *testing.T, allow []string) string {
 	}
 	go ns.Start()
 	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
-	if !ns.ReadyForConnections(20 * time.Second) {
+	if !ns.ReadyForConnections(queuetest.ReadyTimeout) {
 		t.Fatal("nats not ready")
 	}
 	u, _ := url.Parse(ns.ClientURL())
