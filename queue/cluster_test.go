@@ -272,15 +272,39 @@ func TestClusterReadYourWritesTakeoverAndJoin(t *testing.T) {
 // naming the missing range, and keeps serving reads of the partition it
 // can still catch up; the owner keeps deciding both.
 func TestClusterCatchUpRefusesHistoryGap(t *testing.T) {
+	// b must stay behind on both calendars' partitions: it reads them
+	// only when the test asks. So both are partitions the map of members
+	// {a, b} gives to a; a's membership does not expire while the test
+	// runs (a takeover timeout of 10 s: four heartbeats in a row must
+	// fail, where 2 s let a loaded machine expire it); b does not follow
+	// in the background.
+	const parts = 4
 	url := queuetest.StartServer(t)
-	a := startInstance(t, url, "a", nil)
-	stale, fresh := "stale", "fresh"
-	for queue.PartitionOf(fresh, 2) == queue.PartitionOf(stale, 2) {
-		fresh += "x"
+	start := func(id string) *queue.Node {
+		n, err := queue.StartNode(queue.NodeConfig{DataDir: t.TempDir(), NATSURL: url, InstanceID: id, Partitions: parts,
+			TakeoverTimeout: 10 * time.Second, FollowInterval: time.Hour, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { stopNode(t, n) })
+		queuetest.CheckFor(t, 30*time.Second, n.Ready)
+		return n
 	}
+	var ofA []int
+	for p, id := range queue.Assign(parts, []queue.Member{{ID: "a"}, {ID: "b"}}) {
+		if id == "a" {
+			ofA = append(ofA, p)
+		}
+	}
+	stale, fresh := calendarOn(ofA[0], parts, "stale"), calendarOn(ofA[1], parts, "fresh")
+	a := start("a")
+	waitMap(t, a) // registered: a pulls only from then on
 	submit(t, a, upsert(stale))
 	submit(t, a, upsert(fresh)) // a is pinned to both partitions now
-	b := startInstance(t, url, "b", nil)
+	b := start("b")
+	if m := waitMap(t, a, b); m[ofA[0]] != "a" || m[ofA[1]] != "a" {
+		t.Fatalf("map %v gives b partition %d or %d", m, ofA[0], ofA[1])
+	}
 	for i := 0; i < 5; i++ {
 		submit(t, a, book(stale, fmt.Sprintf("s-%d", i), i, 1))
 	}

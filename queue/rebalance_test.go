@@ -127,33 +127,7 @@ func calendarOn(p, parts int, prefix string) string {
 // assigned instance. It returns the map.
 func waitSpread(t *testing.T, parts int, cals []string, nodes ...*queue.Node) []string {
 	t.Helper()
-	var ids []string
-	for _, n := range nodes {
-		ids = append(ids, n.InstanceID())
-	}
-	slices.Sort(ids)
-	var assign []string
-	queuetest.CheckFor(t, 30*time.Second, func() error {
-		assign = nil
-		for _, n := range nodes {
-			st, _, err := n.ClusterStatus(context.Background())
-			if err != nil {
-				return err
-			}
-			if !slices.Equal(st.Members, ids) {
-				return fmt.Errorf("%s sees members %v, want %v", n.InstanceID(), st.Members, ids)
-			}
-			if assign == nil {
-				assign = st.Assignment
-			} else if !slices.Equal(assign, st.Assignment) {
-				return fmt.Errorf("%s has map %v, others %v", n.InstanceID(), st.Assignment, assign)
-			}
-			if !slices.Equal(st.Consuming, st.Assigned) {
-				return fmt.Errorf("%s pulls %v, assigned %v", n.InstanceID(), st.Consuming, st.Assigned)
-			}
-		}
-		return nil
-	})
+	assign := waitMap(t, nodes...)
 	for i, c := range cals {
 		if r := submit(t, nodes[i%len(nodes)], book(c, fmt.Sprintf("spread-%d-%d", len(nodes), time.Now().UnixNano()), i, 1)); r.Outcome == "" {
 			t.Fatalf("no answer for %s", c)
@@ -224,6 +198,40 @@ func TestClusterRebalanceSpreadsPartitions(t *testing.T) {
 			t.Fatalf("%s after the rebalancing: %+v", cal, r)
 		}
 	}
+}
+
+// waitMap waits until every node sees exactly nodes as members, the same
+// map, and pulls exactly its assigned partitions. It returns the map.
+func waitMap(t *testing.T, nodes ...*queue.Node) []string {
+	t.Helper()
+	var ids []string
+	for _, n := range nodes {
+		ids = append(ids, n.InstanceID())
+	}
+	slices.Sort(ids)
+	var assign []string
+	queuetest.CheckFor(t, 30*time.Second, func() error {
+		assign = nil
+		for _, n := range nodes {
+			st, _, err := n.ClusterStatus(context.Background())
+			if err != nil {
+				return err
+			}
+			if !slices.Equal(st.Members, ids) {
+				return fmt.Errorf("%s sees members %v, want %v", n.InstanceID(), st.Members, ids)
+			}
+			if assign == nil {
+				assign = st.Assignment
+			} else if !slices.Equal(assign, st.Assignment) {
+				return fmt.Errorf("%s has map %v, others %v", n.InstanceID(), st.Assignment, assign)
+			}
+			if !slices.Equal(st.Consuming, st.Assigned) {
+				return fmt.Errorf("%s pulls %v, assigned %v", n.InstanceID(), st.Consuming, st.Assigned)
+			}
+		}
+		return nil
+	})
+	return assign
 }
 
 func countOf(m []string, id string) int {
