@@ -106,11 +106,12 @@ func TestLateRequest(t *testing.T) {
 	fake, svc, id := setup(t)
 	e0 := fake.Events("c")[id].Etag
 
-	// Nothing changed meanwhile: applied. Late is far beyond the client's
-	// timeout, so that "not yet" holds when the client has given up and
-	// the next change lands first, on a loaded machine too.
-	fake.Inject("PATCH", googletest.Fault{Late: 2 * time.Second})
-	if _, err := patch(svc, id, "B", e0, 100*time.Millisecond); err == nil {
+	// Nothing changed meanwhile: applied. The client waits long enough for
+	// its request to reach the fake on a loaded machine (100 ms did not
+	// always), and Late is far beyond that, so that "not yet" holds when
+	// the client has given up.
+	fake.Inject("PATCH", googletest.Fault{Late: 3 * time.Second})
+	if _, err := patch(svc, id, "B", e0, time.Second); err == nil {
 		t.Fatal("the client should have timed out")
 	}
 	if ev := fake.Events("c")[id]; ev.Summary != "A" {
