@@ -105,7 +105,7 @@ func startClusterNode(t *testing.T, urls, id string, line *googleLine) node {
 	if err != nil {
 		t.Fatal(err)
 	}
-	queuetest.CheckFor(t, 30*time.Second, n.Ready)
+	queuetest.CheckFor(t, queuetest.ReadyTimeout, n.Ready)
 	return n
 }
 

@@ -54,7 +54,9 @@ func startClusterInstance(t *testing.T, natsURLs, id string) *instance {
 		}
 		in.stop(t)
 	})
-	queuetest.CheckFor(t, 30*time.Second, node.Ready)
+	// Twice the usual: an instance joins while 24 clients book through
+	// the others, and catches up every partition first.
+	queuetest.CheckFor(t, 2*queuetest.ReadyTimeout, node.Ready)
 	return in
 }
 

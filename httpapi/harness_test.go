@@ -92,7 +92,7 @@ func start(t testing.TB, dir string, o options) *harness {
 		h.pendingURL, h.pendingDone = serveLoopback(t, h.pending)
 	}
 	t.Cleanup(h.stop)
-	queuetest.CheckFor(t, 20*time.Second, func() error { return node.Ready() })
+	queuetest.CheckFor(t, queuetest.ReadyTimeout, func() error { return node.Ready() })
 	return h
 }
 

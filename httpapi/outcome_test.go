@@ -97,7 +97,7 @@ func TestOutcomeOfMisshapenIDReadsNothing(t *testing.T) {
 	api := httpapi.New(backend, httpapi.Config{ReplyTimeout: 5 * time.Second, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Keys: testKeyring(t)})
 	url, done := serveLoopback(t, api)
 	t.Cleanup(func() { _ = api.App().Shutdown(); <-done })
-	queuetest.CheckFor(t, 20*time.Second, node.Ready)
+	queuetest.CheckFor(t, queuetest.ReadyTimeout, node.Ready)
 	get := func(id string) response {
 		r, err := sendRequest(httpClient, url, "GET", "/v1/calendars/alice/requests/"+id, nil, bearer(bookerKey)...)
 		if err != nil {
@@ -223,7 +223,7 @@ func TestClusterOutcome(t *testing.T) {
 		in.api = httpapi.New(node, httpapi.Config{ReplyTimeout: 10 * time.Second, Logger: log, Metrics: httpapi.NewMetrics()})
 		in.URL, in.done = serveLoopback(t, in.api)
 		t.Cleanup(func() { in.stop(t) })
-		queuetest.CheckFor(t, 30*time.Second, node.Ready)
+		queuetest.CheckFor(t, queuetest.ReadyTimeout, node.Ready)
 		ins = append(ins, in)
 	}
 	do := func(in *instance, method, path string, body any, headers ...string) response {

@@ -36,7 +36,7 @@ func startInstance(t *testing.T, url, id string, logs io.Writer) *queue.Node {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { stopNode(t, n) })
-	queuetest.CheckFor(t, 20*time.Second, n.Ready)
+	queuetest.CheckFor(t, queuetest.ReadyTimeout, n.Ready)
 	return n
 }
 
@@ -302,7 +302,7 @@ func TestClusterCatchUpRefusesHistoryGap(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { stopNode(t, n) })
-		queuetest.CheckFor(t, 30*time.Second, n.Ready)
+		queuetest.CheckFor(t, queuetest.ReadyTimeout, n.Ready)
 		return n
 	}
 	var ofA []int
@@ -402,7 +402,7 @@ func TestClusterHoldExpiries(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { stopNode(t, n) })
-		queuetest.CheckFor(t, 30*time.Second, n.Ready)
+		queuetest.CheckFor(t, queuetest.ReadyTimeout, n.Ready)
 		nodes = append(nodes, n)
 	}
 	var cals []string

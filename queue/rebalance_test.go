@@ -100,7 +100,7 @@ func clusterNode(t *testing.T, urls, id string, parts int, ttl time.Duration, lo
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { stopNode(t, n) })
-	queuetest.CheckFor(t, 30*time.Second, n.Ready)
+	queuetest.CheckFor(t, queuetest.ReadyTimeout, n.Ready)
 	return n
 }
 

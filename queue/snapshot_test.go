@@ -262,7 +262,7 @@ func TestClusterFollowsAndRestoresBehindTrimmedStream(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { stopNode(t, n) })
-		queuetest.CheckFor(t, 20*time.Second, n.Ready)
+		queuetest.CheckFor(t, queuetest.ReadyTimeout, n.Ready)
 		return n
 	}
 	a := start("a", t.TempDir(), &queuetest.SyncBuffer{})

@@ -45,11 +45,12 @@ func freePorts(tb testing.TB, n int) []int {
 }
 
 // ReadyTimeout bounds how long StartCluster and StartServer wait for the
-// servers to listen and for a JetStream cluster to form. It is generous
-// because it only matters when something is broken: the waits return as
-// soon as the servers are ready, and with the race detector on a loaded
-// 2-core machine starting three clustered servers has taken longer than
-// 20 s.
+// servers to listen and for a JetStream cluster to form, and how long
+// tests wait for a node to be ready (caught up). It is generous because
+// it only matters when something is broken: the waits return as soon as
+// the condition holds, and with the race detector on a loaded 2-core
+// machine starting three clustered servers has taken longer than 20 s,
+// and an instance joining a cluster under load 15 s per partition.
 const ReadyTimeout = 60 * time.Second
 
 // startAttempts is how often StartCluster picks new cluster ports when a
