@@ -92,10 +92,13 @@ func startClusterNode(t *testing.T, urls, id string, line *googleLine) node {
 	gc.Logger = logger
 	var n node
 	var err error
+	// The default takeover timeout: the test asserts that only the owner
+	// talks to Google, and with 2 s a loaded machine could miss an
+	// owner's heartbeats long enough for its membership to expire.
 	n.Node, err = queue.StartNode(queue.NodeConfig{DataDir: t.TempDir(), NATSURL: urls, InstanceID: id, Partitions: 4, Replicas: 3,
 		// Not about durability: the test cluster keeps NATS's lazy sync.
 		AllowLazySync:   true,
-		TakeoverTimeout: 2 * time.Second, Logger: logger,
+		TakeoverTimeout: queue.DefaultTakeoverTimeout, Logger: logger,
 		Followers: []func(*queue.Node) queue.Follower{func(qn *queue.Node) queue.Follower {
 			gc.Owns, gc.Progress = qn.OwnsCalendar, qn
 			n.google = calendarsync.New(gc, qn.Store, qn.SubmitInternal)
@@ -104,7 +107,7 @@ func startClusterNode(t *testing.T, urls, id string, line *googleLine) node {
 	if err != nil {
 		t.Fatal(err)
 	}
-	queuetest.CheckFor(t, 30*time.Second, n.Ready)
+	queuetest.CheckFor(t, queuetest.ReadyTimeout, n.Ready)
 	return n
 }
 
@@ -237,7 +240,7 @@ func TestClusterMirrorSurvivesOwner(t *testing.T) {
 	t.Logf("killed %s with 10 mirror operations queued", ownerID)
 
 	// The next owner mirrors the rest, in order.
-	queuetest.CheckFor(t, 30*time.Second, func() error {
+	queuetest.CheckFor(t, 60*time.Second, func() error {
 		for _, n := range rest {
 			if err := n.SyncCalendar(context.Background(), cal); err != nil {
 				return err
@@ -254,8 +257,8 @@ func TestClusterMirrorSurvivesOwner(t *testing.T) {
 			heir = n
 		}
 	}
-	t.Logf("MIRROR TAKEOVER: %s drained the 10 operations %s after the kill (takeover timeout 2s)",
-		heir.InstanceID(), time.Since(killed).Round(time.Millisecond))
+	t.Logf("MIRROR TAKEOVER: %s drained the 10 operations %s after the kill (takeover timeout %s)",
+		heir.InstanceID(), time.Since(killed).Round(time.Millisecond), queue.DefaultTakeoverTimeout)
 	for _, n := range rest {
 		if err := n.SyncCalendar(context.Background(), cal); err != nil {
 			t.Fatal(err)

@@ -93,7 +93,7 @@ func startNode(t testing.TB, dir string, gc calendarsync.Config) node {
 	if err != nil {
 		t.Fatal(err)
 	}
-	queuetest.CheckFor(t, 20*time.Second, n.Ready)
+	queuetest.CheckFor(t, queuetest.ReadyTimeout, n.Ready)
 	return n
 }
 

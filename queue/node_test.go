@@ -48,7 +48,7 @@ func startNodeWith(t *testing.T, cfg queue.NodeConfig, logs io.Writer) *queue.No
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { stopNode(t, n) })
-	queuetest.CheckFor(t, 20*time.Second, n.Ready)
+	queuetest.CheckFor(t, queuetest.ReadyTimeout, n.Ready)
 	return n
 }
 
@@ -311,7 +311,7 @@ func TestIndexOfUncleanRebootIsRebuilt(t *testing.T) {
 	if _, err := os.Stat(index + ".discarded"); err != nil {
 		t.Fatalf("the untrusted index was not kept aside: %v", err)
 	}
-	queuetest.CheckFor(t, 30*time.Second, n.Ready)
+	queuetest.CheckFor(t, queuetest.ReadyTimeout, n.Ready)
 	if got := digestOf(t, n.Store); got.Total != want.Total {
 		cal, _ := data.FirstDifference(want, got)
 		t.Fatalf("rebuilt index differs from the one before the power loss, first at %q", cal)
@@ -498,7 +498,7 @@ func TestPartitionsDefaultAndAdopted(t *testing.T) {
 	if n, err = start(dir, 8); err != nil {
 		t.Fatal(err)
 	}
-	queuetest.CheckFor(t, 20*time.Second, n.Ready)
+	queuetest.CheckFor(t, queuetest.ReadyTimeout, n.Ready)
 	for c := 0; c < 16; c++ {
 		submit(t, n, upsert(fmt.Sprintf("cal%d", c)))
 	}
@@ -508,7 +508,7 @@ func TestPartitionsDefaultAndAdopted(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkTransform(n, 8)
-	queuetest.CheckFor(t, 20*time.Second, n.Ready)
+	queuetest.CheckFor(t, queuetest.ReadyTimeout, n.Ready)
 	if got := digestOf(t, n.Store); got.Total != want.Total || len(got.Applied) != len(want.Applied) {
 		t.Fatalf("index changed when the stream's partition count was adopted: %v vs %v", got.Applied, want.Applied)
 	}
