@@ -65,7 +65,8 @@ allowed, 168h, on a calendar <prefix>-abuse open at all times with
 one without: what expensive reads take from the writers. Their own numbers
 are reported apart (not in the scenario's latency).
 
-The audit lists every calendar's bookings (following next_cursor) and fails
+The audit lists every calendar's bookings (following next_cursor; a page
+answered 503 is asked again for up to 5 s) and fails
 when two confirmed bookings overlap, a booking answered 201 is missing, or a
 booking cancelled with 200 is still listed (mixed). Exit status 1 when the
 audit fails.`

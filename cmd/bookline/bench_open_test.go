@@ -359,3 +359,32 @@ func TestBenchSpreadsOverURLs(t *testing.T) {
 		t.Errorf("a bad second URL: %v", err)
 	}
 }
+
+// A list answered 503 (a cluster instance that cannot catch up yet) is
+// asked again: the audit's verdict comes from the 200 that follows.
+func TestBenchAuditRetriesUnavailable(t *testing.T) {
+	srv := &slowBookingServer{release: make(chan struct{}), bookings: map[string][]listedBooking{}}
+	close(srv.release)
+	var refused atomic.Int64
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet && refused.Add(1) <= 3 {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = w.Write([]byte(`{"error":{"code":"unavailable"}}`))
+			return
+		}
+		srv.ServeHTTP(w, r)
+	}))
+	defer ts.Close()
+	c := benchConfig{url: ts.URL, scenario: "uniform", clients: 2, calendars: 1, days: 30,
+		requests: 20, seed: 1, createCalendars: true, prefix: "retry", timeout: 10 * time.Second}
+	if err := c.normalise(); err != nil {
+		t.Fatal(err)
+	}
+	res, err := runBenchScenario(context.Background(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Audit.OK || res.Audit.Listed == 0 || refused.Load() < 4 {
+		t.Fatalf("audit %+v after %d list requests", res.Audit, refused.Load())
+	}
+}
