@@ -51,6 +51,10 @@
 #                          (hot is one calendar by design)
 #   TUNE_CONNS ("16 32 64"), TUNE_DURATION (5s)  pgbaseline pool sizes tried
 #                          (one value: no tuning)
+#   CEILINGS (1)           1: first measure the raw ceilings (go run
+#                          ./.ci/natsceiling): the R3 publish rate of the
+#                          NATS cluster alone with 1, 16, 64 and 256
+#                          publishes in flight, and fdatasync's latency
 #   PROFILE_DIR ("")       when set: for every cluster run a CPU profile of
 #                          each instance (--pprof-addr, PROFILE_SECONDS of the
 #                          measured window, default 8) and the fsync calls of
@@ -79,6 +83,7 @@ LOAD_ARGS=${LOAD_ARGS-"--calendars 1000 --days 30"}
 TUNE_CONNS=${TUNE_CONNS:-"16 32 64"}
 TUNE_DURATION=${TUNE_DURATION:-5s}
 PROFILE_DIR=${PROFILE_DIR:-}
+CEILINGS=${CEILINGS:-1}
 PROFILE_SECONDS=${PROFILE_SECONDS:-8}
 OUT=${OUT:-docs/benchmarks.md}
 GO=${GO:-go}
@@ -199,6 +204,7 @@ rm -f "$RESULTS"/*.json
 $GO build -o bin/bookline ./cmd/bookline
 $GO build -o bin/pgbaseline ./cmd/pgbaseline
 $GO build -o bin/nats-server github.com/nats-io/nats-server/v2
+$GO build -o bin/natsceiling ./.ci/natsceiling
 NATS_VERSION=$(./bin/nats-server --version)
 ./bin/bookline secrets-key --out "$WORK/secrets.key" >/dev/null
 FS_TYPE=$(findmnt -n -o FSTYPE --target "$WORK" 2>/dev/null || stat -f -c %T "$WORK")
@@ -239,8 +245,9 @@ nats_conf() {
 
 # start_cluster bin extra_args: 3 NATS nodes, then INSTANCES bookline
 # instances; sets URLS (the load's --url) and INSTANCE_URLS.
-start_cluster() {
-	local bin=$1 extra=$2 i cports=() rports=() hports=() nats_url="" mon_urls=""
+start_nats() {
+	local i cports=() rports=() hports=()
+	NATS_URL="" MON_URLS=""
 	mkdir -p "$WORK/run"
 	for i in 1 2 3; do
 		cports+=("$(freeport)") rports+=("$(freeport)") hports+=("$(freeport)")
@@ -249,12 +256,23 @@ start_cluster() {
 		nats_conf "n$((i + 1))" "${cports[$i]}" "${rports[$i]}" "${hports[$i]}" "${rports[@]}" >"$WORK/run/n$((i + 1)).conf"
 		./bin/nats-server -c "$WORK/run/n$((i + 1)).conf" >>"$WORK/nats-n$((i + 1)).log" 2>&1 &
 		NATS_PIDS+=($!)
-		nats_url="$nats_url${nats_url:+,}nats://bookline:bookline-bench@127.0.0.1:${cports[$i]}"
-		mon_urls="$mon_urls${mon_urls:+,}http://127.0.0.1:${hports[$i]}"
+		NATS_URL="$NATS_URL${NATS_URL:+,}nats://bookline:bookline-bench@127.0.0.1:${cports[$i]}"
+		MON_URLS="$MON_URLS${MON_URLS:+,}http://127.0.0.1:${hports[$i]}"
 	done
 	for i in 0 1 2; do
 		wait_http "http://127.0.0.1:${hports[$i]}/healthz" 30 "${NATS_PIDS[$i]}" || { tail -20 "$WORK/nats-n$((i + 1)).log" >&2; die "nats-server n$((i + 1)) did not start"; }
 	done
+	# A meta leader elected: JetStream requests are answered.
+	for _ in $(seq 300); do
+		curl -fsS "http://127.0.0.1:${hports[0]}/jsz" 2>/dev/null | jq -e '.meta_cluster.leader // empty' >/dev/null && return 0
+		sleep 0.1
+	done
+	die "the NATS cluster elected no meta leader within 30 s"
+}
+
+start_cluster() {
+	local bin=$1 extra=$2 i
+	start_nats
 	local lazy=() parts=()
 	[ "$NATS_SYNC" = lazy ] && lazy=(--allow-lazy-nats-sync)
 	[ "$PARTITIONS" != 0 ] && parts=(--partitions "$PARTITIONS")
@@ -270,7 +288,7 @@ start_cluster() {
 			PPROF_URLS+=("http://127.0.0.1:$ppp")
 		fi
 		# shellcheck disable=SC2086 # flag lists
-		"$bin" serve --nats-url "$nats_url" --nats-monitor-urls "$mon_urls" --replicas 3 --instance-id "b$i" \
+		"$bin" serve --nats-url "$NATS_URL" --nats-monitor-urls "$MON_URLS" --replicas 3 --instance-id "b$i" \
 			--secrets-key-file "$WORK/secrets.key" --data-dir "$dir" --http-addr "127.0.0.1:$hp" \
 			--rate-limit 0 --log-level warn "${lazy[@]}" "${parts[@]}" "${pp[@]}" $SERVE_ARGS $extra >>"$WORK/bookline-b$i.log" 2>&1 &
 		BL_PIDS+=($!)
@@ -411,6 +429,45 @@ profile() {
 	PROFILE_JOBS+=($!)
 }
 
+# target_pids prints the processes of the target under test: the NATS
+# servers and bookline instances, or the PostgreSQL servers (with their
+# backends and WAL sender/receiver) and pgbaseline.
+target_pids() {
+	case $1 in
+	cluster*) echo "${NATS_PIDS[@]}" "${BL_PIDS[@]}" ;;
+	pg)
+		local pm
+		for pm in $(head -1 "$WORK/pg-primary/postmaster.pid" 2>/dev/null) $(head -1 "$WORK/pg-standby/postmaster.pid" 2>/dev/null); do
+			echo "$pm" $(pgrep -P "$pm")
+		done
+		echo "$SERVER_PID"
+		;;
+	esac
+}
+# cpu_ticks: CPU time (user + system, with reaped children) of the
+# target's processes, in clock ticks.
+cpu_ticks() {
+	local p t=0 v
+	for p in $(target_pids "$1"); do
+		v=$(awk '{print $14 + $15 + $16 + $17}' "/proc/$p/stat" 2>/dev/null || echo 0)
+		t=$((t + v))
+	done
+	echo "$t"
+}
+# cpu_window target file: the target's CPU seconds over the measured window
+# (after the warm-up, for DURATION), written to file in the background.
+CPU_JOB=""
+cpu_window() {
+	(
+		sleep "${WARMUP%s}"
+		a=$(cpu_ticks "$1")
+		sleep "${DURATION%s}"
+		b=$(cpu_ticks "$1")
+		echo "scale=3; ($b - $a) / $(getconf CLK_TCK)" | bc >"$2"
+	) &
+	CPU_JOB=$!
+}
+
 AUDIT_FAILED=""
 bench() { # target out [--max-conns n] bench flags...
 	local target=$1 out=$2 conns=()
@@ -423,20 +480,49 @@ bench() { # target out [--max-conns n] bench flags...
 	local load
 	load=$(cut -d' ' -f1 /proc/loadavg)
 	log "$(basename "$out" .json) ($URLS; load $load)"
+	# The calendars first (a run of one request), so that the CPU window
+	# below covers the measured load only.
+	./bin/bookline bench --url "$URLS" --json "$@" --requests 1 --warmup 0s >/dev/null 2>"$WORK/bench.err" ||
+		{ cat "$WORK/bench.err" >&2; die "creating the calendars failed"; }
 	case $target in cluster*) profile "$(basename "$out" .json)" ;; esac
-	if ! ./bin/bookline bench --url "$URLS" --json "$@" >"$out" 2>"$WORK/bench.err"; then
+	cpu_window "$target" "$out.cpu"
+	if ! ./bin/bookline bench --url "$URLS" --json --create-calendars=false "$@" >"$out" 2>"$WORK/bench.err"; then
 		cat "$WORK/bench.err" >&2
 		jq -r '.audit.problems[]?' "$out" >&2 || true
 		AUDIT_FAILED="$AUDIT_FAILED $(basename "$out" .json)"
 	fi
 	for j in "${PROFILE_JOBS[@]}"; do wait "$j" 2>/dev/null || true; done
-	jq --arg load "$load" '. + {load_before: ($load | tonumber)}' "$out" >"$out.tmp" && mv "$out.tmp" "$out"
-	jq -r '"  \(.req_per_s|floor) req/s, p50 \(.latency.p50_ms) ms, p99 \(.latency.p99_ms) ms, audit ok: \(.audit.ok)"' "$out" >&2
+	wait "$CPU_JOB" 2>/dev/null || true
+	# CPU per request: the target's CPU seconds over the measured window
+	# by the requests answered in it (the window is DURATION; the bench
+	# measures from the warm-up's end to its last answer).
+	local cpu
+	cpu=$(cat "$out.cpu" 2>/dev/null || echo null)
+	rm -f "$out.cpu"
+	jq --arg load "$load" --argjson cpu "${cpu:-null}" --arg dur "${DURATION%s}" \
+		'. + {load_before: ($load | tonumber), target_cpu_s: $cpu, cpu_ms_per_req: (if $cpu == null then null else ($cpu * 1000 / (.req_per_s * ($dur | tonumber))) end)}' "$out" >"$out.tmp" && mv "$out.tmp" "$out"
+	jq -r '"  \(.req_per_s|floor) req/s, p50 \(.latency.p50_ms) ms, p99 \(.latency.p99_ms) ms, CPU \(.cpu_ms_per_req * 1000 | floor / 1000) ms/req, audit ok: \(.audit.ok)"' "$out" >&2
 	stop_target "$target"
 }
 
 LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 START=$(date +%s)
+
+# --- raw ceilings ----------------------------------------------------------------
+CEILING_LINES=""
+if [ "$CEILINGS" = 1 ]; then
+	log "raw ceilings: fdatasync here, and the NATS cluster's R3 publish rate alone"
+	CEILING_LINES=$(./bin/natsceiling --dir "$WORK" --syncs 2000)
+	INSTANCES_SAVED=$INSTANCES
+	mkdir -p "$WORK/run"
+	# The NATS servers only: start_cluster with no instance.
+	INSTANCES=0 start_nats
+	CEILING_LINES="$CEILING_LINES
+$(./bin/natsceiling --nats-url "$NATS_URL" --replicas 3 --in-flight 1,16,64,256 --duration 5s)"
+	stop_cluster
+	INSTANCES=$INSTANCES_SAVED
+	log "$CEILING_LINES"
+fi
 
 # --- pool tuning -------------------------------------------------------------------
 if [[ " $TARGETS " == *" pg "* ]]; then
@@ -499,8 +585,8 @@ SPREAD_DESC="spread over the $INSTANCES instances in turn"
 [ "$SPREAD" = 1 ] || SPREAD_DESC="on the first instance only"
 TABLE=$(mktemp "$WORK/table.XXXXXX")
 {
-	echo "| scenario | target | req/s | p50 ms | p99 ms | throughput / PostgreSQL | p99: PostgreSQL / it |"
-	echo "| --- | --- | ---: | ---: | ---: | ---: | ---: |"
+	echo "| scenario | target | req/s | p50 ms | p99 ms | CPU ms per request | throughput / PostgreSQL | p99: PostgreSQL / it |"
+	echo "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"
 	for scenario in $SCENARIOS; do
 		mapfile -t pf < <(runs "$scenario" pg)
 		pt=$(med .req_per_s "${pf[@]}") p99=$(med .latency.p99_ms "${pf[@]}")
@@ -509,7 +595,7 @@ TABLE=$(mktemp "$WORK/table.XXXXXX")
 			t=$(med .req_per_s "${f[@]}") t99=$(med .latency.p99_ms "${f[@]}")
 			r1="" r2=""
 			if [ "$target" != pg ]; then r1=$(ratio "$t" "$pt") r2=$(ratio "$p99" "$t99"); fi
-			echo "| $scenario | $(label "$target") | $(num 0 "$t") | $(num 2 "$(med .latency.p50_ms "${f[@]}")") | $(num 2 "$t99") | $r1 | $r2 |"
+			echo "| $scenario | $(label "$target") | $(num 0 "$t") | $(num 2 "$(med .latency.p50_ms "${f[@]}")") | $(num 2 "$t99") | $(num 2 "$(med .cpu_ms_per_req "${f[@]}")") | $r1 | $r2 |"
 		done
 	done
 	if [ -n "${TUNE_LINE[pg]:-}" ]; then
@@ -520,11 +606,11 @@ TABLE=$(mktemp "$WORK/table.XXXXXX")
 
 RUNS=$(mktemp "$WORK/runs.XXXXXX")
 {
-	echo "| run | load before | req/s | p50 ms | p95 ms | p99 ms | max ms | statuses | audit |"
-	echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |"
+	echo "| run | load before | req/s | p50 ms | p95 ms | p99 ms | max ms | CPU ms/req | statuses | audit |"
+	echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |"
 	for f in "$RESULTS"/*.json; do
 		jq -r --arg run "$(basename "$f" .json)" \
-			'"| \($run) | \(.load_before) | \(.req_per_s|floor) | \(.latency.p50_ms) | \(.latency.p95_ms) | \(.latency.p99_ms) | \(.latency.max_ms) | \(.status|to_entries|map("\(.key): \(.value)")|join(", ")) | \(if .audit.ok then "ok" else "FAILED" end) (\(.audit.listed) listed) |"' "$f"
+			'"| \($run) | \(.load_before) | \(.req_per_s|floor) | \(.latency.p50_ms) | \(.latency.p95_ms) | \(.latency.p99_ms) | \(.latency.max_ms) | \(if .cpu_ms_per_req then (.cpu_ms_per_req * 100 | round / 100) else "" end) | \(.status|to_entries|map("\(.key): \(.value)")|join(", ")) | \(if .audit.ok then "ok" else "FAILED" end) (\(.audit.listed) listed) |"' "$f"
 	done
 } >"$RUNS"
 
@@ -551,6 +637,13 @@ SECTION=$(mktemp "$WORK/section.XXXXXX")
 	echo "Load: \`bookline bench ${LOAD_ARGS:-(defaults)}\` for uniform (hot: one calendar)."
 	echo
 	cat "$TABLE"
+	if [ -n "$CEILING_LINES" ]; then
+		echo
+		echo "Raw ceilings measured before the runs (\`.ci/natsceiling\`: the NATS cluster alone, one stream R3, core"
+		echo "publishes with reply subjects as bookline's Submit sends them):"
+		echo
+		echo "$CEILING_LINES" | sed 's/^/- /'
+	fi
 	echo
 	echo "<details><summary>Every run</summary>"
 	echo
