@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -82,7 +83,7 @@ func (m *Manager) checkKey(ctx context.Context) error {
 	if !errors.Is(err, jetstream.ErrKeyExists) {
 		return fmt.Errorf("webhook: record the secrets key: %w", err)
 	}
-	e, err := m.kv.Get(ctx, keySealedWith)
+	e, err := m.getCreated(ctx, keySealedWith)
 	if err != nil {
 		return fmt.Errorf("webhook: read the secrets key id: %w", err)
 	}
@@ -91,6 +92,33 @@ func (m *Manager) checkKey(ctx context.Context) error {
 			ErrKeyMismatch, got, id)
 	}
 	return nil
+}
+
+// createdKeyWait bounds how long getCreated waits for a key that the
+// bucket's leader says exists.
+const createdKeyWait = 10 * time.Second
+
+// getCreated reads a key whose creation the bucket refused because it
+// exists. The bucket allows direct gets, which any replica answers: one
+// that has not yet applied another instance's create says "not found"
+// although the leader has the key (seen with instances started together
+// on a fresh 3-node cluster: one of them exited). So "not found" is asked
+// again, for up to createdKeyWait.
+func (m *Manager) getCreated(ctx context.Context, key string) (jetstream.KeyValueEntry, error) {
+	deadline := time.Now().Add(createdKeyWait)
+	wait := 10 * time.Millisecond
+	for {
+		e, err := m.kv.Get(ctx, key)
+		if !errors.Is(err, jetstream.ErrKeyNotFound) || time.Now().After(deadline) {
+			return e, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 500*time.Millisecond)
+	}
 }
 
 // sealPlaintext rewrites every endpoint whose secrets an earlier version
