@@ -26,9 +26,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv("BOOKLINE_TEST_MAIN") == "1" {
 		os.Exit(Main(context.Background(), strings.Split(os.Getenv("BOOKLINE_TEST_ARGS"), "\x1f"), os.Stdout, os.Stderr))
 	}
-	code := m.Run()
-	removeNATSServerBinary()
-	os.Exit(code)
+	os.Exit(m.Run())
 }
 
 // proc is a bookline process started from the test binary.
@@ -38,6 +36,7 @@ type proc struct {
 	logs *bytes.Buffer
 	mu   *sync.Mutex
 	done chan error
+	addr chan string
 }
 
 var addrRe = regexp.MustCompile(`msg="http listening" addr=(\S+)`)
@@ -51,6 +50,14 @@ func startProc(t *testing.T, args ...string) *proc {
 // answer /healthz with 200.
 func startProcWithin(t *testing.T, ready time.Duration, args ...string) *proc {
 	t.Helper()
+	p := spawnProc(t, args...)
+	p.awaitReady(t, ready)
+	return p
+}
+
+// spawnProc starts bookline with args and returns at once.
+func spawnProc(t *testing.T, args ...string) *proc {
+	t.Helper()
 	cmd := exec.Command(os.Args[0])
 	cmd.Env = append(os.Environ(), "BOOKLINE_TEST_MAIN=1", "BOOKLINE_TEST_ARGS="+strings.Join(args, "\x1f"))
 	stderr, err := cmd.StderrPipe()
@@ -60,8 +67,7 @@ func startProcWithin(t *testing.T, ready time.Duration, args ...string) *proc {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	p := &proc{cmd: cmd, logs: &bytes.Buffer{}, mu: &sync.Mutex{}, done: make(chan error, 1)}
-	addr := make(chan string, 1)
+	p := &proc{cmd: cmd, logs: &bytes.Buffer{}, mu: &sync.Mutex{}, done: make(chan error, 1), addr: make(chan string, 1)}
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
@@ -69,7 +75,7 @@ func startProcWithin(t *testing.T, ready time.Duration, args ...string) *proc {
 			p.logs.WriteString(sc.Text() + "\n")
 			p.mu.Unlock()
 			if m := addrRe.FindStringSubmatch(sc.Text()); m != nil {
-				addr <- m[1]
+				p.addr <- m[1]
 			}
 		}
 		p.done <- cmd.Wait()
@@ -80,8 +86,14 @@ func startProcWithin(t *testing.T, ready time.Duration, args ...string) *proc {
 			t.Logf("process logs:\n%s", p.output())
 		}
 	})
+	return p
+}
+
+// awaitReady waits for p's HTTP address, then up to ready for /healthz 200.
+func (p *proc) awaitReady(t *testing.T, ready time.Duration) {
+	t.Helper()
 	select {
-	case a := <-addr:
+	case a := <-p.addr:
 		p.URL = "http://" + a
 	case <-time.After(30 * time.Second):
 		t.Fatalf("bookline did not start:\n%s", p.output())
@@ -92,7 +104,7 @@ func startProcWithin(t *testing.T, ready time.Duration, args ...string) *proc {
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == 200 {
-				return p
+				return
 			}
 		}
 		if time.Now().After(deadline) {
