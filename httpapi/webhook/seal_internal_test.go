@@ -15,10 +15,18 @@ import (
 )
 
 // laggingKV answers its first gets "not found", as a replica that has not
-// applied a create yet does for a direct get.
+// applied a create yet does for a direct get, and its first creates "no
+// response from stream", as a bucket whose stream has no leader yet does.
 type laggingKV struct {
 	jetstream.KeyValue
-	misses atomic.Int32
+	misses, unanswered atomic.Int32
+}
+
+func (l *laggingKV) Create(ctx context.Context, key string, value []byte, opts ...jetstream.KVCreateOpt) (uint64, error) {
+	if l.unanswered.Add(-1) >= 0 {
+		return 0, jetstream.ErrNoStreamResponse
+	}
+	return l.KeyValue.Create(ctx, key, value, opts...)
 }
 
 func (l *laggingKV) Get(ctx context.Context, key string) (jetstream.KeyValueEntry, error) {
@@ -63,5 +71,32 @@ func TestCheckKeyWaitsForALaggingReplica(t *testing.T) {
 	m = &Manager{cfg: Config{Key: other}, kv: lag, log: log}
 	if err := m.checkKey(ctx); err == nil {
 		t.Fatal("another key accepted")
+	}
+}
+
+// TestCheckKeyRetriesABucketWithoutLeader: a bucket that does not answer
+// for a while (its stream electing a leader after a cluster restart) is
+// asked again; the key is recorded once it answers.
+func TestCheckKeyRetriesABucketWithoutLeader(t *testing.T) {
+	nc, err := nats.Connect(queuetest.StartServer(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	ctx := context.Background()
+	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "LEADERLESS"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, _ := secretkey.New(make([]byte, 32))
+	lag := &laggingKV{KeyValue: kv}
+	lag.unanswered.Store(3)
+	m := &Manager{cfg: Config{Key: key}, kv: lag, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	if err := m.checkKey(ctx); err != nil {
+		t.Fatalf("a bucket that answers after three tries: %v", err)
+	}
+	if e, err := kv.Get(ctx, keySealedWith); err != nil || string(e.Value()) != key.ID() {
+		t.Fatalf("key id recorded: %v %v", e, err)
 	}
 }
