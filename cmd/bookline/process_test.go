@@ -51,6 +51,27 @@ func startProc(t *testing.T, args ...string) *proc {
 // answer /healthz with 200.
 func startProcWithin(t *testing.T, ready time.Duration, args ...string) *proc {
 	t.Helper()
+	p := launchProc(t, args...)
+	deadline := time.Now().Add(ready)
+	for {
+		resp, err := http.Get(p.URL + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return p
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("bookline not healthy:\n%s", p.output())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// launchProc starts bookline with args and returns once it serves HTTP,
+// ready or not (startProc waits until it is ready).
+func launchProc(t *testing.T, args ...string) *proc {
+	t.Helper()
 	cmd := exec.Command(os.Args[0])
 	cmd.Env = append(os.Environ(), "BOOKLINE_TEST_MAIN=1", "BOOKLINE_TEST_ARGS="+strings.Join(args, "\x1f"))
 	stderr, err := cmd.StderrPipe()
@@ -83,23 +104,12 @@ func startProcWithin(t *testing.T, ready time.Duration, args ...string) *proc {
 	select {
 	case a := <-addr:
 		p.URL = "http://" + a
+	case err := <-p.done:
+		t.Fatalf("bookline exited (%v):\n%s", err, p.output())
 	case <-time.After(30 * time.Second):
 		t.Fatalf("bookline did not start:\n%s", p.output())
 	}
-	deadline := time.Now().Add(ready)
-	for {
-		resp, err := http.Get(p.URL + "/healthz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return p
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("bookline not healthy:\n%s", p.output())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	return p
 }
 
 func (p *proc) output() string {
