@@ -91,6 +91,13 @@ type Config struct {
 	// confirmed each calendar's operations, so that a new owner goes on
 	// from there, in order.
 	Progress Progress
+	// Fence, when set, is asked immediately before each mirror call of
+	// calendar cal (in a cluster: Node.FenceCalendar, the partition's
+	// ownership epoch). It returns the latest time the call may still run
+	// (zero: no bound), or an error: this instance must not call for the
+	// calendar now, and its drainer stops. A call in flight on an old
+	// owner thus cannot outlast the moment the new owner makes its first.
+	Fence func(ctx context.Context, cal string) (time.Time, error)
 }
 
 // Progress records, for every instance to read, the stream sequence up to
@@ -578,7 +585,11 @@ func (s *Syncer) drain(ctx context.Context, cal string) {
 			}
 			ok, dead := s.mirrorOne(ctx, e, link)
 			if !ok {
-				break
+				// ctx ended, or this instance may not call for the
+				// calendar now (Fence): what Google has is recorded, the
+				// rest waits for the next drainer.
+				flush()
+				return
 			}
 			if dead != "" {
 				if !flush() {
@@ -638,6 +649,11 @@ func (s *Syncer) mirrorOne(ctx context.Context, e data.SyncEntry, link *data.Goo
 			return true, ""
 		}
 		if ctx.Err() != nil {
+			return false, ""
+		}
+		var fe *fenceError
+		if errors.As(err, &fe) {
+			s.log.Debug("not mirroring: this instance does not hold the calendar's ownership epoch now", "calendar", e.Calendar, "err", fe.err)
 			return false, ""
 		}
 		act, reason := classify(err)
@@ -742,6 +758,36 @@ func (s *Syncer) callCtx(ctx context.Context) (context.Context, context.CancelFu
 	return context.WithTimeout(ctx, s.cfg.CallTimeout)
 }
 
+// fenceError: Config.Fence refused a mirror call.
+type fenceError struct{ err error }
+
+func (e *fenceError) Error() string { return "calendarsync: not calling google: " + e.err.Error() }
+func (e *fenceError) Unwrap() error { return e.err }
+
+// mirrorCtx bounds one mirror call of bookline calendar cal: after the
+// rate limiter, the fence is asked last, immediately before the call, and
+// its deadline bounds the call besides CallTimeout.
+func (s *Syncer) mirrorCtx(ctx context.Context, cal string) (context.Context, context.CancelFunc, error) {
+	_ = s.limiter.Wait(ctx)
+	if s.cfg.Fence == nil {
+		c, cancel := context.WithTimeout(ctx, s.cfg.CallTimeout)
+		return c, cancel, nil
+	}
+	until, err := s.cfg.Fence(ctx, cal)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, nil, ctx.Err()
+		}
+		return nil, nil, &fenceError{err}
+	}
+	deadline := time.Now().Add(s.cfg.CallTimeout)
+	if !until.IsZero() && until.Before(deadline) {
+		deadline = until
+	}
+	c, cancel := context.WithDeadline(ctx, deadline)
+	return c, cancel, nil
+}
+
 // errInconsistent: Google said duplicate but has no such event (retried).
 var errInconsistent = errors.New("calendarsync: insert answered duplicate but the event is not there")
 
@@ -758,15 +804,18 @@ func (s *Syncer) applyOnce(ctx context.Context, e data.SyncEntry, link *data.Goo
 		// change of ours arriving after it carries an older etag, so
 		// Google refuses it (412). The etag is of no further use.
 		s.etags.forget(eventKey{g, ev.Id})
-		c, cancel := s.callCtx(ctx)
-		err := svc.Events.Delete(g, ev.Id).Context(c).Do()
+		c, cancel, err := s.mirrorCtx(ctx, e.Calendar)
+		if err != nil {
+			return err
+		}
+		err = svc.Events.Delete(g, ev.Id).Context(c).Do()
 		cancel()
 		if act, _ := classify(err); err != nil && act == actGone {
 			return nil // already deleted
 		} else if err != nil && act == actNotFound {
 			// Google answers 404 for a missing event and for a calendar
 			// that is gone or no longer shared: only the first is done.
-			return s.calendarReadable(ctx, svc, g)
+			return s.calendarReadable(ctx, svc, e.Calendar, g)
 		}
 		return err
 	case data.SyncUpdate:
@@ -790,9 +839,14 @@ func (s *Syncer) applyOnce(ctx context.Context, e data.SyncEntry, link *data.Goo
 // an event that keeps changing under it cannot make it spin.
 const preconditionRounds = 3
 
-// getEvent reads the event and remembers its etag.
-func (s *Syncer) getEvent(ctx context.Context, svc *calendar.Service, g, id string) (*calendar.Event, error) {
-	c, cancel := s.callCtx(ctx)
+// getEvent reads the event of bookline calendar cal's mirror and remembers
+// its etag. Fenced like a change: what a read returns decides the next
+// write.
+func (s *Syncer) getEvent(ctx context.Context, svc *calendar.Service, cal, g, id string) (*calendar.Event, error) {
+	c, cancel, err := s.mirrorCtx(ctx, cal)
+	if err != nil {
+		return nil, err
+	}
 	got, err := svc.Events.Get(g, id).Context(c).Do()
 	cancel()
 	if err != nil {
@@ -819,7 +873,7 @@ func (s *Syncer) patch(ctx context.Context, svc *calendar.Service, cal, g string
 	etag, known := s.etags.get(key)
 	for round := 1; ; round++ {
 		if !known {
-			got, err := s.getEvent(ctx, svc, g, ev.Id)
+			got, err := s.getEvent(ctx, svc, cal, g, ev.Id)
 			if err != nil {
 				return err
 			}
@@ -828,7 +882,10 @@ func (s *Syncer) patch(ctx context.Context, svc *calendar.Service, cal, g string
 			}
 			etag = got.Etag
 		}
-		c, cancel := s.callCtx(ctx)
+		c, cancel, err := s.mirrorCtx(ctx, cal)
+		if err != nil {
+			return err
+		}
 		call := svc.Events.Patch(g, ev.Id, ev).Context(c)
 		call.Header().Set("If-Match", etag)
 		got, err := call.Do()
@@ -849,7 +906,7 @@ func (s *Syncer) patch(ctx context.Context, svc *calendar.Service, cal, g string
 		if act != actDegrade || reason != ReasonForbidden {
 			return err
 		}
-		got, gerr := s.getEvent(ctx, svc, g, ev.Id)
+		got, gerr := s.getEvent(ctx, svc, cal, g, ev.Id)
 		if gerr == nil && got.Status == "cancelled" {
 			return &entryError{fmt.Errorf("the event was deleted in Google and cannot be changed: %w", err)}
 		}
@@ -859,10 +916,13 @@ func (s *Syncer) patch(ctx context.Context, svc *calendar.Service, cal, g string
 
 // calendarReadable tells a missing event from a missing calendar: nil when
 // the calendar answers a one-event list.
-func (s *Syncer) calendarReadable(ctx context.Context, svc *calendar.Service, g string) error {
-	c, cancel := s.callCtx(ctx)
+func (s *Syncer) calendarReadable(ctx context.Context, svc *calendar.Service, cal, g string) error {
+	c, cancel, err := s.mirrorCtx(ctx, cal)
+	if err != nil {
+		return err
+	}
 	defer cancel()
-	_, err := svc.Events.List(g).MaxResults(1).Context(c).Do()
+	_, err = svc.Events.List(g).MaxResults(1).Context(c).Do()
 	return err
 }
 
@@ -872,7 +932,10 @@ func (s *Syncer) calendarReadable(ctx context.Context, svc *calendar.Service, g 
 // (status cancelled) or differs, it is restored by a conditional patch.
 func (s *Syncer) insert(ctx context.Context, svc *calendar.Service, cal, g string, ev *calendar.Event) error {
 	key := eventKey{g, ev.Id}
-	c, cancel := s.callCtx(ctx)
+	c, cancel, err := s.mirrorCtx(ctx, cal)
+	if err != nil {
+		return err
+	}
 	created, err := svc.Events.Insert(g, ev).Context(c).Do()
 	cancel()
 	if err == nil {
@@ -883,7 +946,7 @@ func (s *Syncer) insert(ctx context.Context, svc *calendar.Service, cal, g strin
 	if act, _ := classify(err); act != actConflict {
 		return err
 	}
-	got, err := s.getEvent(ctx, svc, g, ev.Id)
+	got, err := s.getEvent(ctx, svc, cal, g, ev.Id)
 	if act, _ := classify(err); err != nil && (act == actNotFound || act == actGone) {
 		return &entryError{errInconsistent}
 	} else if err != nil {

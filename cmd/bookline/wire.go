@@ -31,6 +31,11 @@ func googleFollower(cfg calendarsync.Config, made **calendarsync.Syncer) func(*q
 		if cfg.Progress == nil {
 			cfg.Progress = n
 		}
+		// Each mirror call is fenced by the partition's ownership epoch:
+		// an old owner's call cannot run past a new owner's first.
+		if cfg.Fence == nil {
+			cfg.Fence = n.FenceCalendar
+		}
 		*made = calendarsync.New(cfg, n.Store, n.SubmitInternal)
 		return *made
 	}
