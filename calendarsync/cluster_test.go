@@ -172,9 +172,12 @@ func startClusterNodeWith(t *testing.T, urls, id string, gc calendarsync.Config,
 	n.Node, err = queue.StartNode(queue.NodeConfig{DataDir: t.TempDir(), NATSURL: urls, InstanceID: id, Partitions: 4, Replicas: 3,
 		TakeoverTimeout: 2 * time.Second, Logger: logger,
 		Followers: []func(*queue.Node) queue.Follower{func(qn *queue.Node) queue.Follower {
-			gc.Owns, gc.Progress = qn.OwnsCalendar, qn
+			gc.Owns, gc.Progress, gc.CatchUp = qn.OwnsCalendar, qn, qn.SyncCalendar
 			if fenced {
 				gc.Fence = qn.FenceCalendar
+			}
+			if gc.WebhookURL != "" {
+				gc.Channels = qn.GoogleChannels() // kept only with gc.Key
 			}
 			n.google = calendarsync.New(gc, qn.Store, qn.SubmitInternal)
 			return n.google

@@ -18,6 +18,7 @@ import (
 
 	"github.com/bookline/bookline/actor"
 	"github.com/bookline/bookline/data"
+	"github.com/bookline/bookline/data/secretkey"
 )
 
 // Publisher sends a command through the log and returns once it is decided
@@ -67,6 +68,18 @@ type Config struct {
 	// calendars get push channels (events.watch) whose notifications make
 	// their busy time be read at once. Polling goes on as the fallback.
 	WebhookURL string
+	// Channels, with Key, keeps the push channels where the next start and
+	// the other instances of a cluster find them (channels.go; bookline
+	// wires a NATS KV bucket), their tokens sealed with Key: a
+	// notification for a channel made before a restart, or by another
+	// instance, is recognised. Without both, channels live in memory.
+	Channels ChannelStore
+	Key      *secretkey.Key
+	// CatchUp, when set, brings this instance's index up to calendar
+	// cal's last logged command (in a cluster: Node.SyncCalendar) before
+	// a notification is acted on here for a calendar another instance
+	// owns, whose index copy may lag.
+	CatchUp func(ctx context.Context, cal string) error
 	// ChannelTTL is the lifetime asked for push channels (default 24h);
 	// they are renewed at four fifths of it. WatchCheckEvery is how often
 	// channels are checked (made, renewed, stopped) (default 1m).
@@ -289,6 +302,11 @@ func (s *Syncer) Run(ctx context.Context) {
 func (s *Syncer) link(cal string) *linkState {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.linkLocked(cal)
+}
+
+// linkLocked is link with s.mu held.
+func (s *Syncer) linkLocked(cal string) *linkState {
 	l := s.links[cal]
 	if l == nil {
 		l = &linkState{failures: map[string]uint64{}, wake: make(chan struct{}, 1)}
