@@ -134,6 +134,9 @@ func TestClusterMirrorFencedAcrossTakeover(t *testing.T) {
 	close(line.release)
 	line.late.Wait()
 	for _, h := range line.heldCalls() {
+		if !h.gaveUp.IsZero() {
+			t.Logf("%s's held %s ended %s after the cut, answered %d when passed on", ownerID, h.method, h.gaveUp.Sub(cutAt).Round(time.Millisecond), h.status)
+		}
 		switch {
 		case h.gaveUp.IsZero():
 			t.Errorf("%s's %s %s still waited when Google answered it (%d)", ownerID, h.method, h.path, h.status)

@@ -336,6 +336,16 @@ func TestClusterWebhookTakeovers(t *testing.T) {
 			return nil
 		})
 	}
+	// nextAfter is how long after at the first request other than held's
+	// came (the takeover's pause in deliveries).
+	nextAfter := func(at time.Time, held string) time.Duration {
+		for _, h := range rcv.all() {
+			if h.at.After(at) && h.id != held {
+				return h.at.Sub(at).Round(time.Millisecond)
+			}
+		}
+		return -1
+	}
 	resumed(0)
 
 	// 1. A graceful stop while an attempt is in flight: the attempt is let
@@ -358,10 +368,12 @@ func TestClusterWebhookTakeovers(t *testing.T) {
 		}
 		return http.StatusOK
 	}
+	stopAt := time.Now()
 	<-stopped
 	graceful := call.id
 	add(startHookInstance(t, urls, "w3", key))
 	resumed(rcv.ok())
+	t.Logf("graceful stop: next delivery %s after the stop began", nextAfter(stopAt, call.id))
 
 	// 2. Cut off from NATS while the receiver answers its attempt 500: the
 	// instance sends nothing more (it could not show the event is still
@@ -390,6 +402,14 @@ func TestClusterWebhookTakeovers(t *testing.T) {
 	x.stopHooks()
 	add(startHookInstance(t, urls, "w4", key))
 	resumed(rcv.ok())
+	t.Logf("cut off (500): the event again %s after the cut", func() time.Duration {
+		for _, h := range rcv.all() {
+			if h.at.After(cutAt) && h.id == call.id {
+				return h.at.Sub(cutAt).Round(time.Millisecond)
+			}
+		}
+		return -1
+	}())
 
 	// 3. Cut off between the receiver's 2xx and the ack: the one case of a
 	// second delivery of the same webhook-id.
