@@ -43,6 +43,8 @@ type lease struct {
 	mu    sync.Mutex
 	until time.Time
 	lost  bool
+
+	stopOnce sync.Once
 }
 
 // newLease holds the event of msg, delivered on a pull request sent at
@@ -120,7 +122,9 @@ func (ls *lease) valid() bool {
 
 // stop releases the lease (the event was acked, handed back or given up).
 func (ls *lease) stop() {
-	close(ls.done)
-	<-ls.exited
-	ls.cancel()
+	ls.stopOnce.Do(func() {
+		close(ls.done)
+		<-ls.exited
+		ls.cancel()
+	})
 }

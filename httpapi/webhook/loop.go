@@ -300,6 +300,7 @@ func (l *loop) handle(ctx context.Context, cons jetstream.Consumer, msg jetstrea
 			l.flush(ctx, true)
 			disabled := l.disable(ctx, reason)
 			l.nak(ls, msg)
+			ls.stop() // handed back: no more "in progress" for it
 			if disabled {
 				<-ctx.Done() // the watch stops this loop once it sees the endpoint disabled
 			}
