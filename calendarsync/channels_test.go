@@ -261,4 +261,21 @@ func TestClusterPushNotificationOnAnyInstance(t *testing.T) {
 	if chs := fake.Channels(g); !slices.Equal(chs, []string{ch}) {
 		t.Errorf("channels %v, want %s only", chs, ch)
 	}
+
+	// The owner dies: the other instance takes the calendar over and the
+	// channel with it, without making another one.
+	owner.Node.NC.Close()
+	_ = owner.Close()
+	queuetest.CheckFor(t, 30*time.Second, func() error {
+		if !other.OwnsCalendar(cal) {
+			return fmt.Errorf("%s does not own the calendar yet", other.InstanceID())
+		}
+		if st := other.google.Status(cal, &data.GoogleLink{CalendarID: g, SyncBusy: true}); st.Push != calendarsync.PushActive {
+			return fmt.Errorf("push %q on the new owner", st.Push)
+		}
+		return nil
+	})
+	if chs := fake.Channels(g); !slices.Equal(chs, []string{ch}) {
+		t.Errorf("channels after the takeover %v, want %s taken up", chs, ch)
+	}
 }
