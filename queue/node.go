@@ -147,6 +147,11 @@ type Node struct {
 	// the instances (cluster mode; membership.go, progress.go).
 	members  *membership
 	progress *progress
+	// channels keeps the Google push channels (channels.go), made at
+	// first use with replicas as the streams.
+	channels     *ChannelStore
+	channelsOnce sync.Once
+	replicas     int
 	// internalTTL is the record_ttl_seconds of the commands the node makes
 	// itself (NodeConfig.InternalRecordRetention).
 	internalTTL int
@@ -193,7 +198,7 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	n := &Node{log: cfg.Logger, followEvery: cfg.FollowInterval}
+	n := &Node{log: cfg.Logger, followEvery: cfg.FollowInterval, replicas: cfg.Replicas}
 	if n.followEvery <= 0 {
 		n.followEvery = followInterval
 	}

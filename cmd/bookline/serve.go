@@ -280,6 +280,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	metrics := httpapi.NewMetrics()
 	google := c.googleConfig()
 	google.OnFailure = metrics.CalendarSyncFailed
+	google.Key = secrets // seals the push channels' tokens
 	var syncer *calendarsync.Syncer
 	node, err := queue.StartNode(queue.NodeConfig{
 		DataDir:      c.dataDir,
