@@ -22,8 +22,9 @@ const channelKeyPrefix = "ch."
 // ChannelStore keeps the push channels' records in ChannelBucket, which
 // it creates at first use (a bookline without Google push never makes it).
 type ChannelStore struct {
-	js       jetstream.JetStream
-	replicas int
+	// ensure opens or creates the bucket (Node.EnsureKeyValue: the
+	// node's replicas, retried while a cluster settles).
+	ensure func(context.Context, jetstream.KeyValueConfig) (jetstream.KeyValue, error)
 
 	mu sync.Mutex
 	kv jetstream.KeyValue
@@ -31,7 +32,7 @@ type ChannelStore struct {
 
 // GoogleChannels is the node's store of Google push channels.
 func (n *Node) GoogleChannels() *ChannelStore {
-	n.channelsOnce.Do(func() { n.channels = &ChannelStore{js: n.JS, replicas: max(n.replicas, 1)} })
+	n.channelsOnce.Do(func() { n.channels = &ChannelStore{ensure: n.EnsureKeyValue} })
 	return n.channels
 }
 
@@ -41,19 +42,12 @@ func (s *ChannelStore) bucket(ctx context.Context) (jetstream.KeyValue, error) {
 	if s.kv != nil {
 		return s.kv, nil
 	}
-	kv, err := s.js.KeyValue(ctx, ChannelBucket)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		kv, err = s.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
-			Bucket:      ChannelBucket,
-			Description: "bookline Google push channels (ch.<channel id>; tokens sealed with the secrets key)",
-			History:     1,
-			Storage:     jetstream.FileStorage,
-			Replicas:    s.replicas,
-		})
-		if errors.Is(err, jetstream.ErrBucketExists) {
-			kv, err = s.js.KeyValue(ctx, ChannelBucket)
-		}
-	}
+	kv, err := s.ensure(ctx, jetstream.KeyValueConfig{
+		Bucket:      ChannelBucket,
+		Description: "bookline Google push channels (ch.<channel id>; tokens sealed with the secrets key)",
+		History:     1,
+		Storage:     jetstream.FileStorage,
+	})
 	if err != nil {
 		return nil, fmt.Errorf("queue: bucket %s: %w", ChannelBucket, err)
 	}

@@ -23,6 +23,7 @@ func TestFenceCalendar(t *testing.T) {
 	const ttl = 2 * time.Second
 	url := queuetest.StartServer(t)
 	n, err := StartNode(NodeConfig{DataDir: t.TempDir(), NATSURL: url, InstanceID: "solo", Partitions: 2,
+		Replicas: 1, AllowLazySync: true, // not about the servers' durability
 		TakeoverTimeout: ttl, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)

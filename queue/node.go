@@ -151,7 +151,6 @@ type Node struct {
 	// first use with replicas as the streams.
 	channels     *ChannelStore
 	channelsOnce sync.Once
-	replicas     int
 	// internalTTL is the record_ttl_seconds of the commands the node makes
 	// itself (NodeConfig.InternalRecordRetention).
 	internalTTL int
@@ -198,7 +197,7 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	n := &Node{log: cfg.Logger, followEvery: cfg.FollowInterval, replicas: cfg.Replicas}
+	n := &Node{log: cfg.Logger, followEvery: cfg.FollowInterval}
 	if n.followEvery <= 0 {
 		n.followEvery = followInterval
 	}
