@@ -260,6 +260,10 @@ func messageDiffers(ctx context.Context, s jetstream.Stream, p int, seq, last ui
 	return "", nil
 }
 
+// historyQuiet is how long compareRecent waits for the next message before
+// it takes the partition's messages to have ended.
+const historyQuiet = 2 * time.Second
+
 // compareRecent reads partition p's messages from the first recent one on
 // and compares them with recent, one by one: the index applied every
 // message of the partition in that range, so the stream must hold exactly
@@ -306,7 +310,14 @@ func compareRecent(ctx context.Context, s jetstream.Stream, p int, recent []data
 	}
 	defer it.Stop()
 	for i < len(recent) {
-		m, err := it.Next(jetstream.NextContext(ctx))
+		// The server counts messages it cannot read as pending but never
+		// delivers them: when nothing comes for a while, nothing more will.
+		nctx, cancel := context.WithTimeout(ctx, historyQuiet)
+		m, err := it.Next(jetstream.NextContext(nctx))
+		cancel()
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+			break
+		}
 		if err != nil {
 			return nil, fmt.Errorf("queue: history check of partition %d: %w", p, err)
 		}
