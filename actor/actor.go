@@ -100,14 +100,24 @@ type Decoded struct {
 // refilled, or whose files were damaged): the stream timestamp differs even
 // when a client re-sent the same body.
 func MessageHash(in Input) []byte {
-	h := sha256.New()
-	h.Write([]byte("bookline-msg-v1\x00"))
-	h.Write([]byte(in.SubjectCalendar))
-	var ts [9]byte
-	binary.BigEndian.PutUint64(ts[1:], uint64(in.At.UnixNano()))
-	h.Write(ts[:]) // a 0 separator, then the time
-	h.Write(in.Data)
-	return h.Sum(nil)[:16]
+	m := messageHasher{buf: make([]byte, 0, 32+len(in.SubjectCalendar)+len(in.Data))}
+	return m.append(make([]byte, 0, 16), in)
+}
+
+// messageHasher computes MessageHash without allocating: a writer hashes
+// every message it applies, with one messageHasher and one buffer for the
+// hashes per batch.
+type messageHasher struct{ buf []byte }
+
+// append appends in's MessageHash to dst.
+func (m *messageHasher) append(dst []byte, in Input) []byte {
+	m.buf = append(m.buf[:0], "bookline-msg-v1\x00"...)
+	m.buf = append(m.buf, in.SubjectCalendar...)
+	m.buf = append(m.buf, 0) // a separator, then the time
+	m.buf = binary.BigEndian.AppendUint64(m.buf, uint64(in.At.UnixNano()))
+	m.buf = append(m.buf, in.Data...)
+	sum := sha256.Sum256(m.buf)
+	return append(dst, sum[:16]...)
 }
 
 // NewerSchemaError says that a partition stopped at a command of a schema
@@ -245,7 +255,11 @@ func apply(tx *data.Tx, partition int, batch []Decoded, effects sideEffects) ([]
 	held := false
 	// Every decided message extends the partition's hash chain
 	// (data.Tx.ExtendApplied), in stream order.
-	var links []data.Link
+	var (
+		links  []data.Link
+		hashes []byte // the links' hashes, one buffer per batch
+		hasher messageHasher
+	)
 	for i := range batch {
 		d := &batch[i]
 		out[i].Seq = d.Seq
@@ -291,9 +305,10 @@ func apply(tx *data.Tx, partition int, batch []Decoded, effects sideEffects) ([]
 		out[i].Decision = reply
 		applied = d.Seq
 		if links == nil {
-			links = make([]data.Link, 0, len(batch)-i)
+			links, hashes = make([]data.Link, 0, len(batch)-i), make([]byte, 0, 16*(len(batch)-i))
 		}
-		links = append(links, data.Link{Seq: d.Seq, Hash: MessageHash(d.msg)})
+		hashes = hasher.append(hashes, d.msg)
+		links = append(links, data.Link{Seq: d.Seq, Hash: hashes[len(hashes)-16:]})
 		if dn.Skip != nil {
 			out[i].OperatorSkip = dn.Skip
 			if err := tx.MarkSkipped(partition, d.Seq, dn.Skip.Seq); err != nil {

@@ -64,12 +64,20 @@ var ChainGenesis = func() []byte { s := sha256.Sum256([]byte("bookline-chain-v1"
 // ChainNext extends chain prev by the message with hash at stream sequence
 // seq.
 func ChainNext(prev []byte, seq uint64, hash []byte) []byte {
+	var c [16]byte
+	copy(c[:], prev)
+	chainStep(&c, seq, hash)
+	return c[:]
+}
+
+// chainStep is ChainNext in place, without allocating.
+func chainStep(c *[16]byte, seq uint64, hash []byte) {
 	var b [40]byte // one SHA-256 block
-	copy(b[:16], prev)
+	copy(b[:16], c[:])
 	binary.BigEndian.PutUint64(b[16:24], seq)
 	copy(b[24:], hash)
 	s := sha256.Sum256(b[:])
-	return s[:16]
+	copy(c[:], s[:16])
 }
 
 // Link is one applied message: its stream sequence and its hash.
@@ -136,27 +144,45 @@ func (t *Tx) ExtendApplied(p int, links []Link) error {
 	if h.Chain == nil {
 		h.Chain, h.Count, h.Origin = ChainGenesis, 0, h.Seq
 	}
+	var chain [16]byte
+	copy(chain[:], h.Chain)
 	var crossed []uint64 // checkpoints written by this batch
 	for _, l := range links {
 		if l.Seq <= h.Seq {
 			return fmt.Errorf("data: partition %d: message at seq %d does not follow the applied seq %d", p, l.Seq, h.Seq)
 		}
-		h.Chain = ChainNext(h.Chain, l.Seq, l.Hash)
+		chainStep(&chain, l.Seq, l.Hash)
 		h.Count++
 		h.Seq, h.Hash = l.Seq, l.Hash
 		if h.Count%CheckpointEvery == 0 {
-			if err := t.putCheckpoint(p, Checkpoint{Seq: l.Seq, Count: h.Count, Chain: h.Chain, Hash: l.Hash}); err != nil {
+			if err := t.putCheckpoint(p, Checkpoint{Seq: l.Seq, Count: h.Count, Chain: chain[:], Hash: l.Hash}); err != nil {
 				return err
 			}
 			crossed = append(crossed, l.Seq)
 		}
 	}
-	if err := t.logRecent(p, links); err != nil {
-		return err
+	h.Chain = chain[:]
+	// The recent messages kept are those after the checkpoint before the
+	// newest one: of a large batch (a replay's chunk) only its tail.
+	var floor uint64
+	switch len(crossed) {
+	case 0:
+	case 1:
+		floor = t.checkpointBefore(p, crossed[0])
+	default:
+		floor = crossed[len(crossed)-2]
+	}
+	keep := links
+	for len(keep) > 0 && keep[0].Seq <= floor {
+		keep = keep[1:]
+	}
+	if len(keep) > 0 {
+		if err := t.logRecent(p, keep); err != nil {
+			return err
+		}
 	}
 	if len(crossed) > 0 {
-		// Keep the messages after the checkpoint before the newest one.
-		if err := t.pruneRecent(p, t.checkpointBefore(p, crossed[len(crossed)-1])); err != nil {
+		if err := t.pruneRecent(p, floor); err != nil {
 			return err
 		}
 	}

@@ -169,6 +169,11 @@ func TestBitFlipInStreamIsRefused(t *testing.T) {
 	if !recorded(t, n.Store, "e", "w-10") {
 		t.Fatal("the refused partition's index was changed")
 	}
+	cmd := book("e", "w-new", 90, 1)
+	cmd.V = actor.SchemaVersion
+	if _, err := n.Submit(context.Background(), &cmd, cmd.Fingerprint()); !errors.Is(err, queue.ErrUnavailable) || !errors.Is(err, queue.ErrHistoryDiffers) {
+		t.Fatalf("a command of the refused partition: %v", err)
+	}
 	_, err := queue.Replay(context.Background(), n.JS, datatest.MustOpen(t), queue.ReplayOptions{})
 	var damaged *queue.DamagedStreamError
 	if !errors.As(err, &damaged) || damaged.Seqs[0] != seq {

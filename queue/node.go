@@ -870,10 +870,19 @@ func (n *Node) Close() error {
 // While a write path fails for storage reasons it fails at once with
 // ErrUnavailable, saying why: the command could not be decided (or not
 // even stored) until there is room, and a publish would only wait for its
-// timeout.
+// timeout. So does a command of a partition this only instance stopped
+// for good (Partition.Halted).
 func (n *Node) Submit(ctx context.Context, cmd *actor.Command, fingerprint string) ([]byte, error) {
 	if err := n.storage.Err(); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	if n.cluster == nil && len(n.Parts) > 0 && actor.ValidCalendarID(cmd.CalendarID) {
+		// The only instance stopped this partition for good (its stream
+		// lacks or changed history): nobody would decide the command.
+		p := PartitionOf(cmd.CalendarID, len(n.Parts))
+		if err := n.Parts[p].Halted(); err != nil {
+			return nil, fmt.Errorf("%w: partition %d: %w", ErrUnavailable, p, err)
+		}
 	}
 	reply, err := n.Client.Submit(ctx, cmd, fingerprint)
 	if errors.Is(err, ErrUnavailable) {
