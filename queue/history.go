@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"slices"
 	"strconv"
@@ -147,6 +148,24 @@ type historyPolicy struct {
 func (h historyPolicy) accepts(e *HistoryMismatchError) bool {
 	seq, ok := h.accept[e.Partition]
 	return ok && seq == e.Seq
+}
+
+// rebuild says why the partition of mismatch e is to be rebuilt from the
+// stream as it is (a lost tail the policy expects, or a difference the
+// operator accepted, which it logs loudly), or "" when it is refused.
+func (h historyPolicy) rebuild(e *HistoryMismatchError, log *slog.Logger) string {
+	switch {
+	case h.lostTail && e.Tail:
+		// --sync interval: the stream lost what it had not synced,
+		// answered commands included (the documented price).
+		return "the stream lost its unsynced tail (--sync interval): " + e.Summary()
+	case h.accepts(e):
+		log.Error("STREAM HISTORY ACCEPTED BY THE OPERATOR: rebuilding the partition from the stream as it is now; "+
+			"what the index applied that the stream no longer has is lost", "partition", e.Partition, "first_differing_seq", e.Seq,
+			"what", e.What, "index_applied_seq", e.Applied)
+		return "its history, accepted by the operator: " + e.Summary()
+	}
+	return ""
 }
 
 // checkHistory compares what the index recorded of partition p's log (hist)

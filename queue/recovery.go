@@ -100,19 +100,12 @@ func reconcileIndex(ctx context.Context, s jetstream.Stream, store *data.Store, 
 		if err != nil {
 			return nil, nil, err
 		}
-		switch {
-		case e == nil:
-		case policy.lostTail && e.Tail:
-			// --sync interval: the stream lost what it had not synced,
-			// answered commands included (the documented price).
-			reasons[p] = "the stream lost its unsynced tail (--sync interval): " + e.Summary()
-		case policy.accepts(e):
-			log.Error("STREAM HISTORY ACCEPTED BY THE OPERATOR: rebuilding the partition from the stream as it is now; "+
-				"what the index applied that the stream no longer has is lost", "partition", p, "first_differing_seq", e.Seq,
-				"what", e.What, "index_applied_seq", e.Applied)
-			reasons[p] = "its history, accepted by the operator: " + e.Summary()
-		default:
-			refused[p] = e
+		if e != nil {
+			if why := policy.rebuild(e, log); why != "" {
+				reasons[p] = why
+			} else {
+				refused[p] = e
+			}
 		}
 	}
 	// Whatever is rebuilt or continued must find its history in the
@@ -195,6 +188,12 @@ func reconcileIndex(ctx context.Context, s jetstream.Stream, store *data.Store, 
 		log.Warn("outcome events of the previous command stream were not published yet; publishing them under its identity",
 			"events", aside, "previous_stream", known)
 	}
+	logReconciled(log, reset, reasons, refused)
+	return reset, refused, nil
+}
+
+// logReconciled reports the partitions reconcileIndex reset and refused.
+func logReconciled(log *slog.Logger, reset []int, reasons map[int]string, refused map[int]*HistoryMismatchError) {
 	for _, p := range reset {
 		log.Error("INDEX AHEAD OF STREAM: not serving this partition from the index; rebuilding it from the stream",
 			"partition", p, "reason", reasons[p])
@@ -206,5 +205,4 @@ func reconcileIndex(ctx context.Context, s jetstream.Stream, store *data.Store, 
 		log.Error("to accept the stream's history of every refused partition as it is now (rebuilding them from it): "+
 			"restart with --accept-stream-history="+acceptKeys(refused), "partitions", slices.Sorted(maps.Keys(refused)))
 	}
-	return reset, refused, nil
 }
