@@ -87,13 +87,16 @@ func startNode(t testing.TB, dir string, gc calendarsync.Config) node {
 	var err error
 	n.Node, err = queue.StartNode(queue.NodeConfig{DataDir: dir, Partitions: 2, Logger: logger,
 		Followers: []func(*queue.Node) queue.Follower{func(qn *queue.Node) queue.Follower {
+			if gc.WebhookURL != "" {
+				gc.Channels = qn.GoogleChannels() // kept only with gc.Key
+			}
 			n.google = calendarsync.New(gc, qn.Store, qn.SubmitInternal)
 			return n.google
 		}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	queuetest.CheckFor(t, 20*time.Second, n.Ready)
+	queuetest.CheckFor(t, queuetest.ReadyTimeout, n.Ready)
 	return n
 }
 

@@ -62,6 +62,10 @@ func TestPushNotifications(t *testing.T) {
 	hook := "http://" + ln.Addr().String() + "/v1/google/notifications"
 	gc := fastRetries(fake.Service)
 	gc.WebhookURL, gc.WatchCheckEvery, gc.ChannelTTL = hook, 50*time.Millisecond, 3*time.Second
+	// A failed watch is tried again after 1-2 s (RetryBase*20, doubled,
+	// capped at PauseMax), not 20-40 ms: the test must see the calendar
+	// polling in between, and a loaded machine polls its status slowly.
+	gc.RetryBase, gc.PauseMax = 50*time.Millisecond, 4*time.Second
 	n := startNode(t, t.TempDir(), gc)
 	defer stopNode(t, n)
 	serveAPI(t, ln, n)

@@ -467,10 +467,10 @@ func TestRestartKeepsEverything(t *testing.T) {
 // the stream; the API answers 202 with a Location that later gives the
 // decided outcome.
 func TestPendingAndLocation(t *testing.T) {
-	h := start(t, "", options{replyTimeout: 300 * time.Millisecond})
+	h := start(t, "", options{pendingAfter: 300 * time.Millisecond})
 	h.createCalendar("cal", "UTC")
 	h.node.StopWriters()
-	r := h.do("POST", "/v1/calendars/cal/bookings", bookingBody(base, time.Hour, "ann"), "Idempotency-Key", "k1")
+	r := h.doPending("POST", "/v1/calendars/cal/bookings", bookingBody(base, time.Hour, "ann"), "Idempotency-Key", "k1")
 	h.mustStatus(r, 202)
 	loc := r.Header.Get("Location")
 	if !strings.HasPrefix(loc, "/v1/calendars/cal/requests/") || !strings.Contains(string(r.Body), `"status":"pending"`) {
@@ -500,12 +500,12 @@ func TestPendingAndLocation(t *testing.T) {
 // after its command, and its 202 Location is answered meanwhile. Keyed
 // writes keep their records forever unless a keyed retention is set.
 func TestRecordRetentionOverHTTP(t *testing.T) {
-	h := start(t, "", options{replyTimeout: 300 * time.Millisecond, api: func(c *httpapi.Config) {
+	h := start(t, "", options{pendingAfter: 300 * time.Millisecond, api: func(c *httpapi.Config) {
 		c.KeylessRecordRetention = 24 * time.Hour
 	}})
 	h.createCalendar("cal", "UTC")
 	h.node.StopWriters()
-	r := h.do("POST", "/v1/calendars/cal/bookings", bookingBody(base, time.Hour, "ann"))
+	r := h.doPending("POST", "/v1/calendars/cal/bookings", bookingBody(base, time.Hour, "ann"))
 	h.mustStatus(r, 202)
 	var pending struct {
 		RequestID string `json:"request_id"`
@@ -586,7 +586,7 @@ func recordOf(t *testing.T, h *harness, cal, id string) (found data.RequestRecor
 // TestUnavailable: when NATS cannot take the command the API answers 503
 // with Retry-After, and /healthz is red.
 func TestUnavailable(t *testing.T) {
-	h := start(t, "", options{replyTimeout: time.Second})
+	h := start(t, "", options{})
 	h.createCalendar("cal", "UTC")
 	h.mustStatus(h.do("GET", "/healthz", nil), 200)
 	h.node.NC.Close()

@@ -2,6 +2,7 @@ package httpapi_test
 
 import (
 	"bytes"
+	"crypto/rand"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/bookline/bookline/data/datatest"
+	"github.com/bookline/bookline/data/secretkey"
 	"github.com/bookline/bookline/httpapi"
 	"github.com/bookline/bookline/queue"
 	"github.com/bookline/bookline/queue/queuetest"
@@ -25,11 +27,23 @@ type harness struct {
 	api  *httpapi.Server
 	URL  string
 	done chan struct{}
+	// pending is the second API of options.pendingAfter (doPending).
+	pending     *httpapi.Server
+	pendingURL  string
+	pendingDone chan struct{}
 }
 
 type options struct {
-	partitions      int
-	replyTimeout    time.Duration
+	partitions int
+	// replyTimeout is how long the API waits for a write's answer before
+	// it answers 202 (default 10 s, more than a loaded machine needs).
+	replyTimeout time.Duration
+	// pendingAfter, when set, starts a second API on the same node whose
+	// writes answer 202 after that long (doPending): for writes meant to
+	// wait in the log while the writers are stopped. A short reply timeout
+	// on the one API made writes that should be decided answer 202, and
+	// reads that catch up fail, whenever the machine was slow.
+	pendingAfter    time.Duration
 	duplicateWindow time.Duration
 	syncInterval    bool
 	// api adjusts the API's configuration (keys, limits); its Logger, when
@@ -60,10 +74,25 @@ func start(t testing.TB, dir string, o options) *harness {
 	}
 	cfg.Metrics.AttachNode(node)
 	h := &harness{t: t, dir: dir, node: node}
+	if o.pendingAfter > 0 && cfg.Secrets == nil { // one hold-secret key for both APIs
+		raw := make([]byte, secretkey.Size)
+		if _, err := rand.Read(raw); err != nil {
+			t.Fatal(err)
+		}
+		if cfg.Secrets, err = secretkey.New(raw); err != nil {
+			t.Fatal(err)
+		}
+	}
 	h.api = httpapi.New(node, cfg)
 	h.URL, h.done = serveLoopback(t, h.api)
+	if o.pendingAfter > 0 {
+		quick := cfg
+		quick.ReplyTimeout = o.pendingAfter
+		h.pending = httpapi.New(node, quick)
+		h.pendingURL, h.pendingDone = serveLoopback(t, h.pending)
+	}
 	t.Cleanup(h.stop)
-	queuetest.CheckFor(t, 20*time.Second, func() error { return node.Ready() })
+	queuetest.CheckFor(t, queuetest.ReadyTimeout, func() error { return node.Ready() })
 	return h
 }
 
@@ -91,6 +120,10 @@ func (h *harness) stop() {
 	httpClient.CloseIdleConnections()
 	_ = h.api.App().Shutdown()
 	<-h.done
+	if h.pending != nil {
+		_ = h.pending.App().Shutdown()
+		<-h.pendingDone
+	}
 	datatest.CheckInvariants(h.t, h.node.Store)
 	if err := h.node.Close(); err != nil {
 		h.t.Errorf("close node: %v", err)
@@ -132,6 +165,20 @@ func (r response) errorCode(t testing.TB) string {
 func (h *harness) do(method, path string, body any, headers ...string) response {
 	h.t.Helper()
 	r, err := h.try(method, path, body, headers...)
+	if err != nil {
+		h.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	return r
+}
+
+// doPending sends a request to the API of options.pendingAfter: a write
+// answers 202 soon when nothing decides it.
+func (h *harness) doPending(method, path string, body any, headers ...string) response {
+	h.t.Helper()
+	if h.pending == nil {
+		h.t.Fatal("doPending needs options.pendingAfter")
+	}
+	r, err := sendRequest(httpClient, h.pendingURL, method, path, body, headers...)
 	if err != nil {
 		h.t.Fatalf("%s %s: %v", method, path, err)
 	}

@@ -20,7 +20,7 @@ import (
 // admin can read both.
 func TestIdempotencyKeysScopedToCaller(t *testing.T) {
 	dir := t.TempDir()
-	opts := options{replyTimeout: 300 * time.Millisecond, api: func(c *httpapi.Config) { c.Keys = testKeyring(t) }}
+	opts := options{pendingAfter: 300 * time.Millisecond, api: func(c *httpapi.Config) { c.Keys = testKeyring(t) }}
 	h := start(t, dir, opts)
 	// Two seats: the same body twice is two bookings if nothing merges them.
 	r := h.do("PUT", "/v1/calendars/alice", map[string]any{"timezone": "UTC", "capacity": 2}, bearer(adminKey)...)
@@ -34,7 +34,7 @@ func TestIdempotencyKeysScopedToCaller(t *testing.T) {
 	}
 	var reqs []sent
 	for _, key := range []string{bookerKey, aliceKey} {
-		r := h.do("POST", "/v1/calendars/alice/bookings", body, append(bearer(key), "Idempotency-Key", "order-1")...)
+		r := h.doPending("POST", "/v1/calendars/alice/bookings", body, append(bearer(key), "Idempotency-Key", "order-1")...)
 		h.mustStatus(r, http.StatusAccepted)
 		reqs = append(reqs, sent{key, r.Header.Get("Location")})
 	}
@@ -42,7 +42,7 @@ func TestIdempotencyKeysScopedToCaller(t *testing.T) {
 		t.Fatalf("both callers' requests have one Location %s", reqs[0].location)
 	}
 	// A write without a key is its caller's too.
-	r = h.do("POST", "/v1/calendars/alice/bookings", bookingBody(base.Add(2*time.Hour), time.Hour, "kim"), bearer(bookerKey)...)
+	r = h.doPending("POST", "/v1/calendars/alice/bookings", bookingBody(base.Add(2*time.Hour), time.Hour, "kim"), bearer(bookerKey)...)
 	h.mustStatus(r, http.StatusAccepted)
 	keyless := r.Header.Get("Location")
 	h.node.StartWriters()

@@ -87,7 +87,7 @@ func startHooks(t *testing.T, dir string, wc webhook.Config) *hookHarness {
 	h.api = httpapi.New(hookBackend{Node: node, Manager: m}, httpapi.Config{ReplyTimeout: 10 * time.Second, Logger: log, Metrics: metrics})
 	h.URL, h.done = serveLoopback(t, h.api)
 	t.Cleanup(h.stop)
-	queuetest.CheckFor(t, 20*time.Second, func() error { return node.Ready() })
+	queuetest.CheckFor(t, queuetest.ReadyTimeout, func() error { return node.Ready() })
 	return h
 }
 

@@ -70,12 +70,12 @@ func TestHoldExpirerRepublishesAnEarlyExpire(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer n.Close()
-	queuetest.CheckFor(t, 20*time.Second, n.Ready)
+	queuetest.CheckFor(t, queuetest.ReadyTimeout, n.Ready)
 	const skew = 2 * time.Second
 	n.StopWriters()
 	n.holds.now = func() time.Time { return time.Now().Add(skew) }
 	n.StartWriters()
-	queuetest.CheckFor(t, 20*time.Second, n.Ready)
+	queuetest.CheckFor(t, queuetest.ReadyTimeout, n.Ready)
 
 	submit := func(cmd actor.Command) actor.Reply {
 		t.Helper()

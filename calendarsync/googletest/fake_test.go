@@ -87,11 +87,14 @@ func TestIfMatch(t *testing.T) {
 // client timed out is not applied later.
 func TestDelayedRequestIsDroppedWhenTheClientGivesUp(t *testing.T) {
 	fake, svc, id := setup(t)
-	fake.Inject("PATCH", googletest.Fault{Delay: 500 * time.Millisecond})
-	if _, err := patch(svc, id, "B", "", 100*time.Millisecond); err == nil {
+	fake.Inject("PATCH", googletest.Fault{Delay: 3 * time.Second})
+	if _, err := patch(svc, id, "B", "", time.Second); err == nil {
 		t.Fatal("the client should have timed out")
 	}
-	time.Sleep(800 * time.Millisecond)
+	// The request reached the fake; Close waits for its handler, which
+	// either dropped it or applied it after the delay.
+	waitFor(t, "the request at the fake", func() bool { n, _, _ := fake.Stats(); return n == 1 })
+	fake.Close()
 	if ev := fake.Events("c")[id]; ev.Summary != "A" {
 		t.Fatalf("a request dropped with its client was applied: %q", ev.Summary)
 	}
@@ -103,9 +106,12 @@ func TestLateRequest(t *testing.T) {
 	fake, svc, id := setup(t)
 	e0 := fake.Events("c")[id].Etag
 
-	// Nothing changed meanwhile: applied.
-	fake.Inject("PATCH", googletest.Fault{Late: 300 * time.Millisecond})
-	if _, err := patch(svc, id, "B", e0, 100*time.Millisecond); err == nil {
+	// Nothing changed meanwhile: applied. The client waits long enough for
+	// its request to reach the fake on a loaded machine (100 ms did not
+	// always), and Late is far beyond that, so that "not yet" holds when
+	// the client has given up.
+	fake.Inject("PATCH", googletest.Fault{Late: 3 * time.Second})
+	if _, err := patch(svc, id, "B", e0, time.Second); err == nil {
 		t.Fatal("the client should have timed out")
 	}
 	if ev := fake.Events("c")[id]; ev.Summary != "A" {
@@ -119,7 +125,7 @@ func TestLateRequest(t *testing.T) {
 
 	// Changed meanwhile: refused (412), the newer change stays.
 	e1 := ev.Etag
-	fake.Inject("PATCH", googletest.Fault{Late: 300 * time.Millisecond, Status: 500, Reason: "backendError"})
+	fake.Inject("PATCH", googletest.Fault{Late: 2 * time.Second, Status: 500, Reason: "backendError"})
 	if _, err := patch(svc, id, "C", e1, 5*time.Second); code(err) != 500 {
 		t.Fatalf("Late with Status answers it at once: %v", err)
 	}

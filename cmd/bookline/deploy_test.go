@@ -162,7 +162,7 @@ func (dc *deployCluster) clientURLs(user, password string) string {
 func startDeployCluster(t *testing.T, bin string, syncAlways bool) *deployCluster {
 	t.Helper()
 	dir := t.TempDir()
-	free := freeLoopbackPorts(t, 9)
+	free := queuetest.FreePorts(t, 9)
 	var replace []string
 	for i := 0; i < 3; i++ {
 		for j, base := range []int{4222, 6232, 8222} {

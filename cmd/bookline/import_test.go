@@ -44,7 +44,7 @@ func startImportNode(tb testing.TB, dupWindow time.Duration) *queue.Node {
 			tb.Error(err)
 		}
 	})
-	queuetest.CheckFor(tb, 30*time.Second, node.Ready)
+	queuetest.CheckFor(tb, queuetest.ReadyTimeout, node.Ready)
 	if node.ClientURL() == "" {
 		tb.Fatal("embedded NATS has no client URL")
 	}

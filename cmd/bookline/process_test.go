@@ -55,6 +55,15 @@ func startProcWithin(t *testing.T, ready time.Duration, args ...string) *proc {
 	return p
 }
 
+// launchProc starts bookline with args and returns once it serves HTTP,
+// ready or not (startProc waits until it is ready).
+func launchProc(t *testing.T, args ...string) *proc {
+	t.Helper()
+	p := spawnProc(t, args...)
+	p.awaitAddr(t)
+	return p
+}
+
 // spawnProc starts bookline with args and returns at once.
 func spawnProc(t *testing.T, args ...string) *proc {
 	t.Helper()
@@ -89,15 +98,23 @@ func spawnProc(t *testing.T, args ...string) *proc {
 	return p
 }
 
-// awaitReady waits for p's HTTP address, then up to ready for /healthz 200.
-func (p *proc) awaitReady(t *testing.T, ready time.Duration) {
+// awaitAddr waits for p's HTTP address.
+func (p *proc) awaitAddr(t *testing.T) {
 	t.Helper()
 	select {
 	case a := <-p.addr:
 		p.URL = "http://" + a
+	case err := <-p.done:
+		t.Fatalf("bookline exited (%v):\n%s", err, p.output())
 	case <-time.After(30 * time.Second):
 		t.Fatalf("bookline did not start:\n%s", p.output())
 	}
+}
+
+// awaitReady waits for p's HTTP address, then up to ready for /healthz 200.
+func (p *proc) awaitReady(t *testing.T, ready time.Duration) {
+	t.Helper()
+	p.awaitAddr(t)
 	deadline := time.Now().Add(ready)
 	for {
 		resp, err := http.Get(p.URL + "/healthz")

@@ -2,12 +2,14 @@ package queuetest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -22,11 +24,12 @@ type Cluster struct {
 	opts    []*server.Options
 }
 
-// freePorts reserves n loopback ports. Routes must be configured before the
-// servers start (JetStream clustering needs configured routes), so the
-// cluster ports are picked up front; the small window between closing the
-// probe and the server binding is acceptable in tests.
-func freePorts(tb testing.TB, n int) []int {
+// FreePorts picks n free loopback ports. Routes must be configured before
+// the servers start (JetStream clustering needs configured routes), so the
+// cluster ports are picked up front; another process may take one between
+// the probe and the server's bind, which StartClusterWith notices and
+// retries.
+func FreePorts(tb testing.TB, n int) []int {
 	tb.Helper()
 	var ports []int
 	var lns []net.Listener
@@ -43,6 +46,20 @@ func freePorts(tb testing.TB, n int) []int {
 	}
 	return ports
 }
+
+// ReadyTimeout bounds how long StartCluster and StartServer wait for the
+// servers to listen and for a JetStream cluster to form, and how long
+// tests wait for a node to be ready (caught up). It is generous because
+// it only matters when something is broken: the waits return as soon as
+// the condition holds, and with the race detector on a loaded 2-core
+// machine starting three clustered servers has taken longer than 20 s,
+// and an instance joining a cluster under load 15 s per partition.
+const ReadyTimeout = 60 * time.Second
+
+// startAttempts is how often StartCluster picks new cluster ports when a
+// server could not listen on its own (another process took it between
+// freePorts and the listen).
+const startAttempts = 3
 
 // ClusterOptions are the settings of StartClusterWith.
 type ClusterOptions struct {
@@ -77,12 +94,36 @@ func StartCluster(tb testing.TB, n int) *Cluster {
 // StartClusterWith is StartCluster with options.
 func StartClusterWith(tb testing.TB, n int, co ClusterOptions) *Cluster {
 	tb.Helper()
-	ports := freePorts(tb, n)
+	for attempt := 1; ; attempt++ {
+		c, err := startCluster(tb, FreePorts(tb, n), co)
+		if err == nil {
+			if !co.NoWait {
+				c.waitJetStream(tb, n)
+			}
+			return c
+		}
+		c.Shutdown()
+		if !errors.Is(err, errPortTaken) || attempt == startAttempts {
+			tb.Fatal(err)
+		}
+		tb.Logf("starting the cluster again on other ports: %v", err)
+	}
+}
+
+// errPortTaken: a server could not listen on its cluster port.
+var errPortTaken = errors.New("cluster port taken")
+
+// startCluster starts one server per cluster port and waits until each
+// listens.
+func startCluster(tb testing.TB, ports []int, co ClusterOptions) (*Cluster, error) {
+	tb.Helper()
+	n := len(ports)
 	var routes []*url.URL
 	for _, p := range ports {
 		routes = append(routes, &url.URL{Scheme: "nats", Host: fmt.Sprintf("127.0.0.1:%d", p)})
 	}
 	c := &Cluster{}
+	var logs []*fatalLog
 	for i := 0; i < n; i++ {
 		o := accountOptions(tb, co)
 		*o = server.Options{
@@ -103,22 +144,33 @@ func StartClusterWith(tb testing.TB, n int, co ClusterOptions) *Cluster {
 		}
 		ns, err := server.NewServer(o)
 		if err != nil {
-			tb.Fatal(err)
+			return c, err
 		}
+		log := &fatalLog{}
+		ns.SetLogger(log, false, false)
 		go ns.Start()
 		c.Servers = append(c.Servers, ns)
 		c.opts = append(c.opts, o)
+		logs = append(logs, log)
 	}
 	tb.Cleanup(c.Shutdown)
-	for _, ns := range c.Servers {
-		if !ns.ReadyForConnections(20 * time.Second) {
-			tb.Fatalf("nats %s not ready", ns.Name())
+	deadline := time.Now().Add(ReadyTimeout)
+	for i, ns := range c.Servers {
+		// Short looks, so that a server that failed to listen is
+		// noticed at once rather than at the deadline.
+		for !ns.ReadyForConnections(250 * time.Millisecond) {
+			if msg := logs[i].first(); msg != "" {
+				if strings.Contains(msg, "listening on router") {
+					return c, fmt.Errorf("%w: nats %s: %s", errPortTaken, ns.Name(), msg)
+				}
+				return c, fmt.Errorf("nats %s failed: %s", ns.Name(), msg)
+			}
+			if time.Now().After(deadline) {
+				return c, fmt.Errorf("nats %s not ready after %s", ns.Name(), ReadyTimeout)
+			}
 		}
 	}
-	if !co.NoWait {
-		c.waitJetStream(tb, n)
-	}
-	return c
+	return c, nil
 }
 
 // MonitorURLs are the monitoring endpoints of the running servers
@@ -171,6 +223,34 @@ func (c *Cluster) SystemURL(user, password string) string {
 	return strings.Join(u, ",")
 }
 
+// fatalLog keeps what a server reports as fatal: with logging off a server
+// that cannot listen on its cluster port just runs on without routes.
+type fatalLog struct {
+	mu    sync.Mutex
+	fatal []string
+}
+
+func (l *fatalLog) Fatalf(format string, v ...any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.fatal = append(l.fatal, fmt.Sprintf(format, v...))
+}
+
+func (l *fatalLog) first() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.fatal) == 0 {
+		return ""
+	}
+	return l.fatal[0]
+}
+
+func (*fatalLog) Noticef(string, ...any) {}
+func (*fatalLog) Warnf(string, ...any)   {}
+func (*fatalLog) Errorf(string, ...any)  {}
+func (*fatalLog) Debugf(string, ...any)  {}
+func (*fatalLog) Tracef(string, ...any)  {}
+
 // waitJetStream polls until a stream with n replicas can be created.
 func (c *Cluster) waitJetStream(tb testing.TB, replicas int) {
 	tb.Helper()
@@ -183,9 +263,9 @@ func (c *Cluster) waitJetStream(tb testing.TB, replicas int) {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(ReadyTimeout)
 	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		_, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: "QUEUETEST_READY", Subjects: []string{"queuetest.ready"}, Replicas: replicas, Storage: jetstream.MemoryStorage})
 		if err == nil {
 			err = js.DeleteStream(ctx, "QUEUETEST_READY")
@@ -195,7 +275,7 @@ func (c *Cluster) waitJetStream(tb testing.TB, replicas int) {
 			return
 		}
 		if time.Now().After(deadline) {
-			tb.Fatalf("jetstream cluster not ready: %v", err)
+			tb.Fatalf("jetstream cluster not ready after %s: %v", ReadyTimeout, err)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -238,7 +318,7 @@ func StartServer(tb testing.TB) string {
 	}
 	go ns.Start()
 	tb.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
-	if !ns.ReadyForConnections(20 * time.Second) {
+	if !ns.ReadyForConnections(ReadyTimeout) {
 		tb.Fatal("nats not ready")
 	}
 	return ns.ClientURL()
