@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
@@ -213,7 +214,19 @@ func (r *faultRig) startInstances() {
 	for _, i := range started {
 		in := w.inst[i]
 		p := in.procs[len(in.procs)-1]
-		p.awaitReady(r.t, 3*time.Minute)
+		var refusing func(*proc) bool
+		if r.allowRefusal {
+			// An instance that refuses an altered history does not get
+			// ready; that is one of the outcomes allowed.
+			refusing = func(p *proc) bool { return strings.Contains(p.output(), "STREAM HISTORY DIFFERS") }
+		}
+		switch err := p.awaitReadyUnless(r.t, 3*time.Minute, refusing); {
+		case errors.Is(err, errNotReadyExpected):
+			r.refused = true
+			r.note("instance %s refuses an altered history", in.id)
+		case err != nil:
+			r.t.Fatalf("instance %s: %v:\n%s", in.id, err, p.output())
+		}
 		w.mu.Lock()
 		in.p = p
 		w.mu.Unlock()

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -60,7 +61,7 @@ func startProcWithin(t *testing.T, ready time.Duration, args ...string) *proc {
 func launchProc(t *testing.T, args ...string) *proc {
 	t.Helper()
 	p := spawnProc(t, args...)
-	p.awaitAddr(t)
+	p.awaitAddr(t, 30*time.Second)
 	return p
 }
 
@@ -98,38 +99,56 @@ func spawnProc(t *testing.T, args ...string) *proc {
 	return p
 }
 
-// awaitAddr waits for p's HTTP address.
-func (p *proc) awaitAddr(t *testing.T) {
+// awaitAddr waits up to within for p's HTTP address.
+func (p *proc) awaitAddr(t *testing.T, within time.Duration) {
 	t.Helper()
 	select {
 	case a := <-p.addr:
 		p.URL = "http://" + a
 	case err := <-p.done:
 		t.Fatalf("bookline exited (%v):\n%s", err, p.output())
-	case <-time.After(30 * time.Second):
-		t.Fatalf("bookline did not start:\n%s", p.output())
+	case <-time.After(within):
+		t.Fatalf("bookline did not start within %v:\n%s", within, p.output())
 	}
 }
 
 // awaitReady waits for p's HTTP address, then up to ready for /healthz 200.
 func (p *proc) awaitReady(t *testing.T, ready time.Duration) {
 	t.Helper()
-	p.awaitAddr(t)
+	if err := p.awaitReadyUnless(t, ready, nil); err != nil {
+		t.Fatalf("%v:\n%s", err, p.output())
+	}
+}
+
+// awaitReadyUnless waits for p's HTTP address, then up to ready for
+// /healthz 200, unless stop (when not nil) says first that p will not get
+// ready for a reason the caller expects.
+func (p *proc) awaitReadyUnless(t *testing.T, ready time.Duration, stop func(*proc) bool) error {
+	t.Helper()
+	// A start waits for the NATS cluster before it serves HTTP (one that
+	// has just lost a majority can take a while to answer again).
 	deadline := time.Now().Add(ready)
+	p.awaitAddr(t, max(ready, 30*time.Second))
 	for {
 		resp, err := http.Get(p.URL + "/healthz")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == 200 {
-				return
+				return nil
 			}
 		}
+		if stop != nil && stop(p) {
+			return errNotReadyExpected
+		}
 		if time.Now().After(deadline) {
-			t.Fatalf("bookline not healthy:\n%s", p.output())
+			return fmt.Errorf("bookline not healthy after %v", ready)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// errNotReadyExpected: awaitReadyUnless stopped waiting when told to.
+var errNotReadyExpected = errors.New("bookline not ready, as expected")
 
 func (p *proc) output() string {
 	p.mu.Lock()
