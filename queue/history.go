@@ -281,9 +281,12 @@ func messageDiffers(ctx context.Context, s jetstream.Stream, p int, seq, last ui
 	return "", nil
 }
 
-// historyQuiet is how long compareRecent waits for the next message before
-// it takes the partition's messages to have ended.
-const historyQuiet = 2 * time.Second
+// historyQuiet is how long compareRecent waits for the consumer's next
+// message before it reads the rest one by one (compareDirect): a cluster
+// that has just healed can take seconds to start delivering, and a server
+// never delivers a message it cannot read, so a quiet consumer proves
+// nothing either way.
+var historyQuiet = 2 * time.Second // a variable for tests of compareDirect
 
 // compareRecent reads partition p's messages from the first recent one on
 // and compares them with recent, one by one: the index applied every
@@ -294,13 +297,14 @@ func compareRecent(ctx context.Context, s jetstream.Stream, p int, recent []data
 	end := recent[len(recent)-1].Seq
 	// The first index of recent not yet matched, and the mismatch at it.
 	i := 0
-	differs := func(seq uint64, what string) *HistoryMismatchError {
+	differsAt := func(i int, seq uint64, what string) *HistoryMismatchError {
 		e := &HistoryMismatchError{Seq: seq, What: what, Exact: i > 0 || whole}
 		if i > 0 {
 			e.After = recent[i-1].Seq
 		}
 		return e
 	}
+	differs := func(seq uint64, what string) *HistoryMismatchError { return differsAt(i, seq, what) }
 	missing := func() (*HistoryMismatchError, error) {
 		what, err := messageDiffers(ctx, s, p, recent[i].Seq, last, recent[i].Hash)
 		if err != nil {
@@ -331,13 +335,12 @@ func compareRecent(ctx context.Context, s jetstream.Stream, p int, recent []data
 	}
 	defer it.Stop()
 	for i < len(recent) {
-		// The server counts messages it cannot read as pending but never
-		// delivers them: when nothing comes for a while, nothing more will.
 		nctx, cancel := context.WithTimeout(ctx, historyQuiet)
 		m, err := it.Next(jetstream.NextContext(nctx))
 		cancel()
 		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
-			break
+			it.Stop()
+			return compareDirect(ctx, s, p, recent, i, last, differsAt)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("queue: history check of partition %d: %w", p, err)
@@ -368,6 +371,48 @@ func compareRecent(ctx context.Context, s jetstream.Stream, p int, recent []data
 	}
 	if i < len(recent) {
 		return missing()
+	}
+	return nil, nil
+}
+
+// compareDirect goes on from recent[i] as compareRecent does, with one
+// direct read per message instead of a consumer: the partition's next
+// message after the one matched last. It names a message the server will
+// not return (damaged: its stored copy fails its checksum), one that
+// differs, and one of the partition that the index never applied.
+func compareDirect(ctx context.Context, s jetstream.Stream, p int, recent []data.Link, i int, last uint64,
+	differs func(i int, seq uint64, what string) *HistoryMismatchError) (*HistoryMismatchError, error) {
+	filter := partitionFilter(p)
+	from := recent[i].Seq
+	if i > 0 {
+		from = recent[i-1].Seq + 1
+	}
+	for ; i < len(recent); i++ {
+		want := recent[i]
+		m, err := s.GetMsg(ctx, from, jetstream.WithGetMsgSubject(filter))
+		switch {
+		case errors.Is(err, jetstream.ErrMsgNotFound):
+			return differs(i, want.Seq, "the partition has no message there or after it (removed, lost, or damaged so that the server cannot read it)"), nil
+		case err != nil:
+			return nil, fmt.Errorf("queue: read partition %d from seq %d: %w", p, from, err)
+		case m.Sequence < want.Seq:
+			return differs(i, m.Sequence, "the stream has a message of the partition there that the index never applied"), nil
+		case m.Sequence > want.Seq:
+			what, err := messageDiffers(ctx, s, p, want.Seq, last, want.Hash)
+			if err != nil {
+				return nil, err
+			}
+			if what == "" {
+				what = "the server skips this message when it reads the partition's messages (damaged?)"
+			}
+			return differs(i, want.Seq, what), nil
+		}
+		_, cal, _ := parseStoredSubject(m.Subject)
+		if !bytes.Equal(want.Hash, actor.MessageHash(actor.Input{At: m.Time, SubjectCalendar: cal, Data: m.Data})) {
+			return differs(i, want.Seq, fmt.Sprintf("the stream has another message there (%s, stored %s) than the one the index applied",
+				m.Subject, m.Time.UTC().Format(time.RFC3339Nano))), nil
+		}
+		from = want.Seq + 1
 	}
 	return nil, nil
 }

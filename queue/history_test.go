@@ -428,3 +428,40 @@ func TestClusterCatchUpRefusesChangedHistory(t *testing.T) {
 		t.Error("the follower applied a command on top of the changed history")
 	}
 }
+
+// TestHistoryCheckReadsDirectlyWhenTheConsumerIsQuiet: a consumer that
+// delivers nothing for a while (a cluster that has just healed) proves
+// nothing, so the check reads the rest message by message; it must find
+// the same differences, and none in a healthy stream.
+func TestHistoryCheckReadsDirectlyWhenTheConsumerIsQuiet(t *testing.T) {
+	queue.SetHistoryQuiet(t, time.Nanosecond)
+	for _, alter := range []string{"none", "flip", "truncate"} {
+		t.Run(alter, func(t *testing.T) {
+			dir := t.TempDir()
+			cfg := queue.NodeConfig{DataDir: dir, Partitions: 1}
+			n := startNodeWith(t, cfg, nil)
+			workload(t, n, "w", 30)
+			seq := requestSeq(t, n.Store, "e", "w-10")
+			stopNode(t, n)
+			switch alter {
+			case "none":
+				n = startNodeWith(t, cfg, nil)
+				if err := n.Ready(); err != nil {
+					t.Fatalf("a healthy stream, read directly: %v", err)
+				}
+				if !recorded(t, n.Store, "a", "w-24") {
+					t.Fatal("the index lost a request")
+				}
+				return
+			case "flip":
+				flipBit(t, queue.StoreDirFor(dir), `"w-10"`)
+			case "truncate":
+				truncateBlockAt(t, queue.StoreDirFor(dir), `"w-10"`)
+			}
+			_, e := startRefused(t, cfg, nil, 0)
+			if e.Seq != seq || !e.Exact {
+				t.Fatalf("refusal %+v, want the first difference at seq %d: %v", *e, seq, e)
+			}
+		})
+	}
+}
