@@ -8,7 +8,7 @@ PKGS     ?= ./...
 # heavier load; 30 min keeps a slow machine from failing a passing package.
 TESTFLAGS ?= -race -count=1 -timeout 30m
 
-.PHONY: all build run test test-short lint fmt vet fuzz bench bench-compare bench-cluster screenshot clean
+.PHONY: all build run test test-short lint fmt vet fuzz bench bench-compare bench-cluster screenshot faults clean
 
 all: lint test build
 
@@ -83,5 +83,14 @@ bench-recovery:
 	BOOKLINE_BENCH_DIR=$(RECOVERY_DIR) BOOKLINE_BENCH_BOOKINGS=$(BOOKINGS) BOOKLINE_BENCH_TAIL=$(TAIL) \
 	BOOKLINE_BENCH_HISTORY=$(HISTORY) $(GO) test -run='^$$' -bench='Recovery|SnapshotUnderLoad' -benchtime=3x -timeout 4h ./queue | tee bench-recovery.txt
 
+# The cluster fault suite's long variant (cmd/bookline/faults_test.go):
+# three nats-server processes, each store on a power-loss file system,
+# two bookline instances; per nemesis 10 fault cycles under 24 clients and
+# an importer, checked after each. `make test` runs the short variant.
+# Needs root and /dev/fuse; SEED=<n> repeats a run's random choices.
+SEED ?=
+faults:
+	BOOKLINE_FAULTS_LONG=1 BOOKLINE_FAULTS_SEED=$(SEED) $(GO) test -race -count=1 -timeout 3h -v -run '^TestClusterFault' ./cmd/bookline | tee faults.txt
+
 clean:
-	rm -rf bin bench.txt bench-recovery.txt
+	rm -rf bin bench.txt bench-recovery.txt faults.txt

@@ -93,19 +93,31 @@ type Decoded struct {
 // MessageHash identifies one message of the log: SHA-256 (first 16 bytes)
 // over its subject's calendar token, its stream timestamp (Unix
 // nanoseconds) and its body. The index keeps the hash of the last message
-// it applied per partition, beside the sequence (data.Tx.SetApplied), so
-// that a restart can tell the message it applied from another one stored
-// at the same sequence later (a stream that lost its tail and was refilled):
-// the stream timestamp differs even when a client re-sent the same body.
+// it applied per partition, beside the sequence, and a hash chain over
+// every message it applied (data.Tx.ExtendApplied), so that a restart,
+// a catch-up or a verify can tell the messages it applied from others
+// stored at the same sequences later (a stream that lost its tail and was
+// refilled, or whose files were damaged): the stream timestamp differs even
+// when a client re-sent the same body.
 func MessageHash(in Input) []byte {
-	h := sha256.New()
-	h.Write([]byte("bookline-msg-v1\x00"))
-	h.Write([]byte(in.SubjectCalendar))
-	var ts [9]byte
-	binary.BigEndian.PutUint64(ts[1:], uint64(in.At.UnixNano()))
-	h.Write(ts[:]) // a 0 separator, then the time
-	h.Write(in.Data)
-	return h.Sum(nil)[:16]
+	m := messageHasher{buf: make([]byte, 0, 32+len(in.SubjectCalendar)+len(in.Data))}
+	return m.append(make([]byte, 0, 16), in)
+}
+
+// messageHasher computes MessageHash without allocating: a writer hashes
+// every message it applies, with one messageHasher and one buffer for the
+// hashes per batch.
+type messageHasher struct{ buf []byte }
+
+// append appends in's MessageHash to dst.
+func (m *messageHasher) append(dst []byte, in Input) []byte {
+	m.buf = append(m.buf[:0], "bookline-msg-v1\x00"...)
+	m.buf = append(m.buf, in.SubjectCalendar...)
+	m.buf = append(m.buf, 0) // a separator, then the time
+	m.buf = binary.BigEndian.AppendUint64(m.buf, uint64(in.At.UnixNano()))
+	m.buf = append(m.buf, in.Data...)
+	sum := sha256.Sum256(m.buf)
+	return append(dst, sum[:16]...)
 }
 
 // NewerSchemaError says that a partition stopped at a command of a schema
@@ -241,7 +253,13 @@ func apply(tx *data.Tx, partition int, batch []Decoded, effects sideEffects) ([]
 	out := make([]Output, len(batch))
 	var buf []byte
 	held := false
-	last := -1 // the last decided message of the batch
+	// Every decided message extends the partition's hash chain
+	// (data.Tx.ExtendApplied), in stream order.
+	var (
+		links  []data.Link
+		hashes []byte // the links' hashes, one buffer per batch
+		hasher messageHasher
+	)
 	for i := range batch {
 		d := &batch[i]
 		out[i].Seq = d.Seq
@@ -285,7 +303,12 @@ func apply(tx *data.Tx, partition int, batch []Decoded, effects sideEffects) ([]
 			return nil, fmt.Errorf("actor: partition %d seq %d: %w", partition, d.Seq, err)
 		}
 		out[i].Decision = reply
-		applied, last = d.Seq, i
+		applied = d.Seq
+		if links == nil {
+			links, hashes = make([]data.Link, 0, len(batch)-i), make([]byte, 0, 16*(len(batch)-i))
+		}
+		hashes = hasher.append(hashes, d.msg)
+		links = append(links, data.Link{Seq: d.Seq, Hash: hashes[len(hashes)-16:]})
 		if dn.Skip != nil {
 			out[i].OperatorSkip = dn.Skip
 			if err := tx.MarkSkipped(partition, d.Seq, dn.Skip.Seq); err != nil {
@@ -306,10 +329,8 @@ func apply(tx *data.Tx, partition int, batch []Decoded, effects sideEffects) ([]
 			return nil, err
 		}
 	}
-	if last >= 0 {
-		if err := tx.SetApplied(partition, applied, MessageHash(batch[last].msg)); err != nil {
-			return nil, err
-		}
+	if err := tx.ExtendApplied(partition, links); err != nil {
+		return nil, err
 	}
 	if !now.Equal(lastNow) {
 		if err := tx.SetLogNow(partition, now); err != nil {

@@ -73,4 +73,7 @@ type PartitionStatus struct {
 	// effects (always, outside a cluster; in a cluster while the
 	// partition is assigned here).
 	Active bool
+	// HistoryMismatch: the partition is not served because the command
+	// stream's history differs from what its index applied.
+	HistoryMismatch bool
 }

@@ -41,10 +41,14 @@ type strictScan struct {
 // inside a member named metadata (any case), whose keys are a map's and
 // compared exactly; -0 is refused outside metadata, whose numbers are kept
 // as written.
-func scanStrict(data []byte) strictScan {
+func scanStrict(data []byte) strictScan { return scanStrictValue(data, false, true) }
+
+// scanStrictValue scans the first JSON value of data: opaque as inside
+// metadata, top as the command's own object.
+func scanStrictValue(data []byte, opaque, top bool) strictScan {
 	s := strictScanner{data: data}
 	s.ws()
-	s.res.ok = s.value(0, false, true)
+	s.res.ok = s.value(0, opaque, top)
 	s.res.end = s.i
 	return s.res
 }

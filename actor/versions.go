@@ -271,13 +271,7 @@ func strictDifference(in Input, d *Decoded, fast bool) *Reply {
 }
 
 // scanStrictOpaque scans a metadata value on its own.
-func scanStrictOpaque(raw []byte) strictScan {
-	s := strictScanner{data: raw}
-	s.ws()
-	s.res.ok = s.value(0, true, false)
-	s.res.end = s.i
-	return s.res
-}
+func scanStrictOpaque(raw []byte) strictScan { return scanStrictValue(raw, true, false) }
 
 // blank reports whether s holds only white space (and is not empty).
 func blank(s string) bool {

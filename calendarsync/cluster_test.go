@@ -31,17 +31,34 @@ import (
 // googleCall is one request an instance made to Google.
 type googleCall struct {
 	instance, method, path string
+	at                     time.Time
 }
 
 // googleLine is one instance's way to the fake Google: it records every
 // call and, when cut, answers 503 without passing the call on (the
-// instance lost its way to Google).
+// instance lost its way to Google). While holding, it keeps every call
+// until release, then passes it on whether or not its client still waits
+// (as Google may apply a request whose client gave up).
 type googleLine struct {
 	instance string
 	cut      atomic.Bool
 	mu       *sync.Mutex
 	calls    *[]googleCall
 	srv      *httptest.Server
+
+	holding atomic.Bool
+	release chan struct{}
+	heldMu  sync.Mutex
+	held    []*heldGoogleCall
+	late    sync.WaitGroup
+}
+
+// heldGoogleCall is a call the line held: when its client gave up, and
+// what Google answered once it was passed on.
+type heldGoogleCall struct {
+	method, path string
+	gaveUp       time.Time
+	status       int
 }
 
 func newGoogleLine(t *testing.T, fake *googletest.Server, instance string, mu *sync.Mutex, calls *[]googleCall) *googleLine {
@@ -50,7 +67,7 @@ func newGoogleLine(t *testing.T, fake *googletest.Server, instance string, mu *s
 		t.Fatal(err)
 	}
 	proxy := httputil.NewSingleHostReverseProxy(u)
-	l := &googleLine{instance: instance, mu: mu, calls: calls}
+	l := &googleLine{instance: instance, mu: mu, calls: calls, release: make(chan struct{})}
 	l.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		path := r.URL.Path
 		if r.Method == http.MethodPost && strings.HasSuffix(path, "/events") {
@@ -63,8 +80,12 @@ func newGoogleLine(t *testing.T, fake *googletest.Server, instance string, mu *s
 			_ = json.Unmarshal(body, &ev)
 			path += "/" + ev.ID
 		}
+		if l.holding.Load() {
+			l.hold(w, r, proxy, path)
+			return
+		}
 		l.mu.Lock()
-		*l.calls = append(*l.calls, googleCall{instance, r.Method, path})
+		*l.calls = append(*l.calls, googleCall{instance, r.Method, path, time.Now()})
 		l.mu.Unlock()
 		if l.cut.Load() {
 			w.Header().Set("Content-Type", "application/json")
@@ -78,6 +99,54 @@ func newGoogleLine(t *testing.T, fake *googletest.Server, instance string, mu *s
 	return l
 }
 
+// hold keeps call r until release, then passes it on detached from its
+// client (recorded as a call when it reaches Google).
+func (l *googleLine) hold(w http.ResponseWriter, r *http.Request, proxy *httputil.ReverseProxy, path string) {
+	l.late.Add(1)
+	defer l.late.Done()
+	// Read the body first: net/http notices a client that went away (and
+	// ends r.Context()) only once the body is read.
+	body, _ := io.ReadAll(r.Body)
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	h := &heldGoogleCall{method: r.Method, path: path}
+	l.heldMu.Lock()
+	l.held = append(l.held, h)
+	l.heldMu.Unlock()
+	select {
+	case <-r.Context().Done():
+		l.heldMu.Lock()
+		h.gaveUp = time.Now()
+		l.heldMu.Unlock()
+		<-l.release
+	case <-l.release:
+	}
+	l.mu.Lock()
+	*l.calls = append(*l.calls, googleCall{l.instance, r.Method, path, time.Now()})
+	l.mu.Unlock()
+	rec := httptest.NewRecorder()
+	late := r.Clone(context.Background())
+	late.Body = io.NopCloser(bytes.NewReader(body))
+	proxy.ServeHTTP(rec, late)
+	l.heldMu.Lock()
+	h.status = rec.Code
+	l.heldMu.Unlock()
+	for k, v := range rec.Header() {
+		w.Header()[k] = v
+	}
+	w.WriteHeader(rec.Code)
+	_, _ = w.Write(rec.Body.Bytes())
+}
+
+func (l *googleLine) heldCalls() []heldGoogleCall {
+	l.heldMu.Lock()
+	defer l.heldMu.Unlock()
+	out := make([]heldGoogleCall, len(l.held))
+	for i, h := range l.held {
+		out[i] = *h
+	}
+	return out
+}
+
 func (l *googleLine) service(ctx context.Context) (*calendar.Service, error) {
 	return calendar.NewService(ctx, option.WithEndpoint(l.srv.URL+"/calendar/v3/"), option.WithoutAuthentication())
 }
@@ -86,9 +155,17 @@ func (l *googleLine) service(ctx context.Context) (*calendar.Service, error) {
 // Google sync wired as bookline serve wires it in cluster mode.
 func startClusterNode(t *testing.T, urls, id string, line *googleLine) node {
 	t.Helper()
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	gc := fastRetries(line.service)
 	gc.BusyInterval = 200 * time.Millisecond
+	return startClusterNodeWith(t, urls, id, gc, true)
+}
+
+// startClusterNodeWith starts an instance with gc (Fence wired only when
+// fenced: the test that shows what the fence prevents runs without it
+// once).
+func startClusterNodeWith(t *testing.T, urls, id string, gc calendarsync.Config, fenced bool) node {
+	t.Helper()
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	gc.Logger = logger
 	var n node
 	var err error
@@ -100,7 +177,13 @@ func startClusterNode(t *testing.T, urls, id string, line *googleLine) node {
 		AllowLazySync:   true,
 		TakeoverTimeout: queue.DefaultTakeoverTimeout, Logger: logger,
 		Followers: []func(*queue.Node) queue.Follower{func(qn *queue.Node) queue.Follower {
-			gc.Owns, gc.Progress = qn.OwnsCalendar, qn
+			gc.Owns, gc.Progress, gc.CatchUp = qn.OwnsCalendar, qn, qn.SyncCalendar
+			if fenced {
+				gc.Fence = qn.FenceCalendar
+			}
+			if gc.WebhookURL != "" {
+				gc.Channels = qn.GoogleChannels() // kept only with gc.Key
+			}
 			n.google = calendarsync.New(gc, qn.Store, qn.SubmitInternal)
 			return n.google
 		}}})

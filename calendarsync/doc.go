@@ -35,10 +35,18 @@
 // the same way. It writes the index only through those commands (and its
 // own outbox bookkeeping).
 //
-// Caveats: sync tokens, push channels, link state and etags live in
-// memory (a restart does a full resync, makes new channels, reads each
-// event before its next change and reports no last_sync until the first
-// success); the mirror is at least once and eventually consistent; an
+// In a cluster only the owner of a calendar's partition mirrors it, and
+// every mirror call is fenced by the partition's ownership epoch
+// (Config.Fence): an instance that lost the partition without knowing it
+// makes no call, and one in flight ends before the new owner's first.
+// Push channels are kept in a store shared by the instances and the next
+// start (Config.Channels), their tokens sealed (Config.Key).
+//
+// Caveats: sync tokens, link state and etags live in memory (a restart
+// does a full resync, reads each event before its next change and reports
+// no last_sync until the first success); the mirror is at least once and
+// eventually consistent; a takeover delays a calendar's mirror by one
+// takeover timeout (the new owner's wait on the epoch); an
 // event edited by hand in Google keeps the edit until its booking changes
 // again, and is then overwritten (the stale etag's 412 makes the mirror
 // read the edit first; fields the mirror does not write, such as the

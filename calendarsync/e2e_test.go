@@ -87,6 +87,9 @@ func startNode(t testing.TB, dir string, gc calendarsync.Config) node {
 	var err error
 	n.Node, err = queue.StartNode(queue.NodeConfig{DataDir: dir, Partitions: 2, Logger: logger,
 		Followers: []func(*queue.Node) queue.Follower{func(qn *queue.Node) queue.Follower {
+			if gc.WebhookURL != "" {
+				gc.Channels = qn.GoogleChannels() // kept only with gc.Key
+			}
 			n.google = calendarsync.New(gc, qn.Store, qn.SubmitInternal)
 			return n.google
 		}}})

@@ -17,12 +17,14 @@ import (
 // notification route is configured (Config.WebhookURL), every busy-synced
 // calendar gets a channel: Google POSTs there when the calendar changes,
 // and the route makes the Syncer read that calendar at once instead of at
-// the next poll. Channels live in memory: they are renewed before they
-// expire (a new channel, then the old one stopped), made again after a
-// restart (the old ones expire on their own; their notifications are
-// answered 404), and stopped when the calendar stops being busy-synced.
-// Polling goes on all the while at BusyInterval: it is the fallback when a
-// watch fails or a notification is lost.
+// the next poll. Channels are renewed before they expire (a new channel,
+// then the old one stopped) and stopped when the calendar stops being
+// busy-synced. With a channel store (channels.go) they survive a restart
+// and a change of the calendar's owner; without one they live in memory,
+// are made again after a restart and the old ones expire on their own
+// (their notifications are answered 404). Polling goes on all the while
+// at BusyInterval: it is the fallback when a watch fails or a
+// notification is lost.
 
 // pushChannel is a live channel of one calendar.
 type pushChannel struct {
@@ -55,6 +57,13 @@ func (s *Syncer) goWatchAll(ctx context.Context) {
 	go func() {
 		defer s.wg.Done()
 		defer s.watching.Store(false)
+		var extra []*pushChannel
+		if s.persistent() {
+			var ok bool
+			if extra, ok = s.loadChannels(ctx); !ok {
+				return // tried again at the next check; polling goes on
+			}
+		}
 		want := map[string]string{} // calendar -> Google calendar
 		_ = s.store.View(func(tx *data.Tx) error {
 			for _, id := range tx.CalendarIDs() {
@@ -68,7 +77,7 @@ func (s *Syncer) goWatchAll(ctx context.Context) {
 		})
 		now := s.cfg.Now()
 		s.mu.Lock()
-		var stale []*pushChannel
+		stale := extra
 		need := map[string]string{}
 		for cal, g := range want {
 			ch := s.chanByCal[cal]
@@ -105,10 +114,24 @@ func (s *Syncer) watch(ctx context.Context, cal, g string) {
 	}
 	ttl := s.cfg.ChannelTTL
 	ch := &pushChannel{cal: cal, googleCal: g, id: "bookline-" + randomHex(16), token: randomHex(24)}
-	// Known before Google confirms it: the "sync" message may come first.
+	ch.expires = s.cfg.Now().Add(ttl)
+	ch.renewAt = ch.expires
+	// Known before Google confirms it: the "sync" message may come first,
+	// and a change right after it, to any instance.
 	s.mu.Lock()
 	s.chanByID[ch.id] = ch
 	s.mu.Unlock()
+	if err := s.saveChannel(ctx, ch); err != nil {
+		s.mu.Lock()
+		delete(s.chanByID, ch.id)
+		l := s.linkLocked(cal)
+		l.watchFails++
+		l.watchRetryAt = s.cfg.Now().Add(backoff(l.watchFails, s.cfg.RetryBase*20, s.cfg.PauseMax))
+		l.push = PushPolling
+		s.mu.Unlock()
+		s.log.Warn("google push channel not made: the channel store is not writable; polling only", "calendar", cal, "err", err)
+		return
+	}
 	c, cancel := s.callCtx(ctx)
 	got, err := svc.Events.Watch(g, &calendar.Channel{Id: ch.id, Type: "web_hook", Address: s.cfg.WebhookURL, Token: ch.token,
 		Params: map[string]string{"ttl": strconv.Itoa(int(ttl / time.Second))}}).Context(c).Do()
@@ -122,6 +145,7 @@ func (s *Syncer) watch(ctx context.Context, cal, g string) {
 		l.watchRetryAt = now.Add(backoff(l.watchFails, s.cfg.RetryBase*20, s.cfg.PauseMax))
 		l.push = PushPolling
 		s.mu.Unlock()
+		s.deleteChannel(ctx, ch.id)
 		if ctx.Err() == nil {
 			_, reason := classify(err)
 			s.failed(cal, reason)
@@ -140,6 +164,12 @@ func (s *Syncer) watch(ctx context.Context, cal, g string) {
 	s.chanByCal[cal] = ch
 	l.watchFails, l.push = 0, PushActive
 	s.mu.Unlock()
+	if err := s.saveChannel(ctx, ch); err != nil {
+		// The record made before the watch names the channel and its
+		// token: notifications are recognised; only its renewal and stop
+		// need the resource id, and it expires on its own otherwise.
+		s.log.Warn("google push channel made but not recorded in full", "calendar", cal, "err", err)
+	}
 	if old != nil {
 		s.stopChannel(ctx, old)
 	}
@@ -156,6 +186,7 @@ func (s *Syncer) stopChannel(ctx context.Context, ch *pushChannel) {
 		}
 	}
 	s.mu.Unlock()
+	s.deleteChannel(ctx, ch.id)
 	svc, err := s.service(ctx)
 	if err != nil || ch.resourceID == "" {
 		return
@@ -167,14 +198,18 @@ func (s *Syncer) stopChannel(ctx context.Context, ch *pushChannel) {
 	}
 }
 
-// Notification handles one push notification: the channel must be one of
-// this process's and token its token (data.ErrUnknownChannel,
+// Notification handles one push notification: the channel must be one
+// bookline made (this process, or with a channel store any instance and
+// any earlier start) and token its token (data.ErrUnknownChannel,
 // data.ErrChannelToken otherwise). A change ("exists", "not_exists")
-// reads the calendar's busy time in the background; "sync" (the channel's
-// first message) does nothing.
+// reads the calendar's busy time in the background, on this instance;
+// "sync" (the channel's first message) does nothing.
 func (s *Syncer) Notification(channelID, token, state string) error {
+	ch, err := s.lookupChannel(channelID)
+	if err != nil {
+		return err
+	}
 	s.mu.Lock()
-	ch := s.chanByID[channelID]
 	ctx := s.runCtx
 	s.mu.Unlock()
 	if ch == nil {
@@ -186,12 +221,32 @@ func (s *Syncer) Notification(channelID, token, state string) error {
 	if state == "sync" || ctx == nil {
 		return nil
 	}
+	if s.cfg.CatchUp == nil || s.cfg.owns(ch.cal) {
+		s.readNotified(ctx, ch)
+		return nil
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		cctx, cancel := context.WithTimeout(ctx, storeTimeout)
+		err := s.cfg.CatchUp(cctx, ch.cal)
+		cancel()
+		if err != nil {
+			s.log.Warn("catching up a notified calendar owned by another instance; read from the index as it is", "calendar", ch.cal, "err", err)
+		}
+		s.readNotified(ctx, ch)
+	}()
+	return nil
+}
+
+// readNotified reads the busy time of a notified channel's calendar if it
+// is still busy-synced with the channel's Google calendar.
+func (s *Syncer) readNotified(ctx context.Context, ch *pushChannel) {
 	var c data.Calendar
 	if err := s.store.View(func(tx *data.Tx) (err error) { c, err = tx.Calendar(ch.cal); return err }); err != nil {
-		return nil // gone since; the channel is stopped at the next check
+		return // gone since; the channel is stopped at the next check
 	}
 	if c.Google != nil && c.Google.SyncBusy && c.Google.CalendarID == ch.googleCal {
 		s.goBusyOne(ctx, c, s.link(ch.cal))
 	}
-	return nil
 }

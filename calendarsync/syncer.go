@@ -18,6 +18,7 @@ import (
 
 	"github.com/bookline/bookline/actor"
 	"github.com/bookline/bookline/data"
+	"github.com/bookline/bookline/data/secretkey"
 )
 
 // Publisher sends a command through the log and returns once it is decided
@@ -67,6 +68,18 @@ type Config struct {
 	// calendars get push channels (events.watch) whose notifications make
 	// their busy time be read at once. Polling goes on as the fallback.
 	WebhookURL string
+	// Channels, with Key, keeps the push channels where the next start and
+	// the other instances of a cluster find them (channels.go; bookline
+	// wires a NATS KV bucket), their tokens sealed with Key: a
+	// notification for a channel made before a restart, or by another
+	// instance, is recognised. Without both, channels live in memory.
+	Channels ChannelStore
+	Key      *secretkey.Key
+	// CatchUp, when set, brings this instance's index up to calendar
+	// cal's last logged command (in a cluster: Node.SyncCalendar) before
+	// a notification is acted on here for a calendar another instance
+	// owns, whose index copy may lag.
+	CatchUp func(ctx context.Context, cal string) error
 	// ChannelTTL is the lifetime asked for push channels (default 24h);
 	// they are renewed at four fifths of it. WatchCheckEvery is how often
 	// channels are checked (made, renewed, stopped) (default 1m).
@@ -91,6 +104,13 @@ type Config struct {
 	// confirmed each calendar's operations, so that a new owner goes on
 	// from there, in order.
 	Progress Progress
+	// Fence, when set, is asked immediately before each mirror call of
+	// calendar cal (in a cluster: Node.FenceCalendar, the partition's
+	// ownership epoch). It returns the latest time the call may still run
+	// (zero: no bound), or an error: this instance must not call for the
+	// calendar now, and its drainer stops. A call in flight on an old
+	// owner thus cannot outlast the moment the new owner makes its first.
+	Fence func(ctx context.Context, cal string) (time.Time, error)
 }
 
 // Progress records, for every instance to read, the stream sequence up to
@@ -282,6 +302,11 @@ func (s *Syncer) Run(ctx context.Context) {
 func (s *Syncer) link(cal string) *linkState {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.linkLocked(cal)
+}
+
+// linkLocked is link with s.mu held.
+func (s *Syncer) linkLocked(cal string) *linkState {
 	l := s.links[cal]
 	if l == nil {
 		l = &linkState{failures: map[string]uint64{}, wake: make(chan struct{}, 1)}
@@ -578,7 +603,11 @@ func (s *Syncer) drain(ctx context.Context, cal string) {
 			}
 			ok, dead := s.mirrorOne(ctx, e, link)
 			if !ok {
-				break
+				// ctx ended, or this instance may not call for the
+				// calendar now (Fence): what Google has is recorded, the
+				// rest waits for the next drainer.
+				flush()
+				return
 			}
 			if dead != "" {
 				if !flush() {
@@ -638,6 +667,11 @@ func (s *Syncer) mirrorOne(ctx context.Context, e data.SyncEntry, link *data.Goo
 			return true, ""
 		}
 		if ctx.Err() != nil {
+			return false, ""
+		}
+		var fe *fenceError
+		if errors.As(err, &fe) {
+			s.log.Debug("not mirroring: this instance does not hold the calendar's ownership epoch now", "calendar", e.Calendar, "err", fe.err)
 			return false, ""
 		}
 		act, reason := classify(err)
@@ -758,15 +792,18 @@ func (s *Syncer) applyOnce(ctx context.Context, e data.SyncEntry, link *data.Goo
 		// change of ours arriving after it carries an older etag, so
 		// Google refuses it (412). The etag is of no further use.
 		s.etags.forget(eventKey{g, ev.Id})
-		c, cancel := s.callCtx(ctx)
-		err := svc.Events.Delete(g, ev.Id).Context(c).Do()
+		c, cancel, err := s.mirrorCtx(ctx, e.Calendar)
+		if err != nil {
+			return err
+		}
+		err = svc.Events.Delete(g, ev.Id).Context(c).Do()
 		cancel()
 		if act, _ := classify(err); err != nil && act == actGone {
 			return nil // already deleted
 		} else if err != nil && act == actNotFound {
 			// Google answers 404 for a missing event and for a calendar
 			// that is gone or no longer shared: only the first is done.
-			return s.calendarReadable(ctx, svc, g)
+			return s.calendarReadable(ctx, svc, e.Calendar, g)
 		}
 		return err
 	case data.SyncUpdate:
@@ -790,9 +827,14 @@ func (s *Syncer) applyOnce(ctx context.Context, e data.SyncEntry, link *data.Goo
 // an event that keeps changing under it cannot make it spin.
 const preconditionRounds = 3
 
-// getEvent reads the event and remembers its etag.
-func (s *Syncer) getEvent(ctx context.Context, svc *calendar.Service, g, id string) (*calendar.Event, error) {
-	c, cancel := s.callCtx(ctx)
+// getEvent reads the event of bookline calendar cal's mirror and remembers
+// its etag. Fenced like a change: what a read returns decides the next
+// write.
+func (s *Syncer) getEvent(ctx context.Context, svc *calendar.Service, cal, g, id string) (*calendar.Event, error) {
+	c, cancel, err := s.mirrorCtx(ctx, cal)
+	if err != nil {
+		return nil, err
+	}
 	got, err := svc.Events.Get(g, id).Context(c).Do()
 	cancel()
 	if err != nil {
@@ -819,7 +861,7 @@ func (s *Syncer) patch(ctx context.Context, svc *calendar.Service, cal, g string
 	etag, known := s.etags.get(key)
 	for round := 1; ; round++ {
 		if !known {
-			got, err := s.getEvent(ctx, svc, g, ev.Id)
+			got, err := s.getEvent(ctx, svc, cal, g, ev.Id)
 			if err != nil {
 				return err
 			}
@@ -828,7 +870,10 @@ func (s *Syncer) patch(ctx context.Context, svc *calendar.Service, cal, g string
 			}
 			etag = got.Etag
 		}
-		c, cancel := s.callCtx(ctx)
+		c, cancel, err := s.mirrorCtx(ctx, cal)
+		if err != nil {
+			return err
+		}
 		call := svc.Events.Patch(g, ev.Id, ev).Context(c)
 		call.Header().Set("If-Match", etag)
 		got, err := call.Do()
@@ -849,7 +894,7 @@ func (s *Syncer) patch(ctx context.Context, svc *calendar.Service, cal, g string
 		if act != actDegrade || reason != ReasonForbidden {
 			return err
 		}
-		got, gerr := s.getEvent(ctx, svc, g, ev.Id)
+		got, gerr := s.getEvent(ctx, svc, cal, g, ev.Id)
 		if gerr == nil && got.Status == "cancelled" {
 			return &entryError{fmt.Errorf("the event was deleted in Google and cannot be changed: %w", err)}
 		}
@@ -859,10 +904,13 @@ func (s *Syncer) patch(ctx context.Context, svc *calendar.Service, cal, g string
 
 // calendarReadable tells a missing event from a missing calendar: nil when
 // the calendar answers a one-event list.
-func (s *Syncer) calendarReadable(ctx context.Context, svc *calendar.Service, g string) error {
-	c, cancel := s.callCtx(ctx)
+func (s *Syncer) calendarReadable(ctx context.Context, svc *calendar.Service, cal, g string) error {
+	c, cancel, err := s.mirrorCtx(ctx, cal)
+	if err != nil {
+		return err
+	}
 	defer cancel()
-	_, err := svc.Events.List(g).MaxResults(1).Context(c).Do()
+	_, err = svc.Events.List(g).MaxResults(1).Context(c).Do()
 	return err
 }
 
@@ -872,7 +920,10 @@ func (s *Syncer) calendarReadable(ctx context.Context, svc *calendar.Service, g 
 // (status cancelled) or differs, it is restored by a conditional patch.
 func (s *Syncer) insert(ctx context.Context, svc *calendar.Service, cal, g string, ev *calendar.Event) error {
 	key := eventKey{g, ev.Id}
-	c, cancel := s.callCtx(ctx)
+	c, cancel, err := s.mirrorCtx(ctx, cal)
+	if err != nil {
+		return err
+	}
 	created, err := svc.Events.Insert(g, ev).Context(c).Do()
 	cancel()
 	if err == nil {
@@ -883,7 +934,7 @@ func (s *Syncer) insert(ctx context.Context, svc *calendar.Service, cal, g strin
 	if act, _ := classify(err); act != actConflict {
 		return err
 	}
-	got, err := s.getEvent(ctx, svc, g, ev.Id)
+	got, err := s.getEvent(ctx, svc, cal, g, ev.Id)
 	if act, _ := classify(err); err != nil && (act == actNotFound || act == actGone) {
 		return &entryError{errInconsistent}
 	} else if err != nil {

@@ -26,6 +26,12 @@ type Digest struct {
 	Tzdata    string            `json:"tzdata,omitempty"`
 	Calendars []CalendarDigest  `json:"calendars"`
 	Counts    map[string]uint64 `json:"counts"`
+	// History is, per partition, what the index recorded of the log it
+	// applied: the hash chain's head, checkpoints and recent messages
+	// (see chain.go). Not in Total: a check on the log, not state (and an
+	// index from before chains were kept starts its chain later than a
+	// replay's).
+	History map[int]History `json:"history,omitempty"`
 }
 
 // CalendarDigest is the hash of one calendar's state.
@@ -47,6 +53,9 @@ func (t *Tx) Digest() (Digest, error) {
 		return nil
 	})
 	if err != nil {
+		return d, err
+	}
+	if d.History, err = t.Histories(); err != nil {
 		return d, err
 	}
 	if d.Tzdata = t.TzdataVersions(); d.Tzdata != "" {

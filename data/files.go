@@ -1,7 +1,9 @@
 package data
 
 import (
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 )
@@ -33,4 +35,31 @@ func WriteFileExclusive(path string, b []byte, perm os.FileMode) (err error) {
 		return err // fs.ErrExist when path exists
 	}
 	return SyncDir(filepath.Dir(path))
+}
+
+// ErrNotPrivate: a file that must be its owner's alone may be read by
+// group or others.
+var ErrNotPrivate = errors.New("data: file readable by others than its owner")
+
+// ReadPrivateFile reads at most limit bytes of a file that only its owner
+// may read (a key, a credential), refusing one whose mode lets group or
+// others read it.
+func ReadPrivateFile(path string, limit int) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if st.Mode().Perm()&0o077 != 0 {
+		return nil, fmt.Errorf("%w: %s has mode %v (chmod 600)", ErrNotPrivate, path, st.Mode().Perm())
+	}
+	b, err := io.ReadAll(io.LimitReader(f, int64(limit)))
+	if err != nil {
+		return nil, fmt.Errorf("data: read %s: %w", path, err)
+	}
+	return b, nil
 }

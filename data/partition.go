@@ -23,8 +23,8 @@ func (t *Tx) SetStreamIdentity(id string) error {
 // ResetPartition forgets everything partition p derived from the stream:
 // every calendar for which belongs(id) is true, with its bookings, slots and
 // request records, p's request expiry entries, and p's applied sequence,
-// horizon, log time, rules level and skipped commands. The partition then rebuilds
-// from the start of the stream.
+// hash chain, horizon, log time, rules level and skipped commands. The
+// partition then rebuilds from the start of the stream.
 func (t *Tx) ResetPartition(p int, belongs func(calID string) bool) (err error) {
 	if err := t.forgetCalendars(); err != nil {
 		return err
@@ -92,6 +92,9 @@ func (t *Tx) ResetPartition(p int, belongs func(calID string) bool) (err error) 
 		return err
 	}
 	if err := t.dropHorizon(p); err != nil {
+		return err
+	}
+	if err := t.dropChain(p); err != nil {
 		return err
 	}
 	return t.tx.Bucket(bucketApplied).Delete(partitionKey(p))

@@ -36,6 +36,9 @@ type SnapshotState struct {
 	// the hash of the message applied there (hex; see SetApplied).
 	Applied     map[int]uint64 `json:"applied"`
 	AppliedHash map[int]string `json:"applied_hash,omitempty"`
+	// AppliedChain is each partition's hash chain through its applied
+	// sequence (hex; see chain.go), for partitions that keep one.
+	AppliedChain map[int]string `json:"applied_chain,omitempty"`
 	// Horizon is, per partition, the sequence through which the
 	// partition had no message the index lacks (see Tx.Horizon).
 	Horizon map[int]uint64 `json:"horizon,omitempty"`
@@ -99,14 +102,17 @@ func (t *Tx) snapshotState(digest bool) (SnapshotState, error) {
 	}
 	st := SnapshotState{
 		Schema: string(t.tx.Bucket(bucketMeta).Get(keySchema)), Stream: t.StreamIdentity(),
-		Applied: map[int]uint64{}, AppliedHash: map[int]string{}, Horizon: t.Horizons(),
+		Applied: map[int]uint64{}, AppliedHash: map[int]string{}, AppliedChain: map[int]string{}, Horizon: t.Horizons(),
 		Tzdata: t.TzdataVersions(), Digest: d.Total,
 	}
 	for p := range t.Applied() {
-		seq, h := t.AppliedMsg(p)
-		st.Applied[p] = seq
-		if h != nil {
-			st.AppliedHash[p] = hex.EncodeToString(h)
+		h := t.ChainHead(p)
+		st.Applied[p] = h.Seq
+		if h.Hash != nil {
+			st.AppliedHash[p] = hex.EncodeToString(h.Hash)
+		}
+		if h.Chain != nil {
+			st.AppliedChain[p] = hex.EncodeToString(h.Chain)
 		}
 	}
 	return st, nil
@@ -117,7 +123,7 @@ func (t *Tx) snapshotState(digest bool) (SnapshotState, error) {
 var ErrSnapshotMismatch = errors.New("data: snapshot does not match its description")
 
 // CheckRestored checks a snapshot copied to path against want (schema,
-// stream and applied sequences; with checkDigest also the decided state's
+// stream, applied sequences and hash chains; with checkDigest also the decided state's
 // digest, which reads every page: the copy's bytes are already checked by
 // the object store's and the compression's checksums). It only reads:
 // bbolt rebuilds the free list of an index without a synced one on the
@@ -153,6 +159,9 @@ func CheckRestored(path string, want SnapshotState, checkDigest bool) error {
 		return fmt.Errorf("%w: built from stream %q, described as %q", ErrSnapshotMismatch, got.Stream, want.Stream)
 	case !maps.Equal(got.Applied, want.Applied):
 		return fmt.Errorf("%w: applied %v, described as %v", ErrSnapshotMismatch, got.Applied, want.Applied)
+	case want.AppliedChain != nil && !maps.Equal(got.AppliedChain, want.AppliedChain):
+		// (A description from a build before chains has none to compare.)
+		return fmt.Errorf("%w: hash chains %v, described as %v", ErrSnapshotMismatch, got.AppliedChain, want.AppliedChain)
 	case checkDigest && got.Digest != want.Digest:
 		return fmt.Errorf("%w: state digest %s, described as %s", ErrSnapshotMismatch, got.Digest, want.Digest)
 	}

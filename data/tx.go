@@ -140,8 +140,8 @@ func (t *Tx) AppliedMsg(p int) (seq uint64, hash []byte) {
 	if len(v) < 8 {
 		return 0, nil
 	}
-	if len(v) > 8 {
-		hash = bytes.Clone(v[8:])
+	if len(v) >= 24 {
+		hash = bytes.Clone(v[8:24]) // a chain may follow (ExtendApplied)
 	}
 	return binary.BigEndian.Uint64(v), hash
 }
@@ -156,7 +156,9 @@ func (t *Tx) SetAppliedSeq(p int, seq uint64) error { return t.SetApplied(p, seq
 // the changes it caused. The value is seq (8 bytes, big-endian) ++ hash;
 // a value of 8 bytes (an older index) reads as "no hash yet". The hash
 // lets a restart notice that the stream holds another message at seq than
-// the one applied (a lost tail that new messages refilled).
+// the one applied (a lost tail that new messages refilled). It keeps no
+// hash chain (the writers record what they apply with ExtendApplied): the
+// partition's next ExtendApplied starts a new chain after seq.
 func (t *Tx) SetApplied(p int, seq uint64, hash []byte) error {
 	b := make([]byte, 8, 8+len(hash))
 	binary.BigEndian.PutUint64(b, seq)

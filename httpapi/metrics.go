@@ -248,6 +248,8 @@ var (
 		"1 once the partition has applied what the stream held when its writer started.", []string{"partition"}, nil)
 	descStalled = prometheus.NewDesc("bookline_partition_stalled",
 		"1 when the partition's writer stopped at a command of a schema version this build does not know: nothing after it is decided until bookline is upgraded (/readyz and the error log say which).", []string{"partition"}, nil)
+	descHistoryMismatch = prometheus.NewDesc("bookline_history_mismatch",
+		"1 when the partition is not served because the command stream's history differs from what its index applied (a message it applied is missing or another one; /readyz and the error log name the first differing sequence and what to do).", []string{"partition"}, nil)
 	descPending = prometheus.NewDesc("bookline_partition_consumer_pending",
 		"The partition consumer's NumPending: commands in the stream not yet delivered to the writer (lag).", []string{"partition"}, nil)
 	descAckPending = prometheus.NewDesc("bookline_partition_consumer_ack_pending",
@@ -272,7 +274,7 @@ var (
 )
 
 func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descApplied, descCaughtUp, descStalled, descPending, descAckPending, descActive, descOutbox, descCommits, descCommitCalls, descCommitSeconds, descReady, descStorageFailing, descLazySync} {
+	for _, d := range []*prometheus.Desc{descApplied, descCaughtUp, descStalled, descHistoryMismatch, descPending, descAckPending, descActive, descOutbox, descCommits, descCommitCalls, descCommitSeconds, descReady, descStorageFailing, descLazySync} {
 		ch <- d
 	}
 }
@@ -285,6 +287,7 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descApplied, prometheus.GaugeValue, float64(st.AppliedSeq), p)
 		ch <- prometheus.MustNewConstMetric(descCaughtUp, prometheus.GaugeValue, b2f(st.CaughtUp), p)
 		ch <- prometheus.MustNewConstMetric(descStalled, prometheus.GaugeValue, b2f(st.Stalled != nil), p)
+		ch <- prometheus.MustNewConstMetric(descHistoryMismatch, prometheus.GaugeValue, b2f(st.HistoryMismatch), p)
 		ch <- prometheus.MustNewConstMetric(descActive, prometheus.GaugeValue, b2f(st.Active), p)
 		if st.NumPending >= 0 {
 			ch <- prometheus.MustNewConstMetric(descPending, prometheus.GaugeValue, float64(st.NumPending), p)

@@ -105,24 +105,14 @@ func loadOrCreateSeed(path string) ([]byte, error) {
 
 // readSeed reads a seed file, refusing one that is not the owner's alone.
 func readSeed(path string) ([]byte, error) {
-	f, err := os.Open(path)
+	b, err := data.ReadPrivateFile(path, 256)
+	if errors.Is(err, data.ErrNotPrivate) {
+		return nil, fmt.Errorf("%w: %v", ErrCredentialMode, err)
+	}
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if st.Mode().Perm()&0o077 != 0 {
-		return nil, fmt.Errorf("%w: %s has mode %v", ErrCredentialMode, path, st.Mode().Perm())
-	}
-	b := make([]byte, 256)
-	n, err := f.Read(b)
-	if err != nil {
-		return nil, fmt.Errorf("queue: read %s: %w", path, err)
-	}
-	seed := []byte(strings.TrimSpace(string(b[:n])))
+	seed := []byte(strings.TrimSpace(string(b)))
 	if _, err := nkeys.FromSeed(seed); err != nil {
 		return nil, fmt.Errorf("queue: %s holds no nkey seed: %w", path, err)
 	}

@@ -265,6 +265,17 @@ const catchUpChunk = 4096
 func (p *Partition) catchUp(ctx context.Context, to uint64, why string) error {
 	from := p.applied.Load()
 	if to <= from {
+		if why == "assigned" {
+			// About to decide on top of what the index applied: the
+			// stream must still hold it (checked however little is new).
+			sinfo, err := p.cluster.stream.Info(ctx)
+			if err != nil {
+				return fmt.Errorf("queue: stream info: %w", err)
+			}
+			if err := p.checkApplied(ctx, sinfo); err != nil {
+				return err
+			}
+		}
 		p.caughtUp.Store(true)
 		return nil
 	}
@@ -276,6 +287,9 @@ func (p *Partition) catchUp(ctx context.Context, to uint64, why string) error {
 		return fmt.Errorf("queue: stream info: %w", err)
 	}
 	if err := historyGap(p.ID, max(from, p.horizon.Load()), firstSeq(sinfo)); err != nil {
+		return err
+	}
+	if err := p.checkApplied(ctx, sinfo); err != nil {
 		return err
 	}
 	info, err := p.cons.Info(ctx)
@@ -325,6 +339,38 @@ func (p *Partition) catchUp(ctx context.Context, to uint64, why string) error {
 	lvl("partition caught up from the stream", "reason", why, "from_seq", from, "to_seq", to, "ack_floor", floor,
 		"applied", applied, "decided", decided, "took", time.Since(began).Round(time.Millisecond))
 	return nil
+}
+
+// checkApplied makes sure the stream still holds, at the partition's
+// applied sequence, the message the index applied there, before anything
+// read after it is applied: a stream leader whose history differs (a
+// node's damaged or truncated files, Jepsen's split brain) would
+// otherwise be followed. One request; on a difference the whole recorded
+// history is compared to name the first differing sequence.
+func (p *Partition) checkApplied(ctx context.Context, info *jetstream.StreamInfo) error {
+	var head data.ChainHead
+	if err := p.store.View(func(tx *data.Tx) error { head = tx.ChainHead(p.ID); return nil }); err != nil {
+		return err
+	}
+	if head.Seq == 0 || head.Seq < firstSeq(info) {
+		return nil
+	}
+	what, err := messageDiffers(ctx, p.cluster.stream, p.ID, head.Seq, info.State.LastSeq, head.Hash)
+	if err != nil || what == "" {
+		return err
+	}
+	var hist data.History
+	if err := p.store.View(func(tx *data.Tx) (err error) { hist, err = tx.History(p.ID); return err }); err != nil {
+		return err
+	}
+	e, err := checkHistory(ctx, p.cluster.stream, info, p.ID, hist)
+	if err != nil {
+		return err
+	}
+	if e == nil { // the stream changed again meanwhile
+		e = &HistoryMismatchError{Partition: p.ID, Seq: head.Seq, What: what, Applied: head.Seq, Tail: true}
+	}
+	return e
 }
 
 // readLog reads the partition's messages from seq from up to to with an

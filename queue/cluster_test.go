@@ -298,6 +298,7 @@ func TestClusterCatchUpRefusesHistoryGap(t *testing.T) {
 	url := queuetest.StartServer(t)
 	start := func(id string) *queue.Node {
 		n, err := queue.StartNode(queue.NodeConfig{DataDir: t.TempDir(), NATSURL: url, InstanceID: id, Partitions: parts,
+			Replicas: 1, AllowLazySync: true, // not about the servers' durability
 			TakeoverTimeout: 10 * time.Second, FollowInterval: time.Hour, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 		if err != nil {
 			t.Fatal(err)

@@ -250,8 +250,12 @@ func (n *Node) reloadJetStream(ns *server.Server, opts *server.Options) error {
 			l.reopen()
 		}
 	}
-	if _, err := reconcileIndex(ctx, n.stream, n.Store, len(n.Parts), n.log); err != nil {
+	_, refused, err := reconcileIndex(ctx, n.stream, n.Store, len(n.Parts), n.log, n.history)
+	if err != nil {
 		return fmt.Errorf("queue: check the index against the reloaded command stream: %w", err)
+	}
+	for p, e := range refused {
+		n.Parts[p].halt(e)
 	}
 	return nil
 }

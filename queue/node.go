@@ -52,6 +52,11 @@ type NodeConfig struct {
 	// before they acknowledge (Servers, AllowLazySync), is the durability,
 	// and the index is fsynced per commit.
 	SyncInterval bool
+	// AcceptHistory lists, per partition, the first differing stream
+	// sequence of a history mismatch an operator accepts
+	// (ParseAcceptHistory; --accept-stream-history): a partition refused
+	// for exactly that difference is rebuilt from the stream as it is.
+	AcceptHistory map[int]uint64
 	// Partitions is the number of partitions (and writer goroutines). 0
 	// takes the existing command stream's count, or for a new stream
 	// DefaultPartitions (embedded server) or DefaultClusterPartitions
@@ -147,6 +152,10 @@ type Node struct {
 	// the instances (cluster mode; membership.go, progress.go).
 	members  *membership
 	progress *progress
+	// channels keeps the Google push channels (channels.go), made at
+	// first use with replicas as the streams.
+	channels     *ChannelStore
+	channelsOnce sync.Once
 	// internalTTL is the record_ttl_seconds of the commands the node makes
 	// itself (NodeConfig.InternalRecordRetention).
 	internalTTL int
@@ -160,6 +169,9 @@ type Node struct {
 	// cancel, so that Ready, which the goroutines being stopped may call,
 	// never waits for them to stop.
 	lifecycle sync.Mutex
+	// history is what a start does with a partition whose stream history
+	// differs from its index (history.go).
+	history historyPolicy
 	// storage holds the write paths that fail for storage reasons now
 	// (storage.go); watch finds and heals the embedded store's (nil with
 	// NATSURL).
@@ -193,7 +205,12 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	n := &Node{log: cfg.Logger, followEvery: cfg.FollowInterval}
+	// Only the embedded stream with --sync interval may lose commands it
+	// acknowledged (its unsynced tail, in a power loss): anywhere else a
+	// stream that lost them lost history.
+	n := &Node{log: cfg.Logger, followEvery: cfg.FollowInterval,
+		history: historyPolicy{lostTail: cfg.NATSURL == "" && cfg.SyncInterval || cfg.NATSURL != "" && cfg.AllowLazySync,
+			accept: cfg.AcceptHistory}}
 	if n.followEvery <= 0 {
 		n.followEvery = followInterval
 	}
@@ -319,7 +336,8 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 		ctx, cancel = context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 	}
-	if _, err = reconcileIndex(ctx, stream, n.Store, cfg.Partitions, cfg.Logger); err != nil {
+	var refused map[int]*HistoryMismatchError
+	if _, refused, err = reconcileIndex(ctx, stream, n.Store, cfg.Partitions, cfg.Logger, n.history); err != nil {
 		if !errors.Is(err, ErrHistoryMissing) {
 			return nil, err
 		}
@@ -331,7 +349,7 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 		}
 		ctx, cancel = context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if _, err = reconcileIndex(ctx, stream, n.Store, cfg.Partitions, cfg.Logger); err != nil {
+		if _, refused, err = reconcileIndex(ctx, stream, n.Store, cfg.Partitions, cfg.Logger, n.history); err != nil {
 			return nil, err
 		}
 	}
@@ -401,6 +419,9 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 		}
 		if cfg.Observer != nil {
 			p.observe = cfg.Observer.ObserveBatch
+		}
+		if e := refused[i]; e != nil {
+			p.halt(e) // never started: its index stays as it is
 		}
 		n.Parts = append(n.Parts, p)
 	}
@@ -501,7 +522,7 @@ func (n *Node) restoreIfEmpty(ctx context.Context, cfg NodeConfig, look bool) er
 	// share; it has its own.
 	rctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	si, ok, err := RestoreNewest(rctx, n.JS, path, n.log)
+	si, ok, err := restoreNewest(rctx, n.JS, path, n.log, func(SnapshotInfo) bool { return true }, n.history)
 	if err != nil {
 		return fmt.Errorf("queue: restore a snapshot: %w", err)
 	}
@@ -532,7 +553,7 @@ func (n *Node) restoreBehind(ctx context.Context, cfg NodeConfig, gap error) err
 	}
 	usable := false
 	for _, si := range list {
-		if why, err := restoreCandidate(ctx, n.stream, stream, si); err == nil && why == "" {
+		if why, mismatch, err := restoreCandidate(ctx, n.stream, stream, si); err == nil && why == "" && mismatch == nil {
 			usable = true
 		}
 	}
@@ -849,10 +870,19 @@ func (n *Node) Close() error {
 // While a write path fails for storage reasons it fails at once with
 // ErrUnavailable, saying why: the command could not be decided (or not
 // even stored) until there is room, and a publish would only wait for its
-// timeout.
+// timeout. So does a command of a partition this only instance stopped
+// for good (Partition.Halted).
 func (n *Node) Submit(ctx context.Context, cmd *actor.Command, fingerprint string) ([]byte, error) {
 	if err := n.storage.Err(); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	if n.cluster == nil && len(n.Parts) > 0 && actor.ValidCalendarID(cmd.CalendarID) {
+		// The only instance stopped this partition for good (its stream
+		// lacks or changed history): nobody would decide the command.
+		p := PartitionOf(cmd.CalendarID, len(n.Parts))
+		if err := n.Parts[p].Halted(); err != nil {
+			return nil, fmt.Errorf("%w: partition %d: %w", ErrUnavailable, p, err)
+		}
 	}
 	reply, err := n.Client.Submit(ctx, cmd, fingerprint)
 	if errors.Is(err, ErrUnavailable) {

@@ -64,7 +64,7 @@ func (n *Node) PartitionStatuses(ctx context.Context) []actor.PartitionStatus {
 	out := make([]actor.PartitionStatus, 0, len(n.Parts))
 	for _, p := range n.Parts {
 		st := actor.PartitionStatus{Partition: p.ID, AppliedSeq: p.AppliedSeq(), CaughtUp: p.CaughtUp(), NumPending: -1, NumAckPending: -1,
-			Stalled: p.Stalled(), Active: p.cluster == nil || p.active.Load()}
+			Stalled: p.Stalled(), Active: p.cluster == nil || p.active.Load(), HistoryMismatch: errors.Is(p.Halted(), ErrHistoryDiffers)}
 		if ctx.Err() == nil {
 			if c, err := n.JS.Consumer(ctx, StreamName, ConsumerPrefix+strconv.Itoa(p.ID)); err == nil {
 				if info, err := c.Info(ctx); err == nil {

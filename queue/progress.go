@@ -28,7 +28,9 @@ import (
 //     which every outcome event is in BOOKLINE_EVT, written by the owner's
 //     event publisher after the acks;
 //   - gsync.<stream>.<calendar>: the sequence up to which Google confirmed
-//     the calendar's mirror operations, written by the owner's drainer.
+//     the calendar's mirror operations, written by the owner's drainer;
+//   - own.<stream>.<p>: partition p's ownership epoch (its revision), which
+//     fences the owner's calls to Google (fence.go).
 //
 // <stream> is the command stream's creation time in Unix nanoseconds: a
 // recreated stream numbers from 1 again. A watermark that lags (the owner
@@ -44,6 +46,7 @@ type progress struct {
 	kv     jetstream.KeyValue
 	prefix string          // the stream's creation time, in Unix nanoseconds
 	events []atomic.Uint64 // per partition, kept current by watch
+	fences []fence         // per partition: the ownership epoch held (fence.go)
 	log    *slog.Logger
 	mu     sync.Mutex // serialises writes of one instance
 }
@@ -59,7 +62,7 @@ func ensureProgress(ctx context.Context, js jetstream.JetStream, rp replicaPolic
 
 func newProgress(kv jetstream.KeyValue, created time.Time, partitions int, log *slog.Logger) *progress {
 	return &progress{kv: kv, prefix: strconv.FormatInt(created.UnixNano(), 10), events: make([]atomic.Uint64, partitions),
-		log: log.With("component", "progress")}
+		fences: make([]fence, partitions), log: log.With("component", "progress")}
 }
 
 func (g *progress) eventKey(p int) string       { return "evt." + g.prefix + "." + strconv.Itoa(p) }

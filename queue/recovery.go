@@ -1,7 +1,6 @@
 package queue
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -14,7 +13,6 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/bookline/bookline/actor"
 	"github.com/bookline/bookline/data"
 )
 
@@ -39,36 +37,44 @@ func streamIdentity(info *jetstream.StreamInfo) string {
 }
 
 // reconcileIndex compares what the index says it applied with what the
-// stream holds, before any writer starts. A partition whose index is ahead
-// of the stream (the stream lost its unsynced tail in a power loss, or was
-// recreated) is not served from the index: its calendars are dropped and it
-// rebuilds from the stream. It returns the partitions it reset.
+// stream holds, before any writer starts. It returns the partitions it
+// reset and those it refuses.
 //
-// It refuses (ErrHistoryMissing, the index left as it was) when the stream
-// no longer holds messages a partition needs: those after its applied
-// sequence, or all of them for a partition that builds from the start.
-func reconcileIndex(ctx context.Context, s jetstream.Stream, store *data.Store, partitions int, log *slog.Logger) ([]int, error) {
+// A partition whose stream history differs from what its index applied
+// (checkHistory: a message it applied is missing or another one, or the
+// stream ends before its applied sequence) is refused: not served, and its
+// index left as it is, unless the policy says that the stream may lose
+// its unsynced tail and this is such a loss (the difference reaches up to
+// the applied sequence), or an operator accepted exactly this difference.
+// Then, and when the stream was recreated, the partition is reset: its
+// calendars are dropped and it rebuilds from the stream.
+//
+// It refuses the whole start (ErrHistoryMissing, the index left as it was)
+// when the stream no longer holds messages a partition needs: those after
+// its applied sequence, or all of them for a partition that builds from
+// the start.
+func reconcileIndex(ctx context.Context, s jetstream.Stream, store *data.Store, partitions int, log *slog.Logger,
+	policy historyPolicy) ([]int, map[int]*HistoryMismatchError, error) {
 	info, err := s.Info(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("queue: stream info: %w", err)
+		return nil, nil, fmt.Errorf("queue: stream info: %w", err)
 	}
 	identity := streamIdentity(info)
 	var (
-		known   string
-		applied map[int]uint64
-		horizon map[int]uint64
-		hashes  = map[int][]byte{}
+		known     string
+		applied   map[int]uint64
+		horizon   map[int]uint64
+		histories map[int]data.History
 	)
-	if err := store.View(func(tx *data.Tx) error {
+	if err := store.View(func(tx *data.Tx) (err error) {
 		known, applied, horizon = tx.StreamIdentity(), tx.Applied(), tx.Horizons()
-		for p := range applied {
-			_, hashes[p] = tx.AppliedMsg(p)
-		}
-		return nil
+		histories, err = tx.Histories()
+		return err
 	}); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	reasons := map[int]string{}
+	refused := map[int]*HistoryMismatchError{}
 	recreated := known != "" && known != identity
 	if recreated {
 		// Another stream, maybe with another partition count: every
@@ -82,34 +88,23 @@ func reconcileIndex(ctx context.Context, s jetstream.Stream, store *data.Store, 
 			reasons[p] = why
 		}
 	}
-	for p, a := range applied {
-		if reasons[p] != "" {
+	for _, p := range slices.Sorted(maps.Keys(applied)) {
+		if reasons[p] != "" || applied[p] == 0 {
 			continue
 		}
-		switch {
-		case a == 0:
-		case p >= partitions:
+		if p >= partitions {
 			reasons[p] = fmt.Sprintf("partition %d does not exist with %d partitions", p, partitions)
-		case a > info.State.LastSeq:
-			reasons[p] = fmt.Sprintf("index applied up to seq %d but the stream ends at seq %d", a, info.State.LastSeq)
-		case a >= info.State.FirstSeq:
-			m, err := s.GetMsg(ctx, a)
-			if errors.Is(err, jetstream.ErrMsgNotFound) {
-				reasons[p] = fmt.Sprintf("index applied seq %d, which the stream does not have", a)
-				break
-			} else if err != nil {
-				return nil, fmt.Errorf("queue: read stream seq %d: %w", a, err)
-			}
-			mp, cal, ok := parseStoredSubject(m.Subject)
-			if !ok || mp != p {
-				reasons[p] = fmt.Sprintf("stream seq %d is %s, not a message of partition %d: the stream's history differs from the index's", a, m.Subject, p)
-				break
-			}
-			// The right partition, but is it the message that was applied?
-			// After a lost tail, new messages refill the same sequences.
-			if h := hashes[p]; h != nil && !bytes.Equal(h, actor.MessageHash(actor.Input{Seq: a, At: m.Time, SubjectCalendar: cal, Data: m.Data})) {
-				reasons[p] = fmt.Sprintf("stream seq %d (%s, stored %s) is another message than the one the index applied there: the stream lost its tail and new messages refilled it",
-					a, m.Subject, m.Time.UTC().Format(time.RFC3339Nano))
+			continue
+		}
+		e, err := checkHistory(ctx, s, info, p, histories[p])
+		if err != nil {
+			return nil, nil, err
+		}
+		if e != nil {
+			if why := policy.rebuild(e, log); why != "" {
+				reasons[p] = why
+			} else {
+				refused[p] = e
 			}
 		}
 	}
@@ -117,6 +112,9 @@ func reconcileIndex(ctx context.Context, s jetstream.Stream, store *data.Store, 
 	// stream; otherwise the index would silently lack commands.
 	var gaps []error
 	for p := 0; p < partitions; p++ {
+		if refused[p] != nil {
+			continue // not served: what it would need does not matter
+		}
 		from := max(applied[p], horizon[p])
 		if reasons[p] != "" {
 			from = 0 // rebuilt from the start
@@ -129,7 +127,7 @@ func reconcileIndex(ctx context.Context, s jetstream.Stream, store *data.Store, 
 		for _, p := range slices.Sorted(maps.Keys(reasons)) {
 			gaps = append(gaps, fmt.Errorf("(partition %d would have been rebuilt from the start: %s)", p, reasons[p]))
 		}
-		return nil, errors.Join(gaps...)
+		return nil, nil, errors.Join(gaps...)
 	}
 	if info.State.NumDeleted > 0 {
 		log.Warn("the command stream has deleted messages inside its history: an index rebuilt from it lacks them",
@@ -152,7 +150,7 @@ func reconcileIndex(ctx context.Context, s jetstream.Stream, store *data.Store, 
 		// A horizon past the stream's end was read from a stream that
 		// has since lost its tail: what refills it is unknown.
 		for p, h := range horizon {
-			if h > info.State.LastSeq && reasons[p] == "" {
+			if h > info.State.LastSeq && reasons[p] == "" && refused[p] == nil {
 				if err := tx.DropHorizon(p); err != nil {
 					return err
 				}
@@ -171,19 +169,40 @@ func reconcileIndex(ctx context.Context, s jetstream.Stream, store *data.Store, 
 			}
 			reset = append(reset, p)
 		}
+		// Checkpoints of messages the stream no longer holds (trimmed
+		// below a snapshot) can no longer be compared.
+		for p := range applied {
+			if refused[p] == nil {
+				if err := tx.PruneCheckpoints(p, firstSeq(info)); err != nil {
+					return err
+				}
+			}
+		}
 		return tx.SetStreamIdentity(identity)
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	slices.Sort(reset)
 	if aside > 0 {
 		log.Warn("outcome events of the previous command stream were not published yet; publishing them under its identity",
 			"events", aside, "previous_stream", known)
 	}
+	logReconciled(log, reset, reasons, refused)
+	return reset, refused, nil
+}
+
+// logReconciled reports the partitions reconcileIndex reset and refused.
+func logReconciled(log *slog.Logger, reset []int, reasons map[int]string, refused map[int]*HistoryMismatchError) {
 	for _, p := range reset {
 		log.Error("INDEX AHEAD OF STREAM: not serving this partition from the index; rebuilding it from the stream",
 			"partition", p, "reason", reasons[p])
 	}
-	return reset, nil
+	for _, p := range slices.Sorted(maps.Keys(refused)) {
+		log.Error("STREAM HISTORY DIFFERS FROM THE INDEX: not serving this partition", "partition", p, "err", refused[p])
+	}
+	if len(refused) > 0 {
+		log.Error("to accept the stream's history of every refused partition as it is now (rebuilding them from it): "+
+			"restart with --accept-stream-history="+acceptKeys(refused), "partitions", slices.Sorted(maps.Keys(refused)))
+	}
 }

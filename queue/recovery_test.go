@@ -65,11 +65,13 @@ func publishCommand(t *testing.T, js jetstream.JetStream, cmd actor.Command) uin
 // which new commands refilled the stream up to the index's applied
 // sequence before bookline started. The message at the applied sequence
 // then belongs to the right partition but is another message: the index
-// must be rebuilt from the stream, not trusted (the new commands would be
-// skipped as "already applied" and never decided).
+// must not be trusted (the new commands would be skipped as "already
+// applied" and never decided). With --sync interval the partition is
+// rebuilt from the stream; by default, where every answered command was
+// synced, it is refused, naming the first refilled sequence.
 func TestRefilledTailIsRebuilt(t *testing.T) {
 	dir := t.TempDir()
-	cfg := queue.NodeConfig{DataDir: dir, Partitions: 1} // one partition: every message is "its"
+	cfg := queue.NodeConfig{DataDir: dir, Partitions: 1, SyncInterval: true} // one partition: every message is "its"
 	n := startNodeWith(t, cfg, nil)
 	workload(t, n, "before", 20)
 	stopNode(t, n)
@@ -93,16 +95,26 @@ func TestRefilledTailIsRebuilt(t *testing.T) {
 	// Before bookline is back, importers refill the stream exactly up to
 	// the sequence the index applied.
 	refills := 0
+	var firstRefill uint64
 	withStream(t, dir, func(js jetstream.JetStream) {
 		seq := publishCommand(t, js, upsert("refill"))
 		if seq >= applied {
 			t.Fatalf("the stream kept seq %d of an index at %d: nothing was lost", seq, applied)
 		}
+		firstRefill = seq
 		for seq < applied {
 			seq = publishCommand(t, js, book("refill", fmt.Sprintf("refill-%d", refills), refills, 1))
 			refills++
 		}
 	})
+
+	always := cfg
+	always.SyncInterval = false
+	n, e := startRefused(t, always, nil, 0)
+	if e.Seq != firstRefill || !e.Exact || !e.Tail || !strings.Contains(e.What, "another message") {
+		t.Fatalf("refusal %+v, want the first refilled seq %d: %v", *e, firstRefill, e)
+	}
+	stopNode(t, n)
 
 	logs = &queuetest.SyncBuffer{}
 	n = startNodeWith(t, cfg, logs)

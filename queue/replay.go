@@ -142,6 +142,12 @@ func Replay(ctx context.Context, js jetstream.JetStream, store *data.Store, opt 
 	} else if err := historyGap(-1, 0, firstSeq(info)); err != nil {
 		return st, err
 	}
+	if opt.Continue {
+		// The restored index's recorded history must be the stream's.
+		if err := checkRestoredHistory(ctx, s, info, store, partitions); err != nil {
+			return st, err
+		}
+	}
 	if last == 0 || last < info.State.FirstSeq || last <= from {
 		return st, store.Commit(func(tx *data.Tx) error { return tx.SetStreamIdentity(identity) })
 	}
@@ -241,6 +247,9 @@ func Replay(ctx context.Context, js jetstream.JetStream, store *data.Store, opt 
 	never := func() int { return 0 }
 	var chunk [][]actor.Decoded
 	pending, size := 0, firstReplayChunk
+	// Sequences the consumer passed over: deleted ones, or messages the
+	// server cannot read (it skips them without a word).
+	skipped := &skippedSeqs{next: max(from+1, firstSeq(info))}
 	for st.LastSeq < last {
 		if err := ctx.Err(); err != nil {
 			return finish(err)
@@ -258,6 +267,7 @@ func Replay(ctx context.Context, js jetstream.JetStream, store *data.Store, opt 
 			break
 		}
 		st.LastSeq = seq
+		skipped.saw(seq)
 		if meta.NumPending == 0 {
 			last = seq // nothing more stored (the last sequences may be deleted)
 		}
@@ -280,6 +290,74 @@ func Replay(ctx context.Context, js jetstream.JetStream, store *data.Store, opt 
 			chunk, pending, size = nil, 0, min(2*size, ReplayChunk)
 		}
 	}
+	if err := skipped.check(ctx, s); err != nil {
+		return finish(err)
+	}
 	jobs <- job{chunk: chunk, n: pending, lastSeq: st.LastSeq, last: last, final: true}
 	return finish(nil)
+}
+
+// checkRestoredHistory compares every partition's recorded history in
+// store (a restored snapshot) with the stream.
+func checkRestoredHistory(ctx context.Context, s jetstream.Stream, info *jetstream.StreamInfo, store *data.Store, partitions int) error {
+	var hists map[int]data.History
+	if err := store.View(func(tx *data.Tx) (err error) { hists, err = tx.Histories(); return err }); err != nil {
+		return err
+	}
+	for p := 0; p < partitions; p++ {
+		e, err := checkHistory(ctx, s, info, p, hists[p])
+		if err != nil {
+			return err
+		}
+		if e != nil {
+			return e
+		}
+	}
+	return nil
+}
+
+// skippedSeqs notes the stream sequences a replay's consumer did not
+// deliver, up to skippedKept ranges.
+type skippedSeqs struct {
+	next   uint64
+	ranges [][2]uint64
+}
+
+const skippedKept = 1024
+
+func (k *skippedSeqs) saw(seq uint64) {
+	if seq > k.next && len(k.ranges) < skippedKept {
+		k.ranges = append(k.ranges, [2]uint64{k.next, seq - 1})
+	}
+	k.next = seq + 1
+}
+
+// check refuses a replay that passed over a message the stream never
+// deleted: the server skips a message whose stored copy fails its
+// checksum (a damaged block file), and an index built without it would
+// lack the command.
+func (k *skippedSeqs) check(ctx context.Context, s jetstream.Stream) error {
+	if len(k.ranges) == 0 {
+		return nil
+	}
+	info, err := s.Info(ctx, jetstream.WithDeletedDetails(true))
+	if err != nil {
+		return fmt.Errorf("queue: stream info: %w", err)
+	}
+	deleted := make(map[uint64]bool, len(info.State.Deleted))
+	for _, d := range info.State.Deleted {
+		deleted[d] = true
+	}
+	var unreadable []uint64
+	for _, r := range k.ranges {
+		for seq := r[0]; seq <= r[1] && len(unreadable) < 16; seq++ {
+			if !deleted[seq] {
+				unreadable = append(unreadable, seq)
+			}
+		}
+	}
+	if len(unreadable) == 0 {
+		return nil
+	}
+	return &DamagedStreamError{Seqs: unreadable}
 }

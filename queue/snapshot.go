@@ -564,33 +564,38 @@ func (n *Node) Snapshots(ctx context.Context) ([]SnapshotInfo, error) {
 }
 
 // restoreCandidate reports why the stream cannot continue snapshot si
-// ("" if it can).
-func restoreCandidate(ctx context.Context, stream jetstream.Stream, info *jetstream.StreamInfo, si SnapshotInfo) (string, error) {
+// ("" if it can), and a history mismatch when the stream no longer holds,
+// at a partition's applied sequence, the message the snapshot applied
+// there: the stream lost or changed what the snapshot's index applied.
+func restoreCandidate(ctx context.Context, stream jetstream.Stream, info *jetstream.StreamInfo, si SnapshotInfo) (string, *HistoryMismatchError, error) {
 	switch {
 	case si.Stream != streamIdentity(info):
-		return fmt.Sprintf("taken from stream %s, the stream now is %s", si.Stream, streamIdentity(info)), nil
+		return fmt.Sprintf("taken from stream %s, the stream now is %s", si.Stream, streamIdentity(info)), nil, nil
 	case si.Schema != data.SchemaVersion:
-		return fmt.Sprintf("index schema %q, this build needs %q", si.Schema, data.SchemaVersion), nil
+		return fmt.Sprintf("index schema %q, this build needs %q", si.Schema, data.SchemaVersion), nil, nil
 	}
 	first := firstSeq(info)
 	for p := 0; p < si.Partitions; p++ {
 		a := si.Applied[p]
-		if a > info.State.LastSeq {
-			return fmt.Sprintf("partition %d applied seq %d, the stream ends at %d", p, a, info.State.LastSeq), nil
+		if need := max(a, si.Horizon[p]) + 1; need < first && a <= info.State.LastSeq {
+			return fmt.Sprintf("partition %d needs stream seq %d on, the stream starts at %d", p, need, first), nil, nil
 		}
-		if need := max(a, si.Horizon[p]) + 1; need < first {
-			return fmt.Sprintf("partition %d needs stream seq %d on, the stream starts at %d", p, need, first), nil
-		}
-		h, ok := si.AppliedHash[p]
-		if a == 0 || !ok || a < first {
+		if a == 0 || a < first {
 			continue
 		}
-		got, err := messageHash(ctx, stream, a)
-		if err != nil {
-			return "", err
+		var hash []byte
+		if h, ok := si.AppliedHash[p]; ok {
+			var err error
+			if hash, err = hex.DecodeString(h); err != nil {
+				return fmt.Sprintf("partition %d: applied hash %q: %v", p, h, err), nil, nil
+			}
 		}
-		if got != h {
-			return fmt.Sprintf("stream seq %d is not the message partition %d applied", a, p), nil
+		what, err := messageDiffers(ctx, stream, p, a, info.State.LastSeq, hash)
+		if err != nil {
+			return "", nil, err
+		}
+		if what != "" {
+			return "", &HistoryMismatchError{Partition: p, Seq: a, What: what + " (in snapshot " + si.Name + ")", Applied: a, Tail: true}, nil
 		}
 	}
 	// The horizons say which sequences up to StreamLast were other
@@ -598,19 +603,19 @@ func restoreCandidate(ctx context.Context, stream jetstream.Stream, info *jetstr
 	// that lost its tail since and was refilled has other messages there.
 	if si.StreamLastHash != "" {
 		if si.StreamLast > info.State.LastSeq {
-			return fmt.Sprintf("taken at stream seq %d, the stream ends at %d", si.StreamLast, info.State.LastSeq), nil
+			return fmt.Sprintf("taken at stream seq %d, the stream ends at %d", si.StreamLast, info.State.LastSeq), nil, nil
 		}
 		if si.StreamLast >= first {
 			got, err := messageHash(ctx, stream, si.StreamLast)
 			if err != nil {
-				return "", err
+				return "", nil, err
 			}
 			if got != si.StreamLastHash {
-				return fmt.Sprintf("stream seq %d is not the message it was when the snapshot was taken", si.StreamLast), nil
+				return fmt.Sprintf("stream seq %d is not the message it was when the snapshot was taken", si.StreamLast), nil, nil
 			}
 		}
 	}
-	return "", nil
+	return "", nil, nil
 }
 
 // RestoreNewest installs the newest snapshot the command stream can
@@ -619,6 +624,11 @@ func restoreCandidate(ctx context.Context, stream jetstream.Stream, info *jetstr
 // before anything else. It tries older
 // snapshots when one cannot be read or does not match its description,
 // loudly, and returns ok=false when none could be restored.
+//
+// A snapshot that applied a message the stream no longer holds as it was
+// (a *HistoryMismatchError: the stream lost or changed history) is not
+// skipped for an older one: that would build an index on the changed
+// history. RestoreNewest fails with the mismatch instead.
 func RestoreNewest(ctx context.Context, js jetstream.JetStream, path string, log *slog.Logger) (SnapshotInfo, bool, error) {
 	return RestoreNewestWhere(ctx, js, path, log, func(SnapshotInfo) bool { return true })
 }
@@ -626,6 +636,15 @@ func RestoreNewest(ctx context.Context, js jetstream.JetStream, path string, log
 // RestoreNewestWhere is RestoreNewest among the snapshots for which usable
 // is true.
 func RestoreNewestWhere(ctx context.Context, js jetstream.JetStream, path string, log *slog.Logger, usable func(SnapshotInfo) bool) (SnapshotInfo, bool, error) {
+	return restoreNewest(ctx, js, path, log, usable, historyPolicy{})
+}
+
+// restoreNewest is RestoreNewestWhere with what to do with a snapshot
+// whose history the stream no longer has: skip it for an older one when
+// the policy takes it as a lost tail or the operator accepted it, fail
+// otherwise.
+func restoreNewest(ctx context.Context, js jetstream.JetStream, path string, log *slog.Logger, usable func(SnapshotInfo) bool,
+	policy historyPolicy) (SnapshotInfo, bool, error) {
 	list, err := ListSnapshots(ctx, js)
 	if err != nil || len(list) == 0 {
 		return SnapshotInfo{}, false, err
@@ -647,9 +666,15 @@ func RestoreNewestWhere(ctx context.Context, js jetstream.JetStream, path string
 		if !usable(si) {
 			continue
 		}
-		why, err := restoreCandidate(ctx, stream, info, si)
+		why, mismatch, err := restoreCandidate(ctx, stream, info, si)
 		if err != nil {
 			return SnapshotInfo{}, false, err
+		}
+		if mismatch != nil {
+			if !(policy.lostTail && mismatch.Tail) && !policy.accepts(mismatch) {
+				return SnapshotInfo{}, false, fmt.Errorf("queue: restore snapshot %s: %w", si.Name, mismatch)
+			}
+			why = mismatch.Summary()
 		}
 		if why == "" {
 			if err = restoreOne(ctx, obs, si, path, log); err == nil {

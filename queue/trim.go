@@ -100,6 +100,11 @@ func (n *Node) trimStream(ctx context.Context, obs jetstream.ObjectStore, cfg Sn
 			if err := tx.RaiseHorizon(p, purgeTo-1); err != nil {
 				return err
 			}
+			// Checkpoints of the chain whose messages go cannot be
+			// compared any more (the last one still opens a window).
+			if err := tx.PruneCheckpoints(p, purgeTo); err != nil {
+				return err
+			}
 		}
 		return nil
 	})

@@ -95,8 +95,9 @@ type Partition struct {
 	active     atomic.Bool
 
 	// halted is set when the stream no longer holds messages this
-	// partition needs (ErrHistoryMissing); the writer has stopped and
-	// stays stopped, while the other partitions go on.
+	// partition needs (ErrHistoryMissing), or its history differs from
+	// what the index applied (ErrHistoryDiffers); the writer has stopped
+	// and stays stopped, while the other partitions go on.
 	halted     atomic.Pointer[error]
 	haltedOnce sync.Once
 	stopped    chan struct{} // closed when halted is set
@@ -120,7 +121,8 @@ func (p *Partition) setAssigned(v bool) {
 }
 
 // Halted is the reason this partition's writer stopped for good (the
-// stream lacks history it needs), or nil.
+// stream lacks history it needs, or its history differs from the
+// index's), or nil.
 func (p *Partition) Halted() error {
 	if err := p.halted.Load(); err != nil {
 		return *err
@@ -135,8 +137,19 @@ func (p *Partition) halt(err error) {
 		p.halted.Store(&err)
 		p.caughtUp.Store(false)
 		close(p.stopped)
-		p.log.Error("HISTORY MISSING: this instance stops serving the partition; the others go on", "err", err)
+		what := "HISTORY MISSING"
+		if errors.Is(err, ErrHistoryDiffers) {
+			what = "HISTORY DIFFERS"
+		}
+		p.log.Error(what+": this instance stops serving the partition; the others go on", "err", err)
 	})
+}
+
+// stopsForGood reports whether err stops a partition's writer for good:
+// the stream lacks history the partition needs, or has another history
+// than the one it applied. Starting over cannot change either.
+func stopsForGood(err error) bool {
+	return errors.Is(err, ErrHistoryMissing) || errors.Is(err, ErrHistoryDiffers)
 }
 
 // CaughtUp reports whether the partition has applied everything that was in
@@ -206,9 +219,11 @@ func (p *Partition) consumer(ctx context.Context) (jetstream.Consumer, uint64, e
 // NATS failure it starts over from the index's applied sequence. On a
 // command of a newer schema it stops deciding until ctx ends (see stall).
 //
-// When the stream lacks messages the partition needs (ErrHistoryMissing) it
-// stops for good: restarting cannot bring them back, and building on
-// without them would give an index without some commands.
+// When the stream lacks messages the partition needs (ErrHistoryMissing),
+// or holds another history than the one the index applied
+// (ErrHistoryDiffers), it stops for good: restarting cannot bring them
+// back, and building on without them would give an index without some
+// commands, or decisions on a history nobody answered from.
 func (p *Partition) Run(ctx context.Context) error {
 	p.stalled.Store(nil) // a new attempt (StartWriters again)
 	if err := p.Halted(); err != nil {
@@ -230,7 +245,7 @@ func (p *Partition) Run(ctx context.Context) error {
 			p.stalled.Store(nil) // an operator skipped the command: go on
 			continue
 		}
-		if errors.Is(err, ErrHistoryMissing) {
+		if stopsForGood(err) {
 			p.halt(err)
 			if p.cluster != nil {
 				p.release() // another instance may have the history
@@ -336,6 +351,17 @@ func (p *Partition) run(ctx context.Context) error {
 		}
 		return nil
 	}
+	// The backlog counts what the stream holds for the partition, and
+	// the server passes over a message it cannot read (a damaged block
+	// file) without delivering it: such a catch-up would never count up
+	// to its backlog. The consumer then has nothing left to deliver or
+	// to be acknowledged.
+	var pendingCheck <-chan time.Time
+	if p.cluster == nil && !p.caughtUp.Load() {
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		pendingCheck = t.C
+	}
 	for {
 		var headDone <-chan error
 		if len(flight) > 0 {
@@ -368,13 +394,24 @@ func (p *Partition) run(ctx context.Context) error {
 			}
 			err := p.catchUp(ctx, r.to, "read")
 			r.done <- err
-			if _, newer := errors.AsType[*actor.NewerSchemaError](err); newer || errors.Is(err, data.ErrClosed) || errors.Is(err, ErrHistoryMissing) {
+			if _, newer := errors.AsType[*actor.NewerSchemaError](err); newer || errors.Is(err, data.ErrClosed) || stopsForGood(err) {
 				return err
 			}
 			continue
 		case err := <-headDone:
 			if err := finishHead(err); err != nil {
 				return err
+			}
+			continue
+		case <-pendingCheck:
+			if p.caughtUp.Load() {
+				pendingCheck = nil
+			} else if len(flight) == 0 && len(msgs) == 0 {
+				if info, err := cons.Info(ctx); err == nil && info.NumPending == 0 && info.NumAckPending == 0 {
+					p.caughtUp.Store(true)
+					p.log.Warn("partition caught up; the stream counted messages the server did not deliver (unreadable?)",
+						"applied_seq", p.applied.Load(), "replayed", seen, "backlog", backlog)
+				}
 			}
 			continue
 		case <-p.assignKick: // cluster mode only

@@ -85,6 +85,7 @@ type Server struct {
 	channels  map[string]*channel
 	chanTTL   time.Duration
 	notified  atomic.Int64
+	refused   atomic.Int64 // notifications answered other than 2xx
 	hc        *http.Client
 	version   int64 // global change counter; sync tokens name one
 	minToken  int64 // sync tokens older than this answer 410
@@ -196,6 +197,10 @@ func (s *Server) Channels(id string) []string {
 
 // Notifications counts the push notifications delivered (answered 2xx).
 func (s *Server) Notifications() int64 { return s.notified.Load() }
+
+// RefusedNotifications is how many notifications were answered other than
+// 2xx (an unknown channel's 404, say).
+func (s *Server) RefusedNotifications() int64 { return s.refused.Load() }
 
 // RequireToken makes every request without the access token tok answer
 // 401 authError, as Google does with an expired or revoked token ("" =
@@ -349,6 +354,8 @@ func (s *Server) deliver(c channel, state string) {
 	_ = resp.Body.Close()
 	if resp.StatusCode/100 == 2 {
 		s.notified.Add(1)
+	} else {
+		s.refused.Add(1)
 	}
 }
 

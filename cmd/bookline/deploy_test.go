@@ -12,6 +12,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"testing"
@@ -160,7 +162,7 @@ func (dc *deployCluster) clientURLs(user, password string) string {
 func startDeployCluster(t *testing.T, bin string, syncAlways bool) *deployCluster {
 	t.Helper()
 	dir := t.TempDir()
-	free := freeLoopbackPorts(t, 9)
+	free := queuetest.FreePorts(t, 9)
 	var replace []string
 	for i := 0; i < 3; i++ {
 		for j, base := range []int{4222, 6232, 8222} {
@@ -251,11 +253,11 @@ func freeLoopbackPorts(t *testing.T, n int) []int {
 	return ports
 }
 
-// The nats-server binary is built once per test run, from the module
-// version in go.sum, into natsServerDir (removed by TestMain).
+// The nats-server binary is built from the module version in go.sum, once:
+// it is kept under os.TempDir, named by that version, the Go version and
+// the platform, so that later test runs reuse it.
 var (
 	natsServerOnce sync.Once
-	natsServerDir  string
 	natsServerPath string
 	natsServerErr  error
 )
@@ -263,25 +265,42 @@ var (
 func natsServerBinary(t *testing.T) string {
 	t.Helper()
 	natsServerOnce.Do(func() {
-		if natsServerDir, natsServerErr = os.MkdirTemp("", "bookline-nats-server-"); natsServerErr != nil {
+		version := ""
+		if bi, ok := debug.ReadBuildInfo(); ok {
+			for _, m := range bi.Deps {
+				if m.Path == "github.com/nats-io/nats-server/v2" && m.Replace == nil {
+					version = m.Version
+				}
+			}
+		}
+		dir := ""
+		if version != "" {
+			dir = filepath.Join(os.TempDir(), fmt.Sprintf("bookline-nats-server-%s-%s-%s_%s", version, runtime.Version(), runtime.GOOS, runtime.GOARCH))
+			natsServerPath = filepath.Join(dir, "nats-server")
+			if st, err := os.Stat(natsServerPath); err == nil && st.Mode().IsRegular() {
+				return
+			}
+			if natsServerErr = os.MkdirAll(dir, 0o755); natsServerErr != nil {
+				return
+			}
+		} else if dir, natsServerErr = os.MkdirTemp("", "bookline-nats-server-"); natsServerErr != nil {
+			// A replaced or unversioned module: build it for this run.
 			return
 		}
-		natsServerPath = filepath.Join(natsServerDir, "nats-server")
-		cmd := exec.Command("go", "build", "-o", natsServerPath, "github.com/nats-io/nats-server/v2")
+		natsServerPath = filepath.Join(dir, "nats-server")
+		// Built beside its final name and renamed, so that a concurrent
+		// run never starts a half-written binary.
+		tmp := fmt.Sprintf("%s.%d.tmp", natsServerPath, os.Getpid())
+		cmd := exec.Command("go", "build", "-o", tmp, "github.com/nats-io/nats-server/v2")
 		cmd.Dir = "../.."
 		if out, err := cmd.CombinedOutput(); err != nil {
 			natsServerErr = fmt.Errorf("go build nats-server: %v\n%s", err, out)
+			return
 		}
+		natsServerErr = os.Rename(tmp, natsServerPath)
 	})
 	if natsServerErr != nil {
 		t.Fatal(natsServerErr)
 	}
 	return natsServerPath
-}
-
-// removeNATSServerBinary removes what natsServerBinary built.
-func removeNATSServerBinary() {
-	if natsServerDir != "" {
-		_ = os.RemoveAll(natsServerDir)
-	}
 }

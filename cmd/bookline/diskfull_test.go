@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -262,50 +261,6 @@ func dirBytes(t *testing.T, dir string) int64 {
 		t.Fatal(err)
 	}
 	return total
-}
-
-// launchProc starts bookline with args and returns once it serves HTTP,
-// ready or not (startProc waits until it is ready).
-func launchProc(t *testing.T, args ...string) *proc {
-	t.Helper()
-	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), "BOOKLINE_TEST_MAIN=1", "BOOKLINE_TEST_ARGS="+strings.Join(args, "\x1f"))
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	p := &proc{cmd: cmd, logs: &bytes.Buffer{}, mu: &sync.Mutex{}, done: make(chan error, 1)}
-	addr := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			p.mu.Lock()
-			p.logs.WriteString(sc.Text() + "\n")
-			p.mu.Unlock()
-			if m := addrRe.FindStringSubmatch(sc.Text()); m != nil {
-				addr <- m[1]
-			}
-		}
-		p.done <- cmd.Wait()
-	}()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		if t.Failed() {
-			t.Logf("process logs:\n%s", p.output())
-		}
-	})
-	select {
-	case a := <-addr:
-		p.URL = "http://" + a
-	case err := <-p.done:
-		t.Fatalf("bookline exited (%v):\n%s", err, p.output())
-	case <-time.After(30 * time.Second):
-		t.Fatalf("bookline did not start:\n%s", p.output())
-	}
-	return p
 }
 
 // runProc runs bookline with args to its end and returns what it wrote to

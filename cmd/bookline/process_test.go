@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -26,9 +27,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv("BOOKLINE_TEST_MAIN") == "1" {
 		os.Exit(Main(context.Background(), strings.Split(os.Getenv("BOOKLINE_TEST_ARGS"), "\x1f"), os.Stdout, os.Stderr))
 	}
-	code := m.Run()
-	removeNATSServerBinary()
-	os.Exit(code)
+	os.Exit(m.Run())
 }
 
 // proc is a bookline process started from the test binary.
@@ -38,6 +37,7 @@ type proc struct {
 	logs *bytes.Buffer
 	mu   *sync.Mutex
 	done chan error
+	addr chan string
 }
 
 var addrRe = regexp.MustCompile(`msg="http listening" addr=(\S+)`)
@@ -51,6 +51,23 @@ func startProc(t *testing.T, args ...string) *proc {
 // answer /healthz with 200.
 func startProcWithin(t *testing.T, ready time.Duration, args ...string) *proc {
 	t.Helper()
+	p := spawnProc(t, args...)
+	p.awaitReady(t, ready)
+	return p
+}
+
+// launchProc starts bookline with args and returns once it serves HTTP,
+// ready or not (startProc waits until it is ready).
+func launchProc(t *testing.T, args ...string) *proc {
+	t.Helper()
+	p := spawnProc(t, args...)
+	p.awaitAddr(t, 30*time.Second)
+	return p
+}
+
+// spawnProc starts bookline with args and returns at once.
+func spawnProc(t *testing.T, args ...string) *proc {
+	t.Helper()
 	cmd := exec.Command(os.Args[0])
 	cmd.Env = append(os.Environ(), "BOOKLINE_TEST_MAIN=1", "BOOKLINE_TEST_ARGS="+strings.Join(args, "\x1f"))
 	stderr, err := cmd.StderrPipe()
@@ -60,8 +77,7 @@ func startProcWithin(t *testing.T, ready time.Duration, args ...string) *proc {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	p := &proc{cmd: cmd, logs: &bytes.Buffer{}, mu: &sync.Mutex{}, done: make(chan error, 1)}
-	addr := make(chan string, 1)
+	p := &proc{cmd: cmd, logs: &bytes.Buffer{}, mu: &sync.Mutex{}, done: make(chan error, 1), addr: make(chan string, 1)}
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
@@ -69,7 +85,7 @@ func startProcWithin(t *testing.T, ready time.Duration, args ...string) *proc {
 			p.logs.WriteString(sc.Text() + "\n")
 			p.mu.Unlock()
 			if m := addrRe.FindStringSubmatch(sc.Text()); m != nil {
-				addr <- m[1]
+				p.addr <- m[1]
 			}
 		}
 		p.done <- cmd.Wait()
@@ -80,27 +96,59 @@ func startProcWithin(t *testing.T, ready time.Duration, args ...string) *proc {
 			t.Logf("process logs:\n%s", p.output())
 		}
 	})
+	return p
+}
+
+// awaitAddr waits up to within for p's HTTP address.
+func (p *proc) awaitAddr(t *testing.T, within time.Duration) {
+	t.Helper()
 	select {
-	case a := <-addr:
+	case a := <-p.addr:
 		p.URL = "http://" + a
-	case <-time.After(30 * time.Second):
-		t.Fatalf("bookline did not start:\n%s", p.output())
+	case err := <-p.done:
+		t.Fatalf("bookline exited (%v):\n%s", err, p.output())
+	case <-time.After(within):
+		t.Fatalf("bookline did not start within %v:\n%s", within, p.output())
 	}
+}
+
+// awaitReady waits for p's HTTP address, then up to ready for /healthz 200.
+func (p *proc) awaitReady(t *testing.T, ready time.Duration) {
+	t.Helper()
+	if err := p.awaitReadyUnless(t, ready, nil); err != nil {
+		t.Fatalf("%v:\n%s", err, p.output())
+	}
+}
+
+// awaitReadyUnless waits for p's HTTP address, then up to ready for
+// /healthz 200, unless stop (when not nil) says first that p will not get
+// ready for a reason the caller expects.
+func (p *proc) awaitReadyUnless(t *testing.T, ready time.Duration, stop func(*proc) bool) error {
+	t.Helper()
+	// A start waits for the NATS cluster before it serves HTTP (one that
+	// has just lost a majority can take a while to answer again).
 	deadline := time.Now().Add(ready)
+	p.awaitAddr(t, max(ready, 30*time.Second))
 	for {
 		resp, err := http.Get(p.URL + "/healthz")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == 200 {
-				return p
+				return nil
 			}
 		}
+		if stop != nil && stop(p) {
+			return errNotReadyExpected
+		}
 		if time.Now().After(deadline) {
-			t.Fatalf("bookline not healthy:\n%s", p.output())
+			return fmt.Errorf("bookline not healthy after %v", ready)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// errNotReadyExpected: awaitReadyUnless stopped waiting when told to.
+var errNotReadyExpected = errors.New("bookline not ready, as expected")
 
 func (p *proc) output() string {
 	p.mu.Lock()

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,6 +11,7 @@ import (
 	"maps"
 	"net/http"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -331,6 +333,15 @@ func runVerify(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			if errors.Is(err, queue.ErrHistoryMissing) && !fromSnapshot {
 				return fmt.Errorf("%w (the stream is trimmed: compare with the newest snapshot and the stream after it with --from-snapshot)", err)
 			}
+			if errors.Is(err, queue.ErrHistoryDiffers) {
+				// The stream cannot be replayed as it is: say what the
+				// live index's record of it finds too.
+				if lines, herr := historyDifferences(ctx, js, live, nil); herr == nil {
+					for _, l := range lines {
+						fmt.Fprintf(stdout, "DIFFERENT: %s\n", l)
+					}
+				}
+			}
 			return err
 		}
 	}
@@ -338,10 +349,17 @@ func runVerify(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := store.View(func(tx *data.Tx) (err error) { fresh, err = tx.Digest(); return err }); err != nil {
 		return err
 	}
+	histories, err := historyDifferences(ctx, js, live, &fresh)
+	if err != nil {
+		return err
+	}
 	cal, differs := data.FirstDifference(live, fresh)
-	if !differs {
+	if !differs && len(histories) == 0 {
 		fmt.Fprintf(stdout, "ok: live index equals a replay of the stream (digest %s, %d calendars)\n", live.Total, len(live.Calendars))
 		return nil
+	}
+	for _, h := range histories {
+		fmt.Fprintf(stdout, "DIFFERENT: %s\n", h)
 	}
 	if live.Tzdata != fresh.Tzdata {
 		recorded := live.Tzdata
@@ -360,3 +378,63 @@ func runVerify(ctx context.Context, args []string, stdout, stderr io.Writer) err
 }
 
 var errVerifyFailed = errors.New("verify: the live index differs from a replay of the stream")
+
+// historyDifferences compares, per partition, what the live index recorded
+// of the log it applied with the stream: its hash chain with the replay's
+// (the replay stopped where the live index is, so equal chains mean the
+// same messages, every one of them), and its checkpoints and recent
+// messages with the stream itself, which names the first differing
+// sequence (exactly among the recent messages, else the window between
+// two checkpoints). It returns one line per differing partition. fresh is
+// nil when the replay could not be made.
+func historyDifferences(ctx context.Context, js jetstream.JetStream, live data.Digest, fresh *data.Digest) ([]string, error) {
+	var out []string
+	for _, p := range slices.Sorted(maps.Keys(live.History)) {
+		lh := live.History[p]
+		if lh.Head.Seq == 0 {
+			continue
+		}
+		e, err := queue.CheckHistory(ctx, js, p, lh)
+		if err != nil {
+			return nil, err
+		}
+		if e != nil {
+			out = append(out, fmt.Sprintf("partition %d: the stream's history differs from what the live index applied: %s", p, e.Summary()))
+			continue
+		}
+		if fresh == nil {
+			continue
+		}
+		if w := chainWindow(lh, fresh.History[p]); w != "" {
+			out = append(out, fmt.Sprintf("partition %d: the stream's history differs from what the live index applied (hash chains): %s", p, w))
+		}
+	}
+	return out, nil
+}
+
+// chainWindow compares the live index's hash chain of a partition with a
+// replay's that stopped at the same sequence; it says where the first
+// difference lies ("" when the chains are equal, or not comparable: the
+// live chain starts later than the stream, in an index from before
+// chains were kept).
+func chainWindow(live, replay data.History) string {
+	if live.Head.Chain == nil || live.Head.Origin != 0 {
+		return ""
+	}
+	if live.Head.Seq == replay.Head.Seq && bytes.Equal(live.Head.Chain, replay.Head.Chain) {
+		return ""
+	}
+	var after uint64
+	for i, c := range live.Checkpoints {
+		if i >= len(replay.Checkpoints) {
+			return fmt.Sprintf("after seq %d, at or before seq %d (the replay has no checkpoint %d: it applied fewer messages)", after, c.Seq, i+1)
+		}
+		r := replay.Checkpoints[i]
+		if r.Seq != c.Seq || !bytes.Equal(r.Chain, c.Chain) {
+			return fmt.Sprintf("after seq %d, at or before seq %d (the chains differ at the %d-th message)", after, min(c.Seq, r.Seq), c.Count)
+		}
+		after = c.Seq
+	}
+	return fmt.Sprintf("after seq %d, at or before seq %d (the live index applied %d messages through seq %d, the replay %d through seq %d)",
+		after, live.Head.Seq, live.Head.Count, live.Head.Seq, replay.Head.Count, replay.Head.Seq)
+}

@@ -91,6 +91,9 @@ type serveConfig struct {
 	googleWebhookURL   string
 	googleFreeBusy     bool
 
+	// acceptHistory is --accept-stream-history: partition@seq, ...
+	acceptHistory string
+
 	// Cluster mode: several instances on one NATS cluster.
 	instanceID      string
 	replicas        int
@@ -145,6 +148,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&c.partitions, "partitions", 0, "number of partitions, fixed when the stream is created; 0 = the existing stream's, or for a new stream 2 (embedded server) or 8 (with --nats-url)")
 	fs.DurationVar(&c.replyTimeout, "reply-timeout", 5*time.Second, "how long a write waits for its outcome before answering 202 with a Location")
 	fs.StringVar(&c.sync, "sync", "always", "durability with the embedded server: always (an answer is sent once its command is on disk: one fdatasync of the stream's new messages per group commit; the index is rebuilt from the stream after a power loss; survives power loss) or interval (the stream is fsynced every 2 min: survives a process crash, a power loss can take the last minutes of answered commands)")
+	fs.StringVar(&c.acceptHistory, "accept-stream-history", "", "partitions refused because the command stream's history differs from what the index applied, whose stream history to accept as it is now: <partition>@<first differing seq>, comma-separated, exactly as the refusal names them; each is rebuilt from the stream (what the index applied that the stream no longer has is lost). A later, different difference is refused again")
 	fs.StringVar(&c.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug (adds one line per HTTP request), info, warn, error")
 
@@ -231,6 +235,10 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if c.replyTimeout <= 0 {
 		return fmt.Errorf("--reply-timeout must be positive")
 	}
+	acceptHistory, err := queue.ParseAcceptHistory(c.acceptHistory)
+	if err != nil {
+		return fmt.Errorf("--accept-stream-history: %w", err)
+	}
 	if err := c.checkLimits(); err != nil {
 		return err
 	}
@@ -280,6 +288,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	metrics := httpapi.NewMetrics()
 	google := c.googleConfig()
 	google.OnFailure = metrics.CalendarSyncFailed
+	google.Key = secrets // seals the push channels' tokens
 	var syncer *calendarsync.Syncer
 	node, err := queue.StartNode(queue.NodeConfig{
 		DataDir:      c.dataDir,
@@ -311,6 +320,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			StreamMaxAge: c.streamMaxAge, StreamMaxBytes: c.streamMaxBytes.bytes, TrimGrace: c.streamTrimGrace},
 		SnapshotTaken: metrics.SnapshotTaken,
 		EventsMaxAge:  eventsMaxAge(c.eventsMaxAge),
+
+		AcceptHistory: acceptHistory,
 	})
 	if err != nil {
 		return err

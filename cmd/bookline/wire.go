@@ -31,6 +31,21 @@ func googleFollower(cfg calendarsync.Config, made **calendarsync.Syncer) func(*q
 		if cfg.Progress == nil {
 			cfg.Progress = n
 		}
+		// Each mirror call is fenced by the partition's ownership epoch:
+		// an old owner's call cannot run past a new owner's first.
+		if cfg.Fence == nil {
+			cfg.Fence = n.FenceCalendar
+		}
+		// Push channels (with tokens sealed by cfg.Key) in NATS: they
+		// survive a restart and a change of owner.
+		if cfg.Channels == nil && cfg.WebhookURL != "" {
+			cfg.Channels = n.GoogleChannels()
+		}
+		// A notification may reach an instance that does not own the
+		// calendar: its index is caught up before the read.
+		if cfg.CatchUp == nil {
+			cfg.CatchUp = n.SyncCalendar
+		}
 		*made = calendarsync.New(cfg, n.Store, n.SubmitInternal)
 		return *made
 	}

@@ -25,7 +25,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"strings"
 
 	"github.com/bookline/bookline/data"
@@ -84,21 +83,14 @@ func LoadOrCreate(path string) (*Key, error) {
 // Load reads the key at path: 64 hex digits (white space around them is
 // ignored). A file that group or others may read is refused.
 func Load(path string) (*Key, error) {
-	f, err := os.Open(path)
+	b, err := data.ReadPrivateFile(path, 4*Size)
+	if errors.Is(err, data.ErrNotPrivate) {
+		return nil, fmt.Errorf("%w: %v", ErrMode, err)
+	}
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if st.Mode().Perm()&0o077 != 0 {
-		return nil, fmt.Errorf("%w: %s has mode %v", ErrMode, path, st.Mode().Perm())
-	}
-	b := make([]byte, 4*Size)
-	n, _ := f.Read(b)
-	raw, err := hex.DecodeString(strings.TrimSpace(string(b[:n])))
+	raw, err := hex.DecodeString(strings.TrimSpace(string(b)))
 	if err != nil || len(raw) != Size {
 		return nil, fmt.Errorf("secretkey: %s must hold %d hex digits", path, 2*Size)
 	}

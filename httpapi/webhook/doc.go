@@ -24,8 +24,14 @@
 //
 // Caveats:
 //
+//   - a loop sends an event only under a lease on it (lease.go): NATS gives
+//     the event to another puller only AckWait after the last confirmed "in
+//     progress", so no attempt starts, and none runs on, past that moment
+//     or while NATS is unreachable; a graceful stop lets the attempt in
+//     flight finish and acks it;
 //   - delivery is at least once: an event delivered but whose ack did not
-//     reach NATS (a crash, a cut connection) is delivered again with the same
+//     reach NATS (a crash, a cut connection between the receiver's 2xx and
+//     the ack) is delivered again, by the next instance, with the same
 //     webhook-id; receivers dedupe by it;
 //   - an endpoint that fails holds back its own later events (that is what
 //     keeps them in order) until the retry schedule is spent, then it is

@@ -170,6 +170,7 @@ func (l *loop) run(ctx context.Context) {
 			cons = c
 		}
 		fctx, cancel := context.WithTimeout(ctx, l.pullWait())
+		pulled := time.Now() // what this pull brings is delivered after it
 		batch, err := cons.Fetch(1, jetstream.FetchPriorityGroup(PriorityGroup), jetstream.FetchContext(fctx))
 		if err != nil {
 			cancel()
@@ -185,7 +186,7 @@ func (l *loop) run(ctx context.Context) {
 		}
 		for msg := range batch.Messages() {
 			pinned = true
-			l.handle(ctx, msg)
+			l.handle(ctx, cons, msg, pulled)
 		}
 		cancel()
 		switch err := batch.Error(); {
@@ -233,8 +234,12 @@ func eventID(msg jetstream.Msg, meta *jetstream.MsgMetadata) string {
 // handle delivers one event, retrying on the schedule, and acks it once it
 // was delivered (or was not for this endpoint). It returns without an ack
 // when the endpoint is disabled or the loop stops: the event is handed
-// back (nak) and delivered first when the endpoint runs again.
-func (l *loop) handle(ctx context.Context, msg jetstream.Msg) {
+// back (nak) and delivered first when the endpoint runs again. An attempt
+// in flight when the loop stops is let finish (and acked if it succeeded):
+// cut off, the receiver might have taken it and get it again from the next
+// instance. Every attempt runs under the lease (lease.go): an event that
+// may be someone else's is given up, neither sent nor handed back.
+func (l *loop) handle(ctx context.Context, cons jetstream.Consumer, msg jetstream.Msg, pulled time.Time) {
 	meta, err := msg.Metadata()
 	if err != nil {
 		_ = msg.Term() // not a JetStream message: cannot happen
@@ -253,19 +258,23 @@ func (l *loop) handle(ctx context.Context, msg jetstream.Msg) {
 		q, _ := json.Marshal(string(msg.Data()))
 		body, _ = json.Marshal(envelope{Type: typ, Timestamp: meta.Timestamp.UTC().Format(time.RFC3339Nano), Data: q})
 	}
+	ls := newLease(l.m.cfg.JS.Conn(), msg.Reply(), pulled, consumerAckWait(cons))
+	defer ls.stop()
 	l.readStatus(ctx)
 	attempt := 1
 	if l.status.FailingEvent == id {
 		attempt = l.status.Failures + 1
 	}
-	for {
+	for try := 0; ; try++ {
 		ep = l.ep.Load()
-		stopBeat := l.heartbeat(msg) // an attempt may outlast ackWait
-		a := l.send(ctx, ep, id, typ, body, attempt)
-		stopBeat()
-		if ctx.Err() != nil && !a.OK {
-			l.nak(msg)
+		if !ls.valid() || try > 0 && !l.stillDelivered(ctx, cons, meta) {
+			l.m.log.Warn("webhook event given up: this instance can no longer show it holds the event (NATS unreachable or slow); "+
+				"NATS delivers it again to the instance pulling next", "endpoint", l.id, "event", id)
 			return
+		}
+		a := l.send(ls.ctx, ep, id, typ, body, attempt)
+		if !a.OK && ls.ctx.Err() != nil {
+			return // cut off at the end of the lease: not the endpoint's failure
 		}
 		l.record(a)
 		if a.OK {
@@ -274,6 +283,10 @@ func (l *loop) handle(ctx context.Context, msg jetstream.Msg) {
 			return
 		}
 		l.m.count(l.id, false, failureReason(a))
+		if ctx.Err() != nil {
+			l.nak(ls, msg)
+			return
+		}
 		reason := ""
 		switch {
 		case a.Status == http.StatusGone:
@@ -286,7 +299,8 @@ func (l *loop) handle(ctx context.Context, msg jetstream.Msg) {
 			l.status.NextAttempt = nil
 			l.flush(ctx, true)
 			disabled := l.disable(ctx, reason)
-			l.nak(msg)
+			l.nak(ls, msg)
+			ls.stop() // handed back: no more "in progress" for it
 			if disabled {
 				<-ctx.Done() // the watch stops this loop once it sees the endpoint disabled
 			}
@@ -296,55 +310,56 @@ func (l *loop) handle(ctx context.Context, msg jetstream.Msg) {
 		next := time.Now().Add(wait).UTC()
 		l.status.NextAttempt = &next
 		l.flush(ctx, true)
-		if !l.hold(ctx, msg, wait) {
-			l.nak(msg)
+		if !l.hold(ctx, ls, wait) {
+			l.nak(ls, msg)
 			return
 		}
 		attempt++
 	}
 }
 
-// heartbeat tells NATS the event is in progress until stop is called.
-func (l *loop) heartbeat(msg jetstream.Msg) (stop func()) {
-	done := make(chan struct{})
-	exited := make(chan struct{})
-	go func() {
-		defer close(exited)
-		tick := time.NewTicker(ackWait / 3)
-		defer tick.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-tick.C:
-				_ = msg.InProgress()
-			}
-		}
-	}()
-	return func() { close(done); <-exited }
+// consumerAckWait is the consumer's AckWait (the first instance's
+// configuration is the one NATS applies).
+func consumerAckWait(cons jetstream.Consumer) time.Duration {
+	if ci := cons.CachedInfo(); ci != nil && ci.Config.AckWait > 0 {
+		return ci.Config.AckWait
+	}
+	return ackWait
 }
 
-// hold waits d while keeping the event assigned to this loop.
-func (l *loop) hold(ctx context.Context, msg jetstream.Msg, d time.Duration) bool {
+// stillDelivered asks NATS whether the event is still the consumer's last
+// delivery, made to this loop, before a retry: a redelivery elsewhere
+// (after a lapse the lease did not see, such as a NATS leader change that
+// lost an "in progress") raises the consumer's delivered sequence.
+func (l *loop) stillDelivered(ctx context.Context, cons jetstream.Consumer, meta *jetstream.MsgMetadata) bool {
+	ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	info, err := cons.Info(ictx)
+	return err == nil && info.Delivered.Consumer == meta.Sequence.Consumer
+}
+
+// hold waits d while the lease keeps the event assigned to this loop;
+// false when the loop stops or the lease ends first.
+func (l *loop) hold(ctx context.Context, ls *lease, d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
-	tick := time.NewTicker(ackWait / 3)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return false
-		case <-t.C:
-			return true
-		case <-tick.C:
-			_ = msg.InProgress()
-		}
+	select {
+	case <-ctx.Done():
+		return false
+	case <-ls.ctx.Done():
+		return false
+	case <-t.C:
+		return true
 	}
 }
 
 // nak hands the event back: the next puller gets it at once rather than
-// after AckWait.
-func (l *loop) nak(msg jetstream.Msg) {
+// after AckWait. Only while the lease holds: after it ended the event may
+// be another instance's, whose delivery a nak would repeat.
+func (l *loop) nak(ls *lease, msg jetstream.Msg) {
+	if !ls.valid() {
+		return
+	}
 	// Confirmed like an ack: a plain publish can be lost when the process
 	// closes its connection right after.
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -355,11 +370,13 @@ func (l *loop) nak(msg jetstream.Msg) {
 }
 
 func (l *loop) ack(ctx context.Context, msg jetstream.Msg) {
-	actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	// Also when the loop stops: a delivered event left unacked would be
+	// delivered again by the next instance.
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	// A confirmed ack: the next event is not pulled before NATS has
 	// recorded this one (MaxAckPending 1 makes it wait anyway).
-	if err := msg.DoubleAck(actx); err != nil && ctx.Err() == nil {
+	if err := msg.DoubleAck(actx); err != nil {
 		l.m.log.Warn("webhook ack", "endpoint", l.id, "err", err)
 	}
 }

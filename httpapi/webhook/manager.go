@@ -48,10 +48,11 @@ const (
 	DefaultRotationGrace  = 24 * time.Hour
 	DefaultPinnedTTL      = 5 * time.Second
 	// ackWait is how long NATS waits for an ack before redelivering: the
-	// loop says "in progress" every third of it while an event is held
-	// (in an attempt or waiting for the next), so only an instance that
-	// died or stopped lets it lapse. It is short because a handed-back
-	// event (nak) of a pinned consumer was seen to wait for it anyway.
+	// loop says "in progress" every quarter of it while an event is held
+	// (in an attempt or waiting for the next; lease.go), so only an
+	// instance that died, stopped or lost NATS lets it lapse. It is short
+	// because a handed-back event (nak) of a pinned consumer was seen to
+	// wait for it anyway.
 	ackWait = 10 * time.Second
 )
 

@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/bookline/bookline/data/secretkey"
@@ -69,11 +71,49 @@ func (m *Manager) decode(id string, b []byte) (ep Endpoint, plain bool, err erro
 func sealPlace(id string) string { return "webhook:" + id }
 
 // checkKey records which key seals the bucket's secrets, or refuses this
-// instance's key when the bucket's are sealed with another.
+// instance's key when the bucket's are sealed with another. A start right
+// after the NATS cluster restarted can find the bucket's stream without a
+// leader for a few seconds ("no response from stream", timeouts): those
+// are asked again for up to checkKeyWait.
 func (m *Manager) checkKey(ctx context.Context) error {
 	if m.cfg.Key == nil {
 		return nil
 	}
+	deadline := time.Now().Add(checkKeyWait)
+	wait := 50 * time.Millisecond
+	for {
+		err := m.checkKeyOnce(ctx)
+		if err == nil || !transientKV(err) || time.Now().After(deadline) {
+			return err
+		}
+		m.log.Warn("checking the secrets key: the bucket does not answer yet; retrying", "err", err)
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 2*time.Second)
+	}
+}
+
+// checkKeyWait bounds how long checkKey retries a bucket that does not
+// answer: about as long as a NATS cluster takes to elect its leaders
+// after a restart of most of its nodes.
+const checkKeyWait = time.Minute
+
+// transientKV says whether a bucket request may succeed if asked again:
+// no answer in time, no responders, a reconnecting client, or
+// JetStream's "not now" answers.
+func transientKV(err error) bool {
+	if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) ||
+		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, nats.ErrConnectionReconnecting) || errors.Is(err, nats.ErrDisconnected) {
+		return true
+	}
+	var api *jetstream.APIError
+	return errors.As(err, &api) && (api.Code == 503 || api.ErrorCode == 10008)
+}
+
+func (m *Manager) checkKeyOnce(ctx context.Context) error {
 	id := m.cfg.Key.ID()
 	_, err := m.kv.Create(ctx, keySealedWith, []byte(id))
 	if err == nil {
@@ -82,7 +122,7 @@ func (m *Manager) checkKey(ctx context.Context) error {
 	if !errors.Is(err, jetstream.ErrKeyExists) {
 		return fmt.Errorf("webhook: record the secrets key: %w", err)
 	}
-	e, err := m.kv.Get(ctx, keySealedWith)
+	e, err := m.getCreated(ctx, keySealedWith)
 	if err != nil {
 		return fmt.Errorf("webhook: read the secrets key id: %w", err)
 	}
@@ -91,6 +131,33 @@ func (m *Manager) checkKey(ctx context.Context) error {
 			ErrKeyMismatch, got, id)
 	}
 	return nil
+}
+
+// createdKeyWait bounds how long getCreated waits for a key that the
+// bucket's leader says exists.
+const createdKeyWait = 10 * time.Second
+
+// getCreated reads a key whose creation the bucket refused because it
+// exists. The bucket allows direct gets, which any replica answers: one
+// that has not yet applied another instance's create says "not found"
+// although the leader has the key (seen with instances started together
+// on a fresh 3-node cluster: one of them exited). So "not found" is asked
+// again, for up to createdKeyWait.
+func (m *Manager) getCreated(ctx context.Context, key string) (jetstream.KeyValueEntry, error) {
+	deadline := time.Now().Add(createdKeyWait)
+	wait := 10 * time.Millisecond
+	for {
+		e, err := m.kv.Get(ctx, key)
+		if !errors.Is(err, jetstream.ErrKeyNotFound) || time.Now().After(deadline) {
+			return e, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 500*time.Millisecond)
+	}
 }
 
 // sealPlaintext rewrites every endpoint whose secrets an earlier version

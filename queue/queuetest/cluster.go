@@ -24,11 +24,12 @@ type Cluster struct {
 	opts    []*server.Options
 }
 
-// freePorts reserves n loopback ports. Routes must be configured before the
-// servers start (JetStream clustering needs configured routes), so the
-// cluster ports are picked up front; the small window between closing the
-// probe and the server binding is acceptable in tests.
-func freePorts(tb testing.TB, n int) []int {
+// FreePorts picks n free loopback ports. Routes must be configured before
+// the servers start (JetStream clustering needs configured routes), so the
+// cluster ports are picked up front; another process may take one between
+// the probe and the server's bind, which StartClusterWith notices and
+// retries.
+func FreePorts(tb testing.TB, n int) []int {
 	tb.Helper()
 	var ports []int
 	var lns []net.Listener
@@ -94,7 +95,7 @@ func StartCluster(tb testing.TB, n int) *Cluster {
 func StartClusterWith(tb testing.TB, n int, co ClusterOptions) *Cluster {
 	tb.Helper()
 	for attempt := 1; ; attempt++ {
-		c, err := startCluster(tb, freePorts(tb, n), co)
+		c, err := startCluster(tb, FreePorts(tb, n), co)
 		if err == nil {
 			if !co.NoWait {
 				c.waitJetStream(tb, n)

@@ -16,7 +16,7 @@ func TestStartClusterNoticesATakenPort(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	ports := append(freePorts(t, 2), ln.Addr().(*net.TCPAddr).Port)
+	ports := append(FreePorts(t, 2), ln.Addr().(*net.TCPAddr).Port)
 	c, err := startCluster(t, ports, ClusterOptions{})
 	c.Shutdown()
 	if !errors.Is(err, errPortTaken) {
