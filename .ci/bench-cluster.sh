@@ -444,26 +444,31 @@ target_pids() {
 		;;
 	esac
 }
-# cpu_ticks: CPU time (user + system, with reaped children) of the
-# target's processes, in clock ticks.
-cpu_ticks() {
+# ticks_of pids...: CPU time (user + system, with reaped children) of the
+# processes, in clock ticks.
+ticks_of() {
 	local p t=0 v
-	for p in $(target_pids "$1"); do
+	for p in "$@"; do
 		v=$(awk '{print $14 + $15 + $16 + $17}' "/proc/$p/stat" 2>/dev/null || echo 0)
 		t=$((t + v))
 	done
 	echo "$t"
 }
 # cpu_window target file: the target's CPU seconds over the measured window
-# (after the warm-up, for DURATION), written to file in the background.
+# (after the warm-up, for DURATION), and of its NATS servers alone (0 for
+# pg), written to file as "total nats" in the background.
 CPU_JOB=""
 cpu_window() {
 	(
+		local all nats=()
+		read -ra all <<<"$(target_pids "$1")"
+		case $1 in cluster*) nats=("${NATS_PIDS[@]}") ;; esac
 		sleep "${WARMUP%s}"
-		a=$(cpu_ticks "$1")
+		a=$(ticks_of "${all[@]}") na=$(ticks_of "${nats[@]}")
 		sleep "${DURATION%s}"
-		b=$(cpu_ticks "$1")
-		echo "scale=3; ($b - $a) / $(getconf CLK_TCK)" | bc >"$2"
+		b=$(ticks_of "${all[@]}") nb=$(ticks_of "${nats[@]}")
+		hz=$(getconf CLK_TCK)
+		echo "$(echo "scale=3; ($b - $a) / $hz" | bc) $(echo "scale=3; ($nb - $na) / $hz" | bc)" >"$2"
 	) &
 	CPU_JOB=$!
 }
@@ -496,12 +501,14 @@ bench() { # target out [--max-conns n] bench flags...
 	# CPU per request: the target's CPU seconds over the measured window
 	# by the requests answered in it (the window is DURATION; the bench
 	# measures from the warm-up's end to its last answer).
-	local cpu
-	cpu=$(cat "$out.cpu" 2>/dev/null || echo null)
+	local cpu ncpu
+	read -r cpu ncpu <"$out.cpu" 2>/dev/null || true
 	rm -f "$out.cpu"
-	jq --arg load "$load" --argjson cpu "${cpu:-null}" --arg dur "${DURATION%s}" \
-		'. + {load_before: ($load | tonumber), target_cpu_s: $cpu, cpu_ms_per_req: (if $cpu == null then null else ($cpu * 1000 / (.req_per_s * ($dur | tonumber))) end)}' "$out" >"$out.tmp" && mv "$out.tmp" "$out"
-	jq -r '"  \(.req_per_s|floor) req/s, p50 \(.latency.p50_ms) ms, p99 \(.latency.p99_ms) ms, CPU \(.cpu_ms_per_req * 1000 | floor / 1000) ms/req, audit ok: \(.audit.ok)"' "$out" >&2
+	jq --arg load "$load" --argjson cpu "${cpu:-null}" --argjson ncpu "${ncpu:-null}" --arg dur "${DURATION%s}" \
+		'. + {load_before: ($load | tonumber), target_cpu_s: $cpu, nats_cpu_s: $ncpu,
+		      cpu_ms_per_req: (if $cpu == null then null else ($cpu * 1000 / (.req_per_s * ($dur | tonumber))) end),
+		      nats_cpu_ms_per_req: (if $ncpu == null or $ncpu == 0 then null else ($ncpu * 1000 / (.req_per_s * ($dur | tonumber))) end)}' "$out" >"$out.tmp" && mv "$out.tmp" "$out"
+	jq -r '"  \(.req_per_s|floor) req/s, p50 \(.latency.p50_ms) ms, p99 \(.latency.p99_ms) ms, CPU \(.cpu_ms_per_req * 1000 | floor / 1000) ms/req (NATS servers \(if .nats_cpu_ms_per_req then (.nats_cpu_ms_per_req * 1000 | floor / 1000) else "-" end)), audit ok: \(.audit.ok)"' "$out" >&2
 	stop_target "$target"
 }
 
@@ -517,8 +524,16 @@ if [ "$CEILINGS" = 1 ]; then
 	mkdir -p "$WORK/run"
 	# The NATS servers only: start_cluster with no instance.
 	INSTANCES=0 start_nats
-	CEILING_LINES="$CEILING_LINES
-$(./bin/natsceiling --nats-url "$NATS_URL" --replicas 3 --in-flight 1,16,64,256 --duration 5s)"
+	# One run per depth, with the servers' CPU time per message around it.
+	for depth in 1 16 64 256; do
+		t0=$(ticks_of "${NATS_PIDS[@]}")
+		line=$(./bin/natsceiling --nats-url "$NATS_URL" --replicas 3 --in-flight "$depth" --duration 5s)
+		t1=$(ticks_of "${NATS_PIDS[@]}")
+		n=$(sed -n 's/.*(n=\([0-9]*\)).*/\1/p' <<<"$line")
+		per=$(echo "scale=3; ($t1 - $t0) * 1000 / $(getconf CLK_TCK) / ${n:-1}" | bc)
+		CEILING_LINES="$CEILING_LINES
+$line; the 3 servers' CPU $per ms per message (run and stream set-up included)"
+	done
 	stop_cluster
 	INSTANCES=$INSTANCES_SAVED
 	log "$CEILING_LINES"
@@ -585,8 +600,8 @@ SPREAD_DESC="spread over the $INSTANCES instances in turn"
 [ "$SPREAD" = 1 ] || SPREAD_DESC="on the first instance only"
 TABLE=$(mktemp "$WORK/table.XXXXXX")
 {
-	echo "| scenario | target | req/s | p50 ms | p99 ms | CPU ms per request | throughput / PostgreSQL | p99: PostgreSQL / it |"
-	echo "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"
+	echo "| scenario | target | req/s | p50 ms | p99 ms | CPU ms per request | of it NATS servers | throughput / PostgreSQL | p99: PostgreSQL / it |"
+	echo "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
 	for scenario in $SCENARIOS; do
 		mapfile -t pf < <(runs "$scenario" pg)
 		pt=$(med .req_per_s "${pf[@]}") p99=$(med .latency.p99_ms "${pf[@]}")
@@ -595,7 +610,7 @@ TABLE=$(mktemp "$WORK/table.XXXXXX")
 			t=$(med .req_per_s "${f[@]}") t99=$(med .latency.p99_ms "${f[@]}")
 			r1="" r2=""
 			if [ "$target" != pg ]; then r1=$(ratio "$t" "$pt") r2=$(ratio "$p99" "$t99"); fi
-			echo "| $scenario | $(label "$target") | $(num 0 "$t") | $(num 2 "$(med .latency.p50_ms "${f[@]}")") | $(num 2 "$t99") | $(num 2 "$(med .cpu_ms_per_req "${f[@]}")") | $r1 | $r2 |"
+			echo "| $scenario | $(label "$target") | $(num 0 "$t") | $(num 2 "$(med .latency.p50_ms "${f[@]}")") | $(num 2 "$t99") | $(num 2 "$(med .cpu_ms_per_req "${f[@]}")") | $(num 2 "$(med .nats_cpu_ms_per_req "${f[@]}")") | $r1 | $r2 |"
 		done
 	done
 	if [ -n "${TUNE_LINE[pg]:-}" ]; then
@@ -606,11 +621,11 @@ TABLE=$(mktemp "$WORK/table.XXXXXX")
 
 RUNS=$(mktemp "$WORK/runs.XXXXXX")
 {
-	echo "| run | load before | req/s | p50 ms | p95 ms | p99 ms | max ms | CPU ms/req | statuses | audit |"
-	echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |"
+	echo "| run | load before | req/s | p50 ms | p95 ms | p99 ms | max ms | CPU ms/req | of it NATS servers | statuses | audit |"
+	echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |"
 	for f in "$RESULTS"/*.json; do
 		jq -r --arg run "$(basename "$f" .json)" \
-			'"| \($run) | \(.load_before) | \(.req_per_s|floor) | \(.latency.p50_ms) | \(.latency.p95_ms) | \(.latency.p99_ms) | \(.latency.max_ms) | \(if .cpu_ms_per_req then (.cpu_ms_per_req * 100 | round / 100) else "" end) | \(.status|to_entries|map("\(.key): \(.value)")|join(", ")) | \(if .audit.ok then "ok" else "FAILED" end) (\(.audit.listed) listed) |"' "$f"
+			'"| \($run) | \(.load_before) | \(.req_per_s|floor) | \(.latency.p50_ms) | \(.latency.p95_ms) | \(.latency.p99_ms) | \(.latency.max_ms) | \(if .cpu_ms_per_req then (.cpu_ms_per_req * 100 | round / 100) else "" end) | \(if .nats_cpu_ms_per_req then (.nats_cpu_ms_per_req * 100 | round / 100) else "" end) | \(.status|to_entries|map("\(.key): \(.value)")|join(", ")) | \(if .audit.ok then "ok" else "FAILED" end) (\(.audit.listed) listed) |"' "$f"
 	done
 } >"$RUNS"
 
