@@ -283,16 +283,20 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 	if n.JS, err = jetstream.New(n.NC); err != nil {
 		return nil, err
 	}
-	// With the embedded server the index is never fsynced per commit.
-	// The stream is the durable record: by default its new messages are
+	// The index is never fsynced per commit. The command stream is the
+	// durable record: with the embedded server its new messages are
 	// synced once per group commit before anything decided from them is
-	// answered or shown (logsync.go, data.Store.CommitDurable), and the
-	// index can be rebuilt from it. Both survive kill -9 through the page
-	// cache; after a power loss the index, which may then be torn, is
-	// discarded and rebuilt from the stream (see data.Options.NoSync). In
-	// cluster mode the stream's durability is replication, so the index,
-	// which this instance alone holds, keeps its fsyncs.
-	noSync := cfg.NATSURL == ""
+	// answered or shown (logsync.go, data.Store.CommitDurable); in cluster
+	// mode the servers sync and replicate every message before they
+	// acknowledge it (queue.CheckServers, at start), so it is durable
+	// before a writer even reads it. Either way the index can be rebuilt
+	// from the stream, and decisions are a function of the stream, so a
+	// rebuilt index decides and answers as the lost one did. The index
+	// survives kill -9 through the page cache; after a power loss it may
+	// be torn, and it is discarded and rebuilt from the stream (from the
+	// newest snapshot, then the stream; data.Options.NoSync). In cluster
+	// mode another instance takes the partitions over meanwhile.
+	noSync := true
 	n.Store, err = data.OpenWith(IndexFile(cfg.DataDir), data.Options{NoSync: noSync})
 	if errors.Is(err, data.ErrSchema) {
 		n.Store, err = convertIndex(IndexFile(cfg.DataDir), noSync, err, cfg.Logger)
