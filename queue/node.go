@@ -420,6 +420,7 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 		p.local = n.Client.DeliverLocal
 		if n.cluster != nil {
 			p.cluster, p.reads = n.cluster, make(chan catchRequest)
+			p.lastSeqs = lastSeqs{fetch: p.lastSeqFor, timeout: 10 * time.Second}
 		}
 		if cfg.Observer != nil {
 			p.observe = cfg.Observer.ObserveBatch
@@ -718,17 +719,28 @@ func (n *Node) recorded(cmd *actor.Command, fingerprint string) (reply []byte, o
 // when the committed state refuses it now (see actor.Refused): the rejection and its
 // code; code is "" when only the writer can decide it. The caller must only
 // ask for a command that cannot be asked about again (one without an
-// idempotency key). It never refuses in cluster mode, where another instance
-// may have decided more than this index holds, nor on a partition that is
-// still catching up, whose index may lack what was answered before a
-// restart. When the newest commit is still waiting for its log sync it does
-// not wait (see data.Store.ViewIfVisible): the writer decides instead.
-func (n *Node) Refused(cmd *actor.Command) (reply []byte, code string, err error) {
-	if n.cluster != nil || len(n.Parts) == 0 || !actor.ValidCalendarID(cmd.CalendarID) {
+// idempotency key). It never refuses on a partition that is still catching
+// up, whose index may lack what was answered before a restart. In cluster
+// mode, where another instance may have decided more than this index
+// holds, it first brings the index up to the calendar's last logged
+// command, as a read does (SyncCalendar, one stream request shared by the
+// requests waiting for the calendar), so that the refusal is true of a
+// moment after the request arrived; when that fails it does not refuse.
+// When the newest commit is still waiting for its log sync it does not
+// wait (see data.Store.ViewIfVisible): the writer decides instead.
+func (n *Node) Refused(ctx context.Context, cmd *actor.Command) (reply []byte, code string, err error) {
+	if len(n.Parts) == 0 || !actor.ValidCalendarID(cmd.CalendarID) {
 		return nil, "", nil
 	}
 	p := PartitionOf(cmd.CalendarID, len(n.Parts))
-	if !n.Parts[p].CaughtUp() || n.Parts[p].Stalled() != nil {
+	if n.cluster != nil {
+		if err := n.SyncCalendar(ctx, cmd.CalendarID); err != nil {
+			return nil, "", nil // the writer decides
+		}
+	} else if !n.Parts[p].CaughtUp() {
+		return nil, "", nil
+	}
+	if n.Parts[p].Stalled() != nil || n.Parts[p].Halted() != nil {
 		return nil, "", nil
 	}
 	now := time.Now()
