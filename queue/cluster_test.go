@@ -500,8 +500,8 @@ func TestClusterHoldExpiries(t *testing.T) {
 // TestClusterRefusalIsNotStale: an instance answers a booking that the
 // index refuses without logging it, in cluster mode too, but only from an
 // index brought up to the calendar's last logged command: right after
-// another instance cancels the booking in the way, the slot is not
-// refused any more.
+// another instance cancels the booking in the way, before this index has
+// applied the cancel, the slot is not refused any more.
 func TestClusterRefusalIsNotStale(t *testing.T) {
 	url := queuetest.StartServer(t)
 	a := startInstance(t, url, "a", nil)
@@ -523,6 +523,11 @@ func TestClusterRefusalIsNotStale(t *testing.T) {
 			t.Fatalf("round %d: booking: %+v", round, r)
 		}
 		for _, n := range []*queue.Node{a, b} {
+			// What the index has not applied yet is not refused (the
+			// writer decides it); once it has, it is.
+			if err := n.SyncCalendar(context.Background(), "stale"); err != nil {
+				t.Fatal(err)
+			}
 			if code := refused(n, fmt.Sprintf("try-%d-%s", round, n.InstanceID())); code != actor.CodeSlotTaken {
 				t.Fatalf("round %d, instance %s, the slot booked: refused %q, want %q", round, n.InstanceID(), code, actor.CodeSlotTaken)
 			}

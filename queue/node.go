@@ -733,22 +733,35 @@ func (n *Node) Refused(ctx context.Context, cmd *actor.Command) (reply []byte, c
 		return nil, "", nil
 	}
 	p := PartitionOf(cmd.CalendarID, len(n.Parts))
-	if n.cluster != nil {
-		if err := n.SyncCalendar(ctx, cmd.CalendarID); err != nil {
-			return nil, "", nil // the writer decides
-		}
-	} else if !n.Parts[p].CaughtUp() {
-		return nil, "", nil
-	}
 	if n.Parts[p].Stalled() != nil || n.Parts[p].Halted() != nil {
 		return nil, "", nil
 	}
-	now := time.Now()
-	_, err = n.Store.ViewIfVisible(func(tx *data.Tx) error {
-		reply, code, err = actor.Refused(tx, p, cmd, now)
-		return err
-	})
-	return reply, code, err
+	check := func() (reply []byte, code string, err error) {
+		now := time.Now()
+		_, err = n.Store.ViewIfVisible(func(tx *data.Tx) error {
+			reply, code, err = actor.Refused(tx, p, cmd, now)
+			return err
+		})
+		return reply, code, err
+	}
+	if n.cluster == nil {
+		if !n.Parts[p].CaughtUp() {
+			return nil, "", nil
+		}
+		return check()
+	}
+	// Cluster mode: the index as it is first, which costs nothing. What it
+	// does not refuse goes to the log at once (most bookings: a sync
+	// first would cost every one of them a stream request). What it
+	// refuses may be stale (a booking cancelled on another instance), so
+	// it is asked again once the index has caught up to the calendar.
+	if _, code, err := check(); err != nil || code == "" {
+		return nil, "", err
+	}
+	if err := n.SyncCalendar(ctx, cmd.CalendarID); err != nil {
+		return nil, "", nil // the writer decides
+	}
+	return check()
 }
 
 // RecordedFor answers cmd from the record of another request id, reqID,
