@@ -57,8 +57,10 @@
 #                          publishes in flight, and fdatasync's latency
 #   PROFILE_DIR ("")       when set: for every cluster run a CPU profile of
 #                          each instance (--pprof-addr, PROFILE_SECONDS of the
-#                          measured window, default 8) and the fsync calls of
-#                          the NATS servers (strace -c -f) are written there
+#                          measured window, default 8), of each NATS server
+#                          (its prof_port) and the fsync calls of the NATS
+#                          servers (strace -c -f; PROFILE_STRACE=0 skips it:
+#                          it slows the servers) are written there
 #   OUT (docs/benchmarks.md), GO (go)
 #
 # Quick smoke run (about 2 minutes; do not commit its docs/benchmarks.md):
@@ -108,6 +110,7 @@ chmod 755 "$WORK"
 PGBIN=""
 AS_PG=()
 NATS_PIDS=()
+NATS_PPROF_URLS=()
 BL_PIDS=()
 PG_UP=""
 PG_PRIMARY_PORT="" PG_STANDBY_PORT=""
@@ -254,6 +257,13 @@ start_nats() {
 	done
 	for i in 0 1 2; do
 		nats_conf "n$((i + 1))" "${cports[$i]}" "${rports[$i]}" "${hports[$i]}" "${rports[@]}" >"$WORK/run/n$((i + 1)).conf"
+		if [ -n "$PROFILE_DIR" ]; then
+			# nats-server's own CPU profile, from its pprof port.
+			local pport
+			pport=$(freeport)
+			echo "prof_port: $pport" >>"$WORK/run/n$((i + 1)).conf"
+			NATS_PPROF_URLS[i]="http://127.0.0.1:$pport"
+		fi
 		./bin/nats-server -c "$WORK/run/n$((i + 1)).conf" >>"$WORK/nats-n$((i + 1)).log" 2>&1 &
 		NATS_PIDS+=($!)
 		NATS_URL="$NATS_URL${NATS_URL:+,}nats://bookline:bookline-bench@127.0.0.1:${cports[$i]}"
@@ -411,7 +421,11 @@ profile() {
 		for i in "${!PPROF_URLS[@]}"; do
 			curl -fsS -o "$PROFILE_DIR/$name-b$((i + 1)).pprof" "${PPROF_URLS[$i]}/debug/pprof/profile?seconds=$PROFILE_SECONDS" &
 		done
+		for i in "${!NATS_PPROF_URLS[@]}"; do
+			curl -fsS -o "$PROFILE_DIR/$name-n$((i + 1)).pprof" "${NATS_PPROF_URLS[$i]}/debug/pprof/profile?seconds=$PROFILE_SECONDS" &
+		done
 		for i in "${!NATS_PIDS[@]}"; do
+			[ "${PROFILE_STRACE:-1}" = 1 ] || continue
 			timeout -s INT "$PROFILE_SECONDS" strace -c -f -e trace=fdatasync,fsync,pwrite64,write -p "${NATS_PIDS[$i]}" -o "$PROFILE_DIR/$name-n$((i + 1)).strace" 2>/dev/null &
 		done
 		for i in "${!NATS_PIDS[@]}"; do
