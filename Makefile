@@ -8,7 +8,7 @@ PKGS     ?= ./...
 # heavier load; 30 min keeps a slow machine from failing a passing package.
 TESTFLAGS ?= -race -count=1 -timeout 30m
 
-.PHONY: all build run test test-short lint fmt vet fuzz bench bench-compare screenshot faults clean
+.PHONY: all build run test test-short lint fmt vet fuzz bench bench-compare bench-cluster screenshot faults clean
 
 all: lint test build
 
@@ -57,6 +57,13 @@ bench:
 # Writes the table into docs/benchmarks.md. Knobs: see .ci/bench-compare.sh.
 bench-compare:
 	GO=$(GO) ./.ci/bench-compare.sh
+
+# Cluster mode (3 NATS nodes with sync_interval: always, R3, 2 bookline
+# instances, load spread over them) against PostgreSQL with a synchronous
+# standby, A B A B on one machine; builds nats-server from go.sum. Writes
+# its table into docs/benchmarks.md. Knobs: see .ci/bench-cluster.sh.
+bench-cluster:
+	GO=$(GO) ./.ci/bench-cluster.sh
 
 # Regenerates docs/booking-page.png: the booking page in headless chromium
 # (the browser test that takes it checks it is a PNG on every run).

@@ -100,9 +100,10 @@ type Config struct {
 // Refuser is implemented by backends that can answer a valid booking.create
 // or hold.create from the committed index when the index already refuses it
 // (queue.Node does): reply is the writer's rejection and code its rejection code,
-// "" when only the writer can decide.
+// "" when only the writer can decide. ctx bounds what it may wait for (in
+// cluster mode, the index catching up to the calendar's last command).
 type Refuser interface {
-	Refused(cmd *actor.Command) (reply []byte, code string, err error)
+	Refused(ctx context.Context, cmd *actor.Command) (reply []byte, code string, err error)
 }
 
 // DurabilityReporter is implemented by backends that know whether

@@ -214,7 +214,12 @@ func (s *Server) refused(c *fiber.Ctx, cmd *actor.Command) ([]byte, bool) {
 	if !ok {
 		return nil, false
 	}
-	reply, code, err := rf.Refused(cmd)
+	// In cluster mode the index is first brought up to the calendar's last
+	// logged command, which takes a stream request: bounded, and on
+	// failure the request goes to the log, which answers it or says why.
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ReplyTimeout)
+	defer cancel()
+	reply, code, err := rf.Refused(ctx, cmd)
 	if err != nil {
 		s.log.Warn("reading the index before logging a booking failed; logging it", "trace_id", requestIDOf(c), "err", err)
 		return nil, false

@@ -176,6 +176,12 @@ func (p *Partition) findOrCreateConsumer(ctx context.Context, name string, appli
 	return p.js.Consumer(ctx, StreamName, name)
 }
 
+// sharedLastSeq is lastSeqFor, its request shared with the callers waiting
+// for the same subject (lastSeqs).
+func (p *Partition) sharedLastSeq(ctx context.Context, subject string) (uint64, error) {
+	return p.lastSeqs.get(ctx, subject)
+}
+
 // lastSeqFor is the stream sequence of the last message on subject (a
 // wildcard is allowed), 0 when there is none. It asks the stream leader,
 // never a replica that may lag.
@@ -517,7 +523,7 @@ func (p *Partition) syncTo(ctx context.Context, subject string) error {
 	if e := p.Stalled(); e != nil {
 		return fmt.Errorf("%w: partition %d: %v", ErrUnavailable, p.ID, e)
 	}
-	last, err := p.lastSeqFor(ctx, subject)
+	last, err := p.sharedLastSeq(ctx, subject)
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}

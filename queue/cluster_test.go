@@ -496,3 +496,48 @@ func TestClusterHoldExpiries(t *testing.T) {
 		t.Fatalf("%d expire commands for %d holds", total, holds)
 	}
 }
+
+// TestClusterRefusalIsNotStale: an instance answers a booking that the
+// index refuses without logging it, in cluster mode too, but only from an
+// index brought up to the calendar's last logged command: right after
+// another instance cancels the booking in the way, before this index has
+// applied the cancel, the slot is not refused any more.
+func TestClusterRefusalIsNotStale(t *testing.T) {
+	url := queuetest.StartServer(t)
+	a := startInstance(t, url, "a", nil)
+	b := startInstance(t, url, "b", nil)
+	refused := func(n *queue.Node, req string) string {
+		t.Helper()
+		cmd := book("stale", req, 4, 2)
+		cmd.V = actor.SchemaVersion
+		_, code, err := n.Refused(context.Background(), &cmd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return code
+	}
+	submit(t, a, upsert("stale"))
+	for round := range 5 {
+		r := submit(t, a, book("stale", fmt.Sprintf("taken-%d", round), 4, 2))
+		if r.Outcome != actor.OutcomeAccepted {
+			t.Fatalf("round %d: booking: %+v", round, r)
+		}
+		for _, n := range []*queue.Node{a, b} {
+			// What the index has not applied yet is not refused (the
+			// writer decides it); once it has, it is.
+			if err := n.SyncCalendar(context.Background(), "stale"); err != nil {
+				t.Fatal(err)
+			}
+			if code := refused(n, fmt.Sprintf("try-%d-%s", round, n.InstanceID())); code != actor.CodeSlotTaken {
+				t.Fatalf("round %d, instance %s, the slot booked: refused %q, want %q", round, n.InstanceID(), code, actor.CodeSlotTaken)
+			}
+		}
+		submit(t, a, actor.Command{Type: actor.TypeBookingCancel, RequestID: fmt.Sprintf("free-%d", round), CalendarID: "stale", BookingID: r.Booking.ID})
+		// At once, on the other instance too: nothing stale refuses it.
+		for _, n := range []*queue.Node{b, a} {
+			if code := refused(n, fmt.Sprintf("again-%d-%s", round, n.InstanceID())); code != "" {
+				t.Fatalf("round %d, instance %s, the slot freed: refused %q", round, n.InstanceID(), code)
+			}
+		}
+	}
+}

@@ -283,16 +283,20 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 	if n.JS, err = jetstream.New(n.NC); err != nil {
 		return nil, err
 	}
-	// With the embedded server the index is never fsynced per commit.
-	// The stream is the durable record: by default its new messages are
+	// The index is never fsynced per commit. The command stream is the
+	// durable record: with the embedded server its new messages are
 	// synced once per group commit before anything decided from them is
-	// answered or shown (logsync.go, data.Store.CommitDurable), and the
-	// index can be rebuilt from it. Both survive kill -9 through the page
-	// cache; after a power loss the index, which may then be torn, is
-	// discarded and rebuilt from the stream (see data.Options.NoSync). In
-	// cluster mode the stream's durability is replication, so the index,
-	// which this instance alone holds, keeps its fsyncs.
-	noSync := cfg.NATSURL == ""
+	// answered or shown (logsync.go, data.Store.CommitDurable); in cluster
+	// mode the servers sync and replicate every message before they
+	// acknowledge it (queue.CheckServers, at start), so it is durable
+	// before a writer even reads it. Either way the index can be rebuilt
+	// from the stream, and decisions are a function of the stream, so a
+	// rebuilt index decides and answers as the lost one did. The index
+	// survives kill -9 through the page cache; after a power loss it may
+	// be torn, and it is discarded and rebuilt from the stream (from the
+	// newest snapshot, then the stream; data.Options.NoSync). In cluster
+	// mode another instance takes the partitions over meanwhile.
+	noSync := true
 	n.Store, err = data.OpenWith(IndexFile(cfg.DataDir), data.Options{NoSync: noSync})
 	if errors.Is(err, data.ErrSchema) {
 		n.Store, err = convertIndex(IndexFile(cfg.DataDir), noSync, err, cfg.Logger)
@@ -416,6 +420,7 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 		p.local = n.Client.DeliverLocal
 		if n.cluster != nil {
 			p.cluster, p.reads = n.cluster, make(chan catchRequest)
+			p.lastSeqs = lastSeqs{fetch: p.lastSeqFor, timeout: 10 * time.Second}
 		}
 		if cfg.Observer != nil {
 			p.observe = cfg.Observer.ObserveBatch
@@ -714,25 +719,49 @@ func (n *Node) recorded(cmd *actor.Command, fingerprint string) (reply []byte, o
 // when the committed state refuses it now (see actor.Refused): the rejection and its
 // code; code is "" when only the writer can decide it. The caller must only
 // ask for a command that cannot be asked about again (one without an
-// idempotency key). It never refuses in cluster mode, where another instance
-// may have decided more than this index holds, nor on a partition that is
-// still catching up, whose index may lack what was answered before a
-// restart. When the newest commit is still waiting for its log sync it does
-// not wait (see data.Store.ViewIfVisible): the writer decides instead.
-func (n *Node) Refused(cmd *actor.Command) (reply []byte, code string, err error) {
-	if n.cluster != nil || len(n.Parts) == 0 || !actor.ValidCalendarID(cmd.CalendarID) {
+// idempotency key). It never refuses on a partition that is still catching
+// up, whose index may lack what was answered before a restart. In cluster
+// mode, where another instance may have decided more than this index
+// holds, it first brings the index up to the calendar's last logged
+// command, as a read does (SyncCalendar, one stream request shared by the
+// requests waiting for the calendar), so that the refusal is true of a
+// moment after the request arrived; when that fails it does not refuse.
+// When the newest commit is still waiting for its log sync it does not
+// wait (see data.Store.ViewIfVisible): the writer decides instead.
+func (n *Node) Refused(ctx context.Context, cmd *actor.Command) (reply []byte, code string, err error) {
+	if len(n.Parts) == 0 || !actor.ValidCalendarID(cmd.CalendarID) {
 		return nil, "", nil
 	}
 	p := PartitionOf(cmd.CalendarID, len(n.Parts))
-	if !n.Parts[p].CaughtUp() || n.Parts[p].Stalled() != nil {
+	if n.Parts[p].Stalled() != nil || n.Parts[p].Halted() != nil {
 		return nil, "", nil
 	}
-	now := time.Now()
-	_, err = n.Store.ViewIfVisible(func(tx *data.Tx) error {
-		reply, code, err = actor.Refused(tx, p, cmd, now)
-		return err
-	})
-	return reply, code, err
+	check := func() (reply []byte, code string, err error) {
+		now := time.Now()
+		_, err = n.Store.ViewIfVisible(func(tx *data.Tx) error {
+			reply, code, err = actor.Refused(tx, p, cmd, now)
+			return err
+		})
+		return reply, code, err
+	}
+	if n.cluster == nil {
+		if !n.Parts[p].CaughtUp() {
+			return nil, "", nil
+		}
+		return check()
+	}
+	// Cluster mode: the index as it is first, which costs nothing. What it
+	// does not refuse goes to the log at once (most bookings: a sync
+	// first would cost every one of them a stream request). What it
+	// refuses may be stale (a booking cancelled on another instance), so
+	// it is asked again once the index has caught up to the calendar.
+	if _, code, err := check(); err != nil || code == "" {
+		return nil, "", err
+	}
+	if err := n.SyncCalendar(ctx, cmd.CalendarID); err != nil {
+		return nil, "", nil // the writer decides
+	}
+	return check()
 }
 
 // RecordedFor answers cmd from the record of another request id, reqID,

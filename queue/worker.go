@@ -82,10 +82,13 @@ type Partition struct {
 	cluster *clusterMode
 	// reads carries read-your-writes catch-up requests to the goroutine.
 	reads chan catchRequest
-	chain deliveryChain
-	pinMu sync.Mutex // guards pinID and cons, read by OwnedPartitions
-	pinID string
-	cons  jetstream.Consumer
+	// lastSeqs finds a calendar's last logged message for syncTo, one
+	// request per subject at a time.
+	lastSeqs lastSeqs
+	chain    deliveryChain
+	pinMu    sync.Mutex // guards pinID and cons, read by OwnedPartitions
+	pinID    string
+	cons     jetstream.Consumer
 	// assigned says whether the membership map gives the partition to
 	// this instance (membership.go); assignKick wakes the goroutine when
 	// it changes. active is set while the goroutine pulls the partition's

@@ -65,13 +65,15 @@ allowed, 168h, on a calendar <prefix>-abuse open at all times with
 one without: what expensive reads take from the writers. Their own numbers
 are reported apart (not in the scenario's latency).
 
-The audit lists every calendar's bookings (following next_cursor) and fails
+The audit lists every calendar's bookings (following next_cursor; a page
+answered 503 is asked again for up to 5 s) and fails
 when two confirmed bookings overlap, a booking answered 201 is missing, or a
 booking cancelled with 200 is still listed (mixed). Exit status 1 when the
 audit fails.`
 
 type benchConfig struct {
 	url             string
+	urls            []string // --url split at commas: requests go to them in turn
 	natsURL         string
 	natsAuth        natsClientAuth
 	scenario        string
@@ -99,7 +101,7 @@ type benchConfig struct {
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var c benchConfig
 	fs := newFlagSet("bench", stderr, benchSummary)
-	fs.StringVar(&c.url, "url", "http://127.0.0.1:8080", "base URL of the server under test")
+	fs.StringVar(&c.url, "url", "http://127.0.0.1:8080", "base URL of the server under test; several, comma-separated, spread the requests over them in turn (instances of one cluster)")
 	fs.StringVar(&c.natsURL, "nats-url", "nats://127.0.0.1:4222", "NATS server URL for --scenario import")
 	c.natsAuth.flags(fs.StringVar, "importer")
 	fs.StringVar(&c.scenario, "scenario", "uniform", "uniform, hot, mixed or import")
@@ -208,10 +210,15 @@ func (c *benchConfig) normalise() error {
 	if !actor.ValidCalendarID(c.calendarID(c.calendars - 1)) {
 		return fmt.Errorf("--calendar-prefix %q: calendar ids must match [A-Za-z0-9_-]{1,64}", c.prefix)
 	}
-	if _, err := url.Parse(c.url); err != nil || !strings.HasPrefix(c.url, "http") {
-		return fmt.Errorf("--url %q: want http://host:port", c.url)
+	c.urls = c.urls[:0]
+	for _, u := range strings.Split(c.url, ",") {
+		u = strings.TrimSpace(u)
+		if _, err := url.Parse(u); err != nil || !strings.HasPrefix(u, "http") {
+			return fmt.Errorf("--url %q: want http://host:port (several: comma-separated)", u)
+		}
+		c.urls = append(c.urls, strings.TrimRight(u, "/"))
 	}
-	c.url = strings.TrimRight(c.url, "/")
+	c.url = strings.Join(c.urls, ",")
 	return nil
 }
 
@@ -230,6 +237,19 @@ type benchRun struct {
 	stopAt   atomic.Int64 // unix nanos when no new request starts; 0 = not set
 	budget   atomic.Int64 // measured requests left (--requests)
 	lastDone atomic.Int64 // unix nanos of the last measured completion
+	nextURL  atomic.Uint64
+}
+
+// base is the URL of the next request: the --url entries in turn, as a
+// load balancer in front of several instances would spread them.
+func (r *benchRun) base() string {
+	switch len(r.c.urls) {
+	case 0: // a config that was not normalised (tests)
+		return r.c.url
+	case 1:
+		return r.c.urls[0]
+	}
+	return r.c.urls[(r.nextURL.Add(1)-1)%uint64(len(r.c.urls))]
 }
 
 // newBenchHTTPClient is fasthttp's client rather than net/http's: the
@@ -357,7 +377,7 @@ func (r *benchRun) do(ctx context.Context, method, path string, body []byte) (in
 	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)
 	defer fasthttp.ReleaseResponse(resp)
-	req.SetRequestURI(r.c.url + path)
+	req.SetRequestURI(r.base() + path)
 	req.Header.SetMethod(method)
 	if body != nil {
 		req.Header.SetContentType("application/json")

@@ -129,7 +129,7 @@ func (r *benchRun) abuse(ctx context.Context, i int, path string, a *abuser) {
 	for ctx.Err() == nil {
 		req.Reset()
 		resp.Reset()
-		req.SetRequestURI(r.c.url + path)
+		req.SetRequestURI(r.base() + path)
 		req.Header.SetMethod(http.MethodGet)
 		if r.c.abuseKey != "" {
 			req.Header.Set("Authorization", "Bearer "+r.c.abuseKey)

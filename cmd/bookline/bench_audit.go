@@ -36,6 +36,13 @@ type listedBooking struct {
 	Status string    `json:"status"`
 }
 
+// A page answered 503 is asked again up to auditRetries times,
+// auditRetryWait apart.
+const (
+	auditRetries   = 20
+	auditRetryWait = 250 * time.Millisecond
+)
+
 // listAll lists every booking of cal, following next_cursor.
 func (r *benchRun) listAll(ctx context.Context, cal string) ([]listedBooking, error) {
 	var all []listedBooking
@@ -46,6 +53,17 @@ func (r *benchRun) listAll(ctx context.Context, cal string) ([]listedBooking, er
 			path += "&cursor=" + url.QueryEscape(cursor)
 		}
 		st, body, err := r.do(ctx, http.MethodGet, path, nil)
+		// A 503 says "retry later" (a cluster instance still catching
+		// up after the load): the audit retries it for a while instead
+		// of failing on an answer that is no verdict.
+		for try := 0; err == nil && st == http.StatusServiceUnavailable && try < auditRetries; try++ {
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(auditRetryWait):
+			}
+			st, body, err = r.do(ctx, http.MethodGet, path, nil)
+		}
 		if err != nil {
 			return nil, err
 		}

@@ -318,3 +318,73 @@ func TestBenchRateFlags(t *testing.T) {
 		t.Errorf("default bound at 5/s: %d, %v; want 64", c.maxInFlight, err)
 	}
 }
+
+// With several comma-separated --url entries the requests are spread over
+// all of them (as over the instances of a cluster), and the audit reads
+// through them too: two fronts of one booking store share the load.
+func TestBenchSpreadsOverURLs(t *testing.T) {
+	srv := &slowBookingServer{release: make(chan struct{}), bookings: map[string][]listedBooking{}}
+	close(srv.release)
+	var counts [2]atomic.Int64
+	var fronts []string
+	for i := range counts {
+		ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			counts[i].Add(1)
+			srv.ServeHTTP(w, r)
+		}))
+		defer ts.Close()
+		fronts = append(fronts, ts.URL+"/")
+	}
+	c := benchConfig{url: strings.Join(fronts, " , "), scenario: "uniform", clients: 4, calendars: 3, days: 30,
+		requests: 200, seed: 1, createCalendars: true, prefix: "spread", timeout: 10 * time.Second}
+	if err := c.normalise(); err != nil {
+		t.Fatal(err)
+	}
+	if len(c.urls) != 2 || strings.HasSuffix(c.urls[0], "/") {
+		t.Fatalf("urls %q", c.urls)
+	}
+	res, err := runBenchScenario(context.Background(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Audit.OK || res.Audit.Listed == 0 {
+		t.Fatalf("audit %+v", res.Audit)
+	}
+	a, b := counts[0].Load(), counts[1].Load()
+	if a < 100 || b < 100 || a-b > 2 || b-a > 2 {
+		t.Errorf("requests per URL %d and %d: want them spread evenly", a, b)
+	}
+	bad := benchConfig{url: "http://x,ftp://y", scenario: "uniform", clients: 1, duration: time.Second, timeout: time.Second, prefix: "p"}
+	if err := bad.normalise(); err == nil || !strings.Contains(err.Error(), "ftp://y") {
+		t.Errorf("a bad second URL: %v", err)
+	}
+}
+
+// A list answered 503 (a cluster instance that cannot catch up yet) is
+// asked again: the audit's verdict comes from the 200 that follows.
+func TestBenchAuditRetriesUnavailable(t *testing.T) {
+	srv := &slowBookingServer{release: make(chan struct{}), bookings: map[string][]listedBooking{}}
+	close(srv.release)
+	var refused atomic.Int64
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet && refused.Add(1) <= 3 {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = w.Write([]byte(`{"error":{"code":"unavailable"}}`))
+			return
+		}
+		srv.ServeHTTP(w, r)
+	}))
+	defer ts.Close()
+	c := benchConfig{url: ts.URL, scenario: "uniform", clients: 2, calendars: 1, days: 30,
+		requests: 20, seed: 1, createCalendars: true, prefix: "retry", timeout: 10 * time.Second}
+	if err := c.normalise(); err != nil {
+		t.Fatal(err)
+	}
+	res, err := runBenchScenario(context.Background(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Audit.OK || res.Audit.Listed == 0 || refused.Load() < 4 {
+		t.Fatalf("audit %+v after %d list requests", res.Audit, refused.Load())
+	}
+}
