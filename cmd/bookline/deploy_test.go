@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -234,24 +233,6 @@ func startDeployCluster(t *testing.T, bin string, syncAlways bool) *deployCluste
 
 // fixedPort matches the ports of deploy/nats, which a test must not use.
 var fixedPort = regexp.MustCompile(`127\.0\.0\.1:(422[234]|623[234]|822[234])\b`)
-
-func freeLoopbackPorts(t *testing.T, n int) []int {
-	t.Helper()
-	var ports []int
-	var lns []net.Listener
-	for i := 0; i < n; i++ {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		lns = append(lns, ln)
-		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
-	}
-	for _, ln := range lns {
-		ln.Close()
-	}
-	return ports
-}
 
 // The nats-server binary is built from the module version in go.sum, once:
 // it is kept under os.TempDir, named by that version, the Go version and

@@ -76,7 +76,7 @@ func startFaultCluster(t *testing.T, lazy bool) *faultCluster {
 		t.Skipf("the fault suite puts each NATS store on a power-loss file system, unavailable here: %v", err)
 	}
 	c := &faultCluster{t: t, bin: natsServerBinary(t), dir: t.TempDir(), lazy: lazy, mon: &http.Client{Timeout: 2 * time.Second}}
-	ports := freeLoopbackPorts(t, 9)
+	ports := queuetest.FreePorts(t, 9)
 	for i := range 3 {
 		n := &faultNode{name: fmt.Sprintf("n%d", i+1), client: ports[3*i], route: ports[3*i+1], http: ports[3*i+2],
 			backing: filepath.Join(c.dir, fmt.Sprintf("backing-n%d", i+1)), mnt: filepath.Join(c.dir, fmt.Sprintf("mnt-n%d", i+1)),
