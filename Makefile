@@ -8,7 +8,7 @@ PKGS     ?= ./...
 # heavier load; 30 min keeps a slow machine from failing a passing package.
 TESTFLAGS ?= -race -count=1 -timeout 30m
 
-.PHONY: all build run test test-short lint fmt vet fuzz bench bench-compare bench-cluster screenshot faults clean
+.PHONY: all build run test test-short lint fmt vet fuzz bench bench-compare bench-cluster screenshot faults contract clean
 
 all: lint test build
 
@@ -82,6 +82,12 @@ HISTORY ?= 0
 bench-recovery:
 	BOOKLINE_BENCH_DIR=$(RECOVERY_DIR) BOOKLINE_BENCH_BOOKINGS=$(BOOKINGS) BOOKLINE_BENCH_TAIL=$(TAIL) \
 	BOOKLINE_BENCH_HISTORY=$(HISTORY) $(GO) test -run='^$$' -bench='Recovery|SnapshotUnderLoad' -benchtime=3x -timeout 4h ./queue | tee bench-recovery.txt
+
+# The contract files checked by validators others wrote (node and npm; the
+# pinned packages install under .ci/contract/node_modules): redocly lint and
+# swagger-parser on docs/openapi.yaml, ajv strict on docs/schema.
+contract:
+	./.ci/contract/check.sh
 
 # The cluster fault suite's long variant (cmd/bookline/faults_test.go):
 # three nats-server processes, each store on a power-loss file system,
