@@ -42,15 +42,15 @@ type NodeConfig struct {
 	NATSMaxStore, NATSMaxMemory int64
 	// SyncInterval is the opt-out from power-loss durability (--sync
 	// interval). By default (false) every group commit makes the embedded
-	// stream's new messages and then the index durable (fdatasync) before
-	// anything is answered: a decided answer survives a power loss. With
+	// stream's new messages durable (fdatasync) before anything is
+	// answered: a decided answer survives a power loss. With
 	// SyncInterval the embedded stream is fsynced every 2 minutes and the
 	// index never per commit; both survive a process crash, a power loss
 	// may take the last minutes of commands, and an index left by a session
 	// that died before a reboot is rebuilt from the stream. It has no
 	// effect with NATSURL: the cluster's replication, on servers that sync
-	// before they acknowledge (Servers, AllowLazySync), is the durability,
-	// and the index is fsynced per commit.
+	// before they acknowledge (Servers, AllowLazySync), is the durability.
+	// The index is never fsynced per commit (see StartNode).
 	SyncInterval bool
 	// AcceptHistory lists, per partition, the first differing stream
 	// sequence of a history mismatch an operator accepts
