@@ -238,7 +238,41 @@ func checkHistory(ctx context.Context, s jetstream.Stream, info *jetstream.Strea
 		atApplied.After = after
 		return found(atApplied, true)
 	}
+	// The checks above read the recent messages and the checkpoints, not
+	// every older message. But the command stream denies deletes and is
+	// trimmed only from its front, so a message the server counts as
+	// deleted inside the history the index applied was lost by its store
+	// (a truncated block file), or by the replica that served it: under
+	// the fault suite a minority node with a truncated block, made
+	// leader, lost hundreds of acknowledged messages older than every
+	// recent one.
+	if info.State.NumDeleted > 0 {
+		d, err := firstDeleted(ctx, s, first, head.Seq)
+		if err != nil {
+			return nil, err
+		}
+		if d > 0 {
+			return found(&HistoryMismatchError{Seq: d, What: "the stream counts this message as deleted, inside the history the index applied, " +
+				"although it denies deletes and is trimmed only from its front (a damaged or truncated store); it may have been another partition's"}, false)
+		}
+	}
 	return nil, nil
+}
+
+// firstDeleted is the lowest sequence in [from, to] that the stream counts
+// as deleted, 0 when there is none.
+func firstDeleted(ctx context.Context, s jetstream.Stream, from, to uint64) (uint64, error) {
+	info, err := s.Info(ctx, jetstream.WithDeletedDetails(true))
+	if err != nil {
+		return 0, fmt.Errorf("queue: stream info: %w", err)
+	}
+	var d uint64
+	for _, seq := range info.State.Deleted {
+		if seq >= from && seq <= to && (d == 0 || seq < d) {
+			d = seq
+		}
+	}
+	return d, nil
 }
 
 // CheckHistory compares what an index recorded of partition p's log
