@@ -127,7 +127,9 @@ func TestResponsesMatchOpenAPI(t *testing.T) {
 		HoldSecret string `json:"hold_secret"`
 	}
 	day := time.Now().UTC().AddDate(0, 0, 3).Truncate(24 * time.Hour)
-	at := func(h, m int) string { return day.Add(time.Duration(h)*time.Hour + time.Duration(m)*time.Minute).Format(time.RFC3339) }
+	at := func(h, m int) string {
+		return day.Add(time.Duration(h)*time.Hour + time.Duration(m)*time.Minute).Format(time.RFC3339)
+	}
 
 	want(c.do("GET", "/healthz", ""), 200)
 	want(c.do("GET", "/livez", ""), 200)
