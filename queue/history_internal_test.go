@@ -2,7 +2,6 @@ package queue
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -47,20 +46,7 @@ func TestHistoryCheckFindsADeletedMessage(t *testing.T) {
 	}
 	defer n.Close()
 	queuetest.CheckFor(t, queuetest.ReadyTimeout, n.Ready)
-	submit := func(cmd actor.Command) {
-		t.Helper()
-		cmd.V = actor.SchemaVersion
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		raw, err := n.Submit(ctx, &cmd, cmd.Fingerprint())
-		if err != nil {
-			t.Fatal(err)
-		}
-		var r actor.Reply
-		if err := json.Unmarshal(raw, &r); err != nil {
-			t.Fatal(err)
-		}
-	}
+	submit := func(cmd actor.Command) { t.Helper(); mustAccept(t, n, cmd) }
 	submit(actor.Command{Type: actor.TypeCalendarUpsert, RequestID: "c", CalendarID: "del", Calendar: &actor.CalendarSpec{Timezone: "UTC"}})
 	start := time.Now().Add(48 * time.Hour).Truncate(time.Hour)
 	for i := range 40 {

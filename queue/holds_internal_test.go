@@ -77,24 +77,7 @@ func TestHoldExpirerRepublishesAnEarlyExpire(t *testing.T) {
 	n.StartWriters()
 	queuetest.CheckFor(t, queuetest.ReadyTimeout, n.Ready)
 
-	submit := func(cmd actor.Command) actor.Reply {
-		t.Helper()
-		cmd.V = actor.SchemaVersion
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		raw, err := n.Submit(ctx, &cmd, cmd.Fingerprint())
-		if err != nil {
-			t.Fatal(err)
-		}
-		var r actor.Reply
-		if err := json.Unmarshal(raw, &r); err != nil {
-			t.Fatal(err)
-		}
-		if r.Outcome != actor.OutcomeAccepted {
-			t.Fatalf("%s: %+v", cmd.Type, r)
-		}
-		return r
-	}
+	submit := func(cmd actor.Command) actor.Reply { t.Helper(); return mustAccept(t, n, cmd) }
 	const cal = "skewed"
 	submit(actor.Command{Type: actor.TypeCalendarUpsert, RequestID: "c", CalendarID: cal, Calendar: &actor.CalendarSpec{Timezone: "UTC"}})
 	start := time.Now().Add(24 * time.Hour).Truncate(time.Hour)
@@ -126,4 +109,25 @@ func TestHoldExpirerRepublishesAnEarlyExpire(t *testing.T) {
 			t.Errorf("expire command %q for a hold expiring at %s", c.RequestID, hold.ExpiresAt)
 		}
 	}
+}
+
+// mustAccept submits cmd to n (at the current schema version) and fails
+// the test unless the writer accepts it.
+func mustAccept(t *testing.T, n *Node, cmd actor.Command) actor.Reply {
+	t.Helper()
+	cmd.V = actor.SchemaVersion
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	raw, err := n.Submit(ctx, &cmd, cmd.Fingerprint())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r actor.Reply
+	if err := json.Unmarshal(raw, &r); err != nil {
+		t.Fatal(err)
+	}
+	if r.Outcome != actor.OutcomeAccepted {
+		t.Fatalf("%s: %+v", cmd.Type, r)
+	}
+	return r
 }
