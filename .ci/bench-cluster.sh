@@ -246,8 +246,7 @@ nats_conf() {
 	EOF
 }
 
-# start_cluster bin extra_args: 3 NATS nodes, then INSTANCES bookline
-# instances; sets URLS (the load's --url) and INSTANCE_URLS.
+# start_nats: the 3 NATS nodes; sets NATS_URL and MON_URLS.
 start_nats() {
 	local i cports=() rports=() hports=()
 	NATS_URL="" MON_URLS=""
@@ -280,6 +279,8 @@ start_nats() {
 	die "the NATS cluster elected no meta leader within 30 s"
 }
 
+# start_cluster bin extra_args: 3 NATS nodes, then INSTANCES bookline
+# instances; sets URLS (the load's --url) and INSTANCE_URLS.
 start_cluster() {
 	local bin=$1 extra=$2 i
 	start_nats
@@ -339,8 +340,6 @@ pg_init() {
 	"${AS_PG[@]}" "$PGBIN/pg_basebackup" -h 127.0.0.1 -p "$PG_PRIMARY_PORT" -U postgres -D "$WORK/pg-standby" -R -X stream >"$WORK/basebackup.log" 2>&1 ||
 		{ cat "$WORK/basebackup.log"; die "pg_basebackup failed"; }
 	pg_start_standby
-	pg_check_sync
-	log "PostgreSQL primary 127.0.0.1:$PG_PRIMARY_PORT, synchronous standby 127.0.0.1:$PG_STANDBY_PORT: $(psql_p "SELECT application_name || ' ' || state || ' ' || sync_state FROM pg_stat_replication")"
 }
 # Settings on the command line override postgresql.conf and ALTER SYSTEM.
 pg_start_primary() {
@@ -370,11 +369,16 @@ pg_check_sync() {
 	got=$(psql_p "SELECT current_setting('fsync') || ' ' || current_setting('synchronous_commit') || ' ' || current_setting('synchronous_standby_names')")
 	[ "$got" = "on on standby1" ] || die "PostgreSQL primary: fsync synchronous_commit synchronous_standby_names = '$got'"
 }
+# pg_up starts the two servers if they are down and checks, before every
+# run, that the standby is synchronous.
 pg_up() {
-	[ -n "$PG_UP" ] && return 0
-	if [ -z "$PG_PRIMARY_PORT" ]; then pg_init; else pg_start_primary; pg_start_standby; fi
-	PG_UP=1
+	if [ -z "$PG_UP" ]; then
+		local first=""
+		if [ -z "$PG_PRIMARY_PORT" ]; then pg_init; first=1; else pg_start_primary; pg_start_standby; fi
+		PG_UP=1
+	fi
 	pg_check_sync
+	[ -z "${first:-}" ] || log "PostgreSQL primary 127.0.0.1:$PG_PRIMARY_PORT, synchronous standby 127.0.0.1:$PG_STANDBY_PORT: $(psql_p "SELECT application_name || ' ' || state || ' ' || sync_state FROM pg_stat_replication")"
 }
 
 # --- runs ------------------------------------------------------------------------
@@ -384,7 +388,6 @@ start_target() { # target [max-conns]
 	cluster-alt) start_cluster "${ALT_BIN:-./bin/bookline}" "$ALT_ARGS" ;;
 	pg)
 		pg_up
-		pg_check_sync
 		local port
 		port=$(freeport)
 		./bin/pgbaseline --dsn "postgres://postgres@127.0.0.1:$PG_PRIMARY_PORT/postgres?sslmode=disable" \
@@ -534,10 +537,8 @@ CEILING_LINES=""
 if [ "$CEILINGS" = 1 ]; then
 	log "raw ceilings: fdatasync here, and the NATS cluster's R3 publish rate alone"
 	CEILING_LINES=$(./bin/natsceiling --dir "$WORK" --syncs 2000)
-	INSTANCES_SAVED=$INSTANCES
-	mkdir -p "$WORK/run"
-	# The NATS servers only: start_cluster with no instance.
-	INSTANCES=0 start_nats
+	# The NATS servers only.
+	start_nats
 	# One run per depth, with the servers' CPU time per message around it.
 	for depth in 1 16 64 256; do
 		t0=$(ticks_of "${NATS_PIDS[@]}")
@@ -549,7 +550,6 @@ if [ "$CEILINGS" = 1 ]; then
 $line; the 3 servers' CPU $per ms per message (run and stream set-up included)"
 	done
 	stop_cluster
-	INSTANCES=$INSTANCES_SAVED
 	log "$CEILING_LINES"
 fi
 
