@@ -21,7 +21,7 @@ func TestConvertIndexMigratesTheLayoutBefore(t *testing.T) {
 	datatest.Gunzip(t, "../actor/testdata/index-schema4.db.gz", path)
 	_, why := data.Open(path)
 	logs := &queuetest.SyncBuffer{}
-	s, err := convertIndex(path, true, why, slog.New(slog.NewTextHandler(logs, nil)))
+	s, err := convertIndex(path, why, slog.New(slog.NewTextHandler(logs, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}

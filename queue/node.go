@@ -296,10 +296,9 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 	// be torn, and it is discarded and rebuilt from the stream (from the
 	// newest snapshot, then the stream; data.Options.NoSync). In cluster
 	// mode another instance takes the partitions over meanwhile.
-	noSync := true
-	n.Store, err = data.OpenWith(IndexFile(cfg.DataDir), data.Options{NoSync: noSync})
+	n.Store, err = data.OpenWith(IndexFile(cfg.DataDir), indexOptions)
 	if errors.Is(err, data.ErrSchema) {
-		n.Store, err = convertIndex(IndexFile(cfg.DataDir), noSync, err, cfg.Logger)
+		n.Store, err = convertIndex(IndexFile(cfg.DataDir), err, cfg.Logger)
 	}
 	if err != nil {
 		return nil, err
@@ -456,13 +455,17 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 	return n, nil
 }
 
+// indexOptions opens the index wherever the node opens it: never
+// fsynced per commit (see StartNode).
+var indexOptions = data.Options{NoSync: true}
+
 // convertIndex replaces an index another version laid out (why says
 // how): one of the layout before this one is migrated record by record
 // (a trimmed stream no longer holds the history to rebuild it from);
 // any other is left empty, to be rebuilt from a snapshot of this layout
 // and the stream's tail, or the whole stream. The old file is kept as
 // index.db.old-schema either way, for a downgrade.
-func convertIndex(path string, noSync bool, why error, log *slog.Logger) (*data.Store, error) {
+func convertIndex(path string, why error, log *slog.Logger) (*data.Store, error) {
 	if v, err := data.IndexSchema(path); err == nil && v == "4" {
 		log.Error("INDEX LAYOUT CHANGED: migrating the index to this version's layout before serving",
 			"reason", why.Error(), "kept_as", path+".old-schema")
@@ -484,14 +487,14 @@ func convertIndex(path string, noSync bool, why error, log *slog.Logger) (*data.
 			return nil, err
 		}
 		log.Info("index migrated", "took", time.Since(began).Round(time.Millisecond))
-		return data.OpenWith(path, data.Options{NoSync: noSync})
+		return data.OpenWith(path, indexOptions)
 	}
 	log.Error("INDEX LAYOUT CHANGED: rebuilding the index from the stream before serving",
 		"reason", why.Error(), "kept_as", path+".old-schema")
 	if err := data.SetAside(path, ".old-schema"); err != nil {
 		return nil, err
 	}
-	return data.OpenWith(path, data.Options{NoSync: noSync})
+	return data.OpenWith(path, indexOptions)
 }
 
 // restoreIfEmpty replaces an empty index (new, or discarded after a power
@@ -514,7 +517,6 @@ func (n *Node) restoreIfEmpty(ctx context.Context, cfg NodeConfig, look bool) er
 		return err
 	}
 	path := IndexFile(cfg.DataDir)
-	opts := data.Options{NoSync: !n.Store.Synced()}
 	if err := n.Store.Close(); err != nil {
 		return err
 	}
@@ -537,7 +539,7 @@ func (n *Node) restoreIfEmpty(ctx context.Context, cfg NodeConfig, look bool) er
 	} else {
 		n.log.Error("NO USABLE SNAPSHOT: rebuilding the index from the whole command stream", "snapshots", len(list))
 	}
-	if n.Store, err = data.OpenWith(path, opts); err != nil || !ok {
+	if n.Store, err = data.OpenWith(path, indexOptions); err != nil || !ok {
 		return err
 	}
 	return n.Store.Commit(func(tx *data.Tx) error { return tx.AdoptRestored(si.Horizon) })
@@ -568,7 +570,6 @@ func (n *Node) restoreBehind(ctx context.Context, cfg NodeConfig, gap error) err
 	path := IndexFile(cfg.DataDir)
 	n.log.Error("INDEX BEHIND THE TRIMMED COMMAND STREAM: restoring the newest snapshot instead (the old index is kept)",
 		"reason", gap.Error(), "kept_as", path+".behind")
-	opts := data.Options{NoSync: !n.Store.Synced()}
 	if err := n.Store.Close(); err != nil {
 		return err
 	}
@@ -576,7 +577,7 @@ func (n *Node) restoreBehind(ctx context.Context, cfg NodeConfig, gap error) err
 	if err := data.SetAside(path, ".behind"); err != nil {
 		return err
 	}
-	if n.Store, err = data.OpenWith(path, opts); err != nil {
+	if n.Store, err = data.OpenWith(path, indexOptions); err != nil {
 		return err
 	}
 	return n.restoreIfEmpty(ctx, cfg, true)
