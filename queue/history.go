@@ -146,6 +146,12 @@ type historyPolicy struct {
 	accept map[int]uint64
 }
 
+// allows says whether the policy rebuilds the partition of mismatch e
+// (rebuild, without its log line).
+func (h historyPolicy) allows(e *HistoryMismatchError) bool {
+	return h.lostTail && e.Tail || h.accepts(e)
+}
+
 func (h historyPolicy) accepts(e *HistoryMismatchError) bool {
 	seq, ok := h.accept[e.Partition]
 	return ok && seq == e.Seq
@@ -283,11 +289,7 @@ func CheckHistory(ctx context.Context, js jetstream.JetStream, p int, h data.His
 	if err != nil {
 		return nil, fmt.Errorf("queue: command stream: %w", err)
 	}
-	info, err := s.Info(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("queue: stream info: %w", err)
-	}
-	return checkHistory(ctx, s, info, p, h)
+	return checkHistory(ctx, s, s.CachedInfo(), p, h) // the lookup fetched the info just now
 }
 
 // messageDiffers describes how the stream's message at seq differs from
@@ -308,11 +310,32 @@ func messageDiffers(ctx context.Context, s jetstream.Stream, p int, seq, last ui
 	if !ok || mp != p {
 		return fmt.Sprintf("the stream has a message of %s there, not of partition %d", m.Subject, p), nil
 	}
-	if hash != nil && !bytes.Equal(hash, actor.MessageHash(actor.Input{At: m.Time, SubjectCalendar: cal, Data: m.Data})) {
-		return fmt.Sprintf("the stream has another message there (%s, stored %s) than the one the index applied",
-			m.Subject, m.Time.UTC().Format(time.RFC3339Nano)), nil
+	if hash != nil {
+		return storedDiffers(hash, m.Subject, cal, m.Time, m.Data), nil
 	}
 	return "", nil
+}
+
+// storedDiffers describes how the stored message (subject, of calendar
+// cal, stored at, with data) differs from the one with hash that the
+// index applied there; "" when it is that one.
+func storedDiffers(hash []byte, subject, cal string, at time.Time, data []byte) string {
+	if bytes.Equal(hash, actor.MessageHash(actor.Input{At: at, SubjectCalendar: cal, Data: data})) {
+		return ""
+	}
+	return fmt.Sprintf("the stream has another message there (%s, stored %s) than the one the index applied",
+		subject, at.UTC().Format(time.RFC3339Nano))
+}
+
+// skippedMessage is what the stream has at a message that a read of the
+// partition passed over: what a read by its sequence finds, or, when that
+// finds it intact, that the server skips it.
+func skippedMessage(ctx context.Context, s jetstream.Stream, p int, want data.Link, last uint64) (string, error) {
+	what, err := messageDiffers(ctx, s, p, want.Seq, last, want.Hash)
+	if err == nil && what == "" {
+		what = "the server skips this message when it reads the partition's messages (damaged?)"
+	}
+	return what, err
 }
 
 // historyQuiet is how long compareRecent waits for the consumer's next
@@ -340,12 +363,9 @@ func compareRecent(ctx context.Context, s jetstream.Stream, p int, recent []data
 	}
 	differs := func(seq uint64, what string) *HistoryMismatchError { return differsAt(i, seq, what) }
 	missing := func() (*HistoryMismatchError, error) {
-		what, err := messageDiffers(ctx, s, p, recent[i].Seq, last, recent[i].Hash)
+		what, err := skippedMessage(ctx, s, p, recent[i], last)
 		if err != nil {
 			return nil, err
-		}
-		if what == "" { // read one by one it is there
-			what = "the server skips this message when it reads the partition's messages (damaged?)"
 		}
 		return differs(recent[i].Seq, what), nil
 	}
@@ -399,9 +419,8 @@ func compareRecent(ctx context.Context, s jetstream.Stream, p int, recent []data
 			return differs(seq, "the stream has a message of the partition there that the index never applied"), nil
 		}
 		_, cal, _ := parseStoredSubject(m.Subject())
-		if !bytes.Equal(recent[i].Hash, actor.MessageHash(actor.Input{At: meta.Timestamp, SubjectCalendar: cal, Data: m.Data()})) {
-			return differs(seq, fmt.Sprintf("the stream has another message there (%s, stored %s) than the one the index applied",
-				m.Subject(), meta.Timestamp.UTC().Format(time.RFC3339Nano))), nil
+		if what := storedDiffers(recent[i].Hash, m.Subject(), cal, meta.Timestamp, m.Data()); what != "" {
+			return differs(seq, what), nil
 		}
 		i++
 		if meta.NumPending == 0 {
@@ -438,19 +457,15 @@ func compareDirect(ctx context.Context, s jetstream.Stream, p int, recent []data
 		case err == nil && m.Sequence < want.Seq:
 			return differs(i, m.Sequence, "the stream has a message of the partition there that the index never applied"), nil
 		case err != nil || m.Sequence > want.Seq: // nothing of the partition there, or not that one
-			what, err := messageDiffers(ctx, s, p, want.Seq, last, want.Hash)
+			what, err := skippedMessage(ctx, s, p, want, last)
 			if err != nil {
 				return nil, err
-			}
-			if what == "" {
-				what = "the server skips this message when it reads the partition's messages (damaged?)"
 			}
 			return differs(i, want.Seq, what), nil
 		}
 		_, cal, _ := parseStoredSubject(m.Subject)
-		if !bytes.Equal(want.Hash, actor.MessageHash(actor.Input{At: m.Time, SubjectCalendar: cal, Data: m.Data})) {
-			return differs(i, want.Seq, fmt.Sprintf("the stream has another message there (%s, stored %s) than the one the index applied",
-				m.Subject, m.Time.UTC().Format(time.RFC3339Nano))), nil
+		if what := storedDiffers(want.Hash, m.Subject, cal, m.Time, m.Data); what != "" {
+			return differs(i, want.Seq, what), nil
 		}
 		from = want.Seq + 1
 	}

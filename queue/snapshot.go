@@ -671,7 +671,7 @@ func restoreNewest(ctx context.Context, js jetstream.JetStream, path string, log
 			return SnapshotInfo{}, false, err
 		}
 		if mismatch != nil {
-			if !(policy.lostTail && mismatch.Tail) && !policy.accepts(mismatch) {
+			if !policy.allows(mismatch) {
 				return SnapshotInfo{}, false, fmt.Errorf("queue: restore snapshot %s: %w", si.Name, mismatch)
 			}
 			why = mismatch.Summary()
