@@ -71,11 +71,7 @@ func (n *Node) checkServers(cfg *NodeConfig) error {
 		case len(lazy) > 0 && !cfg.AllowLazySync:
 			return lazyServersError(lazy)
 		case len(lazy) > 0:
-			var names []string
-			for _, s := range lazy {
-				names = append(names, fmt.Sprintf("%s (sync_interval %s)", s.Name, s.SyncInterval))
-			}
-			n.durability = durability{lazy: true, detail: "LAZY (--allow-lazy-nats-sync): " + strings.Join(names, ", ") +
+			n.durability = durability{lazy: true, detail: "LAZY (--allow-lazy-nats-sync): " + lazyNames(lazy) +
 				" acknowledge before they sync; a power cut of the cluster can lose answered commands"}
 		default:
 			n.durability = durability{detail: "ok: every NATS server syncs before it acknowledges (sync_interval: always): " +

@@ -367,18 +367,24 @@ func (p *varzPing) ask(ctx context.Context) (map[string]varz, []string) {
 	}
 }
 
-// lazyServersError is the refusal of servers that acknowledge before they
-// sync, naming each and the setting to change.
-func lazyServersError(lazy []ServerSettings) error {
+// lazyNames names servers that acknowledge before they sync, each with
+// its setting.
+func lazyNames(lazy []ServerSettings) string {
 	var names []string
 	for _, s := range lazy {
 		names = append(names, fmt.Sprintf("%s (sync_interval %s)", s.Name, s.SyncInterval))
 	}
+	return strings.Join(names, ", ")
+}
+
+// lazyServersError is the refusal of servers that acknowledge before they
+// sync, naming each and the setting to change.
+func lazyServersError(lazy []ServerSettings) error {
 	return fmt.Errorf("%w: %s acknowledge writes before they sync them to disk, so a power cut of the cluster "+
 		"can lose commands bookline has already answered. Set `jetstream { sync_interval: always }` in the "+
 		"configuration of every NATS server and restart them one at a time (deploy/nats has a 3-node example), "+
 		"or start bookline with --allow-lazy-nats-sync to accept that loss",
-		ErrLazyNATSSync, strings.Join(names, ", "))
+		ErrLazyNATSSync, lazyNames(lazy))
 }
 
 // ErrLazyNATSSync is returned in cluster mode when a NATS server
