@@ -195,6 +195,8 @@ func (t *Tx) ExtendApplied(p int, links []Link) error {
 	return t.tx.Bucket(bucketApplied).Put(partitionKey(p), v)
 }
 
+// chainKey is the key of partition p's entry at stream sequence seq in
+// the chain, chain log and skipped buckets: partition (4) ++ seq (8).
 func chainKey(p int, seq uint64) []byte {
 	k := make([]byte, 12)
 	binary.BigEndian.PutUint32(k, uint32(p))
@@ -283,6 +285,13 @@ func (t *Tx) logRecent(p int, links []Link) error {
 	if err != nil {
 		return err
 	}
+	return b.Put(chainKey(p, links[0].Seq), encodeRecent(links))
+}
+
+// encodeRecent packs links as the index keeps them (decodeRecent reads
+// them): the last sequence (8), then per message the difference to the
+// one before (uvarint; 0 for the first) and its hash (16).
+func encodeRecent(links []Link) []byte {
 	v := make([]byte, 8, 8+len(links)*(2+16))
 	binary.BigEndian.PutUint64(v, links[len(links)-1].Seq)
 	prev := links[0].Seq
@@ -291,7 +300,7 @@ func (t *Tx) logRecent(p int, links []Link) error {
 		v = append(v, l.Hash[:16]...)
 		prev = l.Seq
 	}
-	return b.Put(chainKey(p, links[0].Seq), v)
+	return v
 }
 
 // pruneRecent drops p's recent messages at or below seq, in whole batches.
@@ -417,15 +426,7 @@ func (h History) MarshalJSON() ([]byte, error) {
 		j.Checkpoints = append(j.Checkpoints, checkpointJSON{Seq: c.Seq, Count: c.Count, Chain: hex.EncodeToString(c.Chain), Hash: hex.EncodeToString(c.Hash)})
 	}
 	if len(h.Recent) > 0 {
-		v := make([]byte, 8, 8+len(h.Recent)*18)
-		binary.BigEndian.PutUint64(v, h.Recent[len(h.Recent)-1].Seq)
-		prev := h.Recent[0].Seq
-		for _, l := range h.Recent {
-			v = binary.AppendUvarint(v, l.Seq-prev)
-			v = append(v, l.Hash...)
-			prev = l.Seq
-		}
-		j.RecentFirst, j.Recent = h.Recent[0].Seq, base64.StdEncoding.EncodeToString(v)
+		j.RecentFirst, j.Recent = h.Recent[0].Seq, base64.StdEncoding.EncodeToString(encodeRecent(h.Recent))
 	}
 	return json.Marshal(j)
 }

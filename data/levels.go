@@ -40,13 +40,6 @@ func (t *Tx) SetRulesLevel(p, level int) error {
 	return b.Put(partitionKey(p), v[:])
 }
 
-func skippedKey(p int, seq uint64) []byte {
-	k := make([]byte, 12)
-	binary.BigEndian.PutUint32(k, uint32(p))
-	binary.BigEndian.PutUint64(k[4:], seq)
-	return k
-}
-
 // MarkSkipped records that partition p answered the command at stream
 // sequence seq as skipped, because of the skip command at stream sequence
 // by.
@@ -57,7 +50,7 @@ func (t *Tx) MarkSkipped(p int, seq, by uint64) error {
 	}
 	var v [8]byte
 	binary.BigEndian.PutUint64(v[:], by)
-	return b.Put(skippedKey(p, seq), v[:])
+	return b.Put(chainKey(p, seq), v[:])
 }
 
 // SkippedBy is the stream sequence of the skip command because of which
@@ -67,7 +60,7 @@ func (t *Tx) SkippedBy(p int, seq uint64) (uint64, bool) {
 	if b == nil {
 		return 0, false
 	}
-	v := b.Get(skippedKey(p, seq))
+	v := b.Get(chainKey(p, seq))
 	if len(v) != 8 {
 		return 0, false
 	}
