@@ -35,9 +35,6 @@ func newRateLimiter(perSecond float64, burst int) *rateLimiter {
 	return &rateLimiter{rate: rate.Limit(perSecond), burst: burst, now: time.Now, buckets: map[string]*rate.Limiter{}, sweepAt: 1024}
 }
 
-// allow takes a token from who's bucket (allowN of 1).
-func (l *rateLimiter) allow(who string) (bool, time.Duration) { return l.allowN(who, 1) }
-
 // allowN takes n tokens (1 <= n <= burst) from who's bucket. When it does
 // not hold them it returns false and how long until it does. The clock is
 // read and the bucket used under the lock: a rate.Limiter given times out

@@ -26,7 +26,7 @@ func TestRateLimiterConcurrent(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				for i := 0; i < each; i++ {
-					if allowed, wait := l.allow(who); allowed {
+					if allowed, wait := l.allowN(who, 1); allowed {
 						n.Add(1)
 					} else {
 						mu.Lock()
@@ -72,7 +72,7 @@ func TestRateLimiterSweepsIdleBuckets(t *testing.T) {
 	l := newRateLimiter(1, 1)
 	l.now = func() time.Time { return time.Unix(0, clock.Load()) }
 	for i := 0; i < 3000; i++ {
-		l.allow(string(rune('a'+i%26)) + time.Duration(i).String())
+		l.allowN(string(rune('a'+i%26))+time.Duration(i).String(), 1)
 		if i%100 == 0 {
 			clock.Add(int64(2 * time.Second))
 		}
@@ -114,7 +114,7 @@ func BenchmarkRateLimiterAllow(b *testing.B) {
 	b.RunParallel(func(pb *testing.PB) {
 		k := keys[n.Add(1)%int64(len(keys))]
 		for pb.Next() {
-			if ok, _ := l.allow(k); !ok {
+			if ok, _ := l.allowN(k, 1); !ok {
 				b.Fatal("refused")
 			}
 		}
