@@ -123,11 +123,7 @@ func (s *Syncer) watch(ctx context.Context, cal, g string) {
 	s.mu.Unlock()
 	if err := s.saveChannel(ctx, ch); err != nil {
 		s.mu.Lock()
-		delete(s.chanByID, ch.id)
-		l := s.linkLocked(cal)
-		l.watchFails++
-		l.watchRetryAt = s.cfg.Now().Add(backoff(l.watchFails, s.cfg.RetryBase*20, s.cfg.PauseMax))
-		l.push = PushPolling
+		s.watchFailedLocked(s.linkLocked(cal), ch.id, s.cfg.Now())
 		s.mu.Unlock()
 		s.log.Warn("google push channel not made: the channel store is not writable; polling only", "calendar", cal, "err", err)
 		return
@@ -140,10 +136,7 @@ func (s *Syncer) watch(ctx context.Context, cal, g string) {
 	now := s.cfg.Now()
 	s.mu.Lock()
 	if err != nil {
-		delete(s.chanByID, ch.id)
-		l.watchFails++
-		l.watchRetryAt = now.Add(backoff(l.watchFails, s.cfg.RetryBase*20, s.cfg.PauseMax))
-		l.push = PushPolling
+		s.watchFailedLocked(l, ch.id, now)
 		s.mu.Unlock()
 		s.deleteChannel(ctx, ch.id)
 		if ctx.Err() == nil {
@@ -173,6 +166,15 @@ func (s *Syncer) watch(ctx context.Context, cal, g string) {
 	if old != nil {
 		s.stopChannel(ctx, old)
 	}
+}
+
+// watchFailedLocked forgets channel id, which was not made, and has link l
+// poll and try again after a backoff. s.mu is held.
+func (s *Syncer) watchFailedLocked(l *linkState, id string, now time.Time) {
+	delete(s.chanByID, id)
+	l.watchFails++
+	l.watchRetryAt = now.Add(backoff(l.watchFails, s.cfg.RetryBase*20, s.cfg.PauseMax))
+	l.push = PushPolling
 }
 
 // stopChannel stops a channel in Google and forgets it.
