@@ -121,22 +121,29 @@ func (a *natsClientAuth) flags(fsAdd func(p *string, name, value, usage string),
 
 // options are the nats.go options of the flags.
 func (a *natsClientAuth) options() ([]nats.Option, error) {
+	return natsAuthOptions("creds", a.creds, "nkey", a.nkey, a.tlsCA)
+}
+
+// natsAuthOptions are the nats.go options of a NATS credentials file
+// (flag credsFlag), an nkey seed file (nkeyFlag), at most one of them, and
+// a CA certificate file; errors name the flags.
+func natsAuthOptions(credsFlag, creds, nkeyFlag, nkey, ca string) ([]nats.Option, error) {
 	var opts []nats.Option
-	if a.creds != "" && a.nkey != "" {
-		return nil, errors.New("give --creds or --nkey, not both")
+	if creds != "" && nkey != "" {
+		return nil, fmt.Errorf("give --%s or --%s, not both", credsFlag, nkeyFlag)
 	}
-	if a.creds != "" {
-		opts = append(opts, nats.UserCredentials(a.creds))
+	if creds != "" {
+		opts = append(opts, nats.UserCredentials(creds))
 	}
-	if a.nkey != "" {
-		o, err := nats.NkeyOptionFromSeed(a.nkey)
+	if nkey != "" {
+		o, err := nats.NkeyOptionFromSeed(nkey)
 		if err != nil {
-			return nil, fmt.Errorf("--nkey: %w", err)
+			return nil, fmt.Errorf("--%s: %w", nkeyFlag, err)
 		}
 		opts = append(opts, o)
 	}
-	if a.tlsCA != "" {
-		opts = append(opts, nats.RootCAs(a.tlsCA))
+	if ca != "" {
+		opts = append(opts, nats.RootCAs(ca))
 	}
 	return opts, nil
 }

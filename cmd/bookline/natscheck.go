@@ -11,8 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/bookline/bookline/queue"
 )
 
@@ -59,18 +57,12 @@ func (c *serveConfig) serverCheck() (queue.ServerCheck, error) {
 		if _, err := os.Stat(c.natsSystemCreds); err != nil {
 			return sc, fmt.Errorf("--nats-system-creds: %w", err)
 		}
-		sc.SystemOptions = append(sc.SystemOptions, nats.UserCredentials(c.natsSystemCreds))
 	}
-	if c.natsSystemNkey != "" {
-		o, err := nats.NkeyOptionFromSeed(c.natsSystemNkey)
-		if err != nil {
-			return sc, fmt.Errorf("--nats-system-nkey: %w", err)
-		}
-		sc.SystemOptions = append(sc.SystemOptions, o)
+	opts, err := natsAuthOptions("nats-system-creds", c.natsSystemCreds, "nats-system-nkey", c.natsSystemNkey, c.natsTLSCA)
+	if err != nil {
+		return sc, err
 	}
-	if c.natsTLSCA != "" {
-		sc.SystemOptions = append(sc.SystemOptions, nats.RootCAs(c.natsTLSCA))
-	}
+	sc.SystemOptions = append(sc.SystemOptions, opts...)
 	return sc, nil
 }
 

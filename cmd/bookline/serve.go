@@ -473,7 +473,6 @@ func (c *serveConfig) keyring() (*httpapi.Keyring, error) {
 
 // natsOptions turns the external NATS flags into connection options.
 func (c *serveConfig) natsOptions() ([]nats.Option, error) {
-	var opts []nats.Option
 	anySet := c.natsCreds != "" || c.natsNkey != "" || c.natsTLSCA != "" || c.natsTLSCert != "" || c.natsTLSKey != ""
 	if !anySet {
 		return nil, nil
@@ -492,18 +491,9 @@ func (c *serveConfig) natsOptions() ([]nats.Option, error) {
 			return nil, fmt.Errorf("%s: %w", f.flag, err)
 		}
 	}
-	if c.natsCreds != "" {
-		opts = append(opts, nats.UserCredentials(c.natsCreds))
-	}
-	if c.natsNkey != "" {
-		o, err := nats.NkeyOptionFromSeed(c.natsNkey)
-		if err != nil {
-			return nil, fmt.Errorf("--nats-nkey: %w", err)
-		}
-		opts = append(opts, o)
-	}
-	if c.natsTLSCA != "" {
-		opts = append(opts, nats.RootCAs(c.natsTLSCA))
+	opts, err := natsAuthOptions("nats-creds", c.natsCreds, "nats-nkey", c.natsNkey, c.natsTLSCA)
+	if err != nil {
+		return nil, err
 	}
 	if (c.natsTLSCert == "") != (c.natsTLSKey == "") {
 		return nil, errors.New("--nats-tls-cert and --nats-tls-key go together")
