@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -25,26 +27,62 @@ type Cluster struct {
 }
 
 // FreePorts picks n free loopback ports. Routes must be configured before
-// the servers start (JetStream clustering needs configured routes), so the
-// cluster ports are picked up front; another process may take one between
-// the probe and the server's bind, which StartClusterWith notices and
-// retries.
+// the servers start (JetStream clustering needs configured routes), and a
+// node killed by a test restarts on its own ports, so the ports are picked
+// up front and must stay free while nobody listens on them. Ports that
+// the kernel hands out for ":0" listeners and outgoing connections (the
+// ephemeral range) would not: the other test processes running at the
+// same time take them all the time, and a server then fails with "address
+// already in use". So they are chosen at random below that range, where
+// only other callers of FreePorts pick, and probed by listening. Another
+// process may still take one between the probe and the server's bind,
+// which StartClusterWith notices and retries.
 func FreePorts(tb testing.TB, n int) []int {
 	tb.Helper()
 	var ports []int
 	var lns []net.Listener
-	for i := 0; i < n; i++ {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+	defer func() {
+		for _, ln := range lns {
+			ln.Close()
+		}
+	}()
+	low, high := belowEphemeral()
+	for tries := 0; len(ports) < n; tries++ {
+		addr := "127.0.0.1:0"
+		if high > low && tries < 100*n {
+			addr = fmt.Sprintf("127.0.0.1:%d", low+rand.IntN(high-low))
+		}
+		ln, err := net.Listen("tcp", addr)
 		if err != nil {
-			tb.Fatal(err)
+			if addr == "127.0.0.1:0" {
+				tb.Fatal(err)
+			}
+			continue // taken: try another
 		}
 		lns = append(lns, ln)
 		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
 	}
-	for _, ln := range lns {
-		ln.Close()
-	}
 	return ports
+}
+
+// belowEphemeral is the range of ports [low, high) that FreePorts picks
+// from: from 10000 to the start of the kernel's ephemeral range (Linux's
+// net.ipv4.ip_local_port_range, 32768 by default). It is empty when that
+// range cannot be read or starts too low.
+func belowEphemeral() (low, high int) {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0, 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 2 {
+		return 0, 0
+	}
+	start, err := strconv.Atoi(f[0])
+	if err != nil || start < 11000 {
+		return 0, 0
+	}
+	return 10000, start
 }
 
 // ReadyTimeout bounds how long StartCluster and StartServer wait for the
