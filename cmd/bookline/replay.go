@@ -250,23 +250,17 @@ func runVerify(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	var live data.Digest
 	if url != "" {
-		req, err := http.NewRequestWithContext(ctx, "GET", strings.TrimRight(url, "/")+"/v1/admin/digest", nil)
+		// The digest has an entry per calendar and is computed over the
+		// whole index: it may be large and slow, so neither is bounded
+		// tightly.
+		status, body, err := adminCall(ctx, http.MethodGet, url, "/v1/admin/digest", apiKey, nil, time.Hour, 1<<34)
 		if err != nil {
 			return err
 		}
-		if apiKey != "" {
-			req.Header.Set("Authorization", "Bearer "+apiKey)
+		if status != 200 {
+			return fmt.Errorf("digest from %s: %d %s", url, status, body)
 		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return err
-		}
-		defer resp.Body.Close()
-		if resp.StatusCode != 200 {
-			b, _ := io.ReadAll(resp.Body)
-			return fmt.Errorf("digest from %s: %d %s", url, resp.StatusCode, b)
-		}
-		if err := json.NewDecoder(resp.Body).Decode(&live); err != nil {
+		if err := json.Unmarshal(body, &live); err != nil {
 			return err
 		}
 	} else {

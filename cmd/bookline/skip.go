@@ -9,7 +9,6 @@ import (
 	"io"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 )
 
@@ -71,22 +70,7 @@ func runSkip(ctx context.Context, args []string, stdout, stderr io.Writer) error
 // postSkip asks the server to skip the command at seq of partition p.
 func postSkip(ctx context.Context, url, apiKey string, p int, seq uint64) (int, []byte, error) {
 	body, _ := json.Marshal(map[string]uint64{"seq": seq})
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost,
-		strings.TrimRight(url, "/")+"/v1/admin/partitions/"+strconv.Itoa(p)+"/skip", bytes.NewReader(body))
-	if err != nil {
-		return 0, nil, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	if apiKey != "" {
-		req.Header.Set("Authorization", "Bearer "+apiKey)
-	}
-	resp, err := (&http.Client{Timeout: time.Minute}).Do(req)
-	if err != nil {
-		return 0, nil, err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	return resp.StatusCode, b, err
+	return adminCall(ctx, http.MethodPost, url, "/v1/admin/partitions/"+strconv.Itoa(p)+"/skip", apiKey, body, time.Minute, 1<<20)
 }
 
 func errorCode(body []byte) string {

@@ -38,24 +38,12 @@ func runSnapshot(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if list {
 		method = http.MethodGet
 	}
-	req, err := http.NewRequestWithContext(ctx, method, strings.TrimRight(url, "/")+"/v1/admin/snapshots", nil)
+	status, body, err := adminCall(ctx, method, url, "/v1/admin/snapshots", apiKey, nil, 15*time.Minute, 16<<20)
 	if err != nil {
 		return err
 	}
-	if apiKey != "" {
-		req.Header.Set("Authorization", "Bearer "+apiKey)
-	}
-	resp, err := (&http.Client{Timeout: 15 * time.Minute}).Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
-	if err != nil {
-		return err
-	}
-	if resp.StatusCode/100 != 2 {
-		return fmt.Errorf("%s %s: %d %s", method, req.URL, resp.StatusCode, body)
+	if status/100 != 2 {
+		return fmt.Errorf("%s %s/v1/admin/snapshots: %d %s", method, strings.TrimRight(url, "/"), status, body)
 	}
 	if asJSON {
 		_, err := stdout.Write(append(body, '\n'))
