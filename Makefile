@@ -92,11 +92,13 @@ contract:
 # The cluster fault suite's long variant (cmd/bookline/faults_test.go):
 # three nats-server processes, each store on a power-loss file system,
 # two bookline instances; per nemesis 10 fault cycles under 24 clients and
-# an importer, checked after each. `make test` runs the short variant.
+# an importer, checked after each; then the single-node power-loss test
+# with 40 cuts. `make test` runs the short variants (2 cycles, 10 cuts).
 # Needs root and /dev/fuse; SEED=<n> repeats a run's random choices.
 SEED ?=
 faults:
-	BOOKLINE_FAULTS_LONG=1 BOOKLINE_FAULTS_SEED=$(SEED) $(GO) test -race -count=1 -timeout 3h -v -run '^TestClusterFault' ./cmd/bookline | tee faults.txt
+	BOOKLINE_FAULTS_LONG=1 BOOKLINE_FAULTS_SEED=$(SEED) BOOKLINE_POWERLOSS_SEED=$(SEED) BOOKLINE_POWERLOSS_CUTS=40 \
+		$(GO) test -race -count=1 -timeout 3h -v -run '^(TestClusterFault|TestPowerLossKeepsEveryAnswer$$)' ./cmd/bookline | tee faults.txt
 
 clean:
 	rm -rf bin bench.txt bench-recovery.txt faults.txt
