@@ -14,13 +14,14 @@ package actor
 // the original code. fastpath_test.go checks the results against a verbatim
 // copy of the original implementation (reference_test.go).
 //
-// They are one file on purpose: the shortcuts share one JSON cursor, and
-// each is read side by side with the encoding/json behaviour it must equal.
+// The decoding shortcuts are one file on purpose: they share one JSON
+// cursor, and each is read side by side with the encoding/json behaviour
+// it must equal. The encoders, which share nothing with them, are in
+// jsonappend.go.
 
 import (
 	"bytes"
 	"encoding/json"
-	"strconv"
 	"time"
 	"unicode/utf8"
 )
@@ -484,168 +485,6 @@ func (c *canonChecker) number() bool {
 		}
 	}
 	return true
-}
-
-// appendFingerprintBody appends what json.Marshal writes for the body that
-// Command.Fingerprint hashes, for commands without calendar or busy body
-// (those keep json.Marshal). It returns false when it cannot be sure of
-// identical bytes: a time that json.Marshal refuses, or metadata that is not
-// already compact, HTML-safe, valid JSON.
-func appendFingerprintBody(b []byte, c *Command) ([]byte, bool) {
-	if c.Calendar != nil || c.Busy != nil {
-		return b, false
-	}
-	ok := true
-	b = append(b, `{"type":`...)
-	b = AppendJSONString(b, c.Type)
-	b = append(b, `,"calendar_id":`...)
-	b = AppendJSONString(b, c.CalendarID)
-	if bk := c.Booking; bk != nil {
-		b = append(b, `,"booking":{"start":`...)
-		if b, ok = AppendJSONTime(b, bk.Start); !ok {
-			return b, false
-		}
-		b = append(b, `,"end":`...)
-		if b, ok = AppendJSONTime(b, bk.End); !ok {
-			return b, false
-		}
-		b = append(b, `,"customer":`...)
-		b = AppendJSONString(b, bk.Customer)
-		if len(bk.Metadata) > 0 {
-			if !compactHTMLSafe(bk.Metadata) {
-				return b, false
-			}
-			b = append(b, `,"metadata":`...)
-			b = append(b, bk.Metadata...)
-		}
-		if bk.TTLSeconds != 0 {
-			b = append(b, `,"ttl_seconds":`...)
-			b = strconv.AppendInt(b, int64(bk.TTLSeconds), 10)
-		}
-		b = append(b, '}')
-	}
-	if c.BookingID != "" {
-		b = append(b, `,"booking_id":`...)
-		b = AppendJSONString(b, c.BookingID)
-	}
-	if iv := c.Reschedule; iv != nil {
-		if b, ok = appendJSONInterval(append(b, `,"reschedule":`...), iv.Start, iv.End); !ok {
-			return b, false
-		}
-	}
-	return append(b, '}'), true
-}
-
-// appendJSONInterval appends {"start":…,"end":…} as json.Marshal writes an
-// IntervalSpec or a data.Interval.
-func appendJSONInterval(b []byte, start, end time.Time) ([]byte, bool) {
-	ok := true
-	b = append(b, `{"start":`...)
-	if b, ok = AppendJSONTime(b, start); !ok {
-		return b, false
-	}
-	b = append(b, `,"end":`...)
-	if b, ok = AppendJSONTime(b, end); !ok {
-		return b, false
-	}
-	return append(b, '}'), true
-}
-
-// AppendJSONTime appends t as Time.MarshalJSON writes it (AppendText uses
-// the same strict RFC 3339 formatting and refuses the same times).
-func AppendJSONTime(b []byte, t time.Time) ([]byte, bool) {
-	b = append(b, '"')
-	out, err := t.AppendText(b)
-	if err != nil {
-		return b, false
-	}
-	return append(out, '"'), true
-}
-
-// compactHTMLSafe reports whether json.Marshal writes the RawMessage raw as
-// is: valid JSON (else Marshal fails) in which the compaction and HTML
-// escaping Marshal applies change nothing (no white space outside strings,
-// no <, >, & or U+2028/U+2029 anywhere). The string tracking may assume
-// valid JSON: anything else fails json.Valid.
-func compactHTMLSafe(raw []byte) bool {
-	inString := false
-	for i := 0; i < len(raw); i++ {
-		switch raw[i] {
-		case '"':
-			inString = !inString
-		case '\\':
-			if inString {
-				i++ // the escaped byte, ASCII in valid JSON
-			}
-		case ' ', '\t', '\r', '\n':
-			if !inString {
-				return false
-			}
-		case '<', '>', '&':
-			return false
-		case 0xE2:
-			if i+2 < len(raw) && raw[i+1] == 0x80 && raw[i+2]&^1 == 0xA8 {
-				return false
-			}
-		}
-	}
-	return json.Valid(raw)
-}
-
-// AppendJSONString appends s as a JSON string exactly as json.Marshal does
-// (HTML escaping on): \" \\ \b \f \n \r \t, other control characters and
-// <, >, & as \u00XX (lowercase hex), invalid UTF-8 as \ufffd, U+2028 and
-// U+2029 as \u2028 and \u2029.
-func AppendJSONString(b []byte, s string) []byte {
-	const hex = "0123456789abcdef"
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		if c := s[i]; c < utf8.RuneSelf {
-			if htmlSafe(c) {
-				i++
-				continue
-			}
-			b = append(b, s[start:i]...)
-			switch c {
-			case '\\', '"':
-				b = append(b, '\\', c)
-			case '\b':
-				b = append(b, '\\', 'b')
-			case '\f':
-				b = append(b, '\\', 'f')
-			case '\n':
-				b = append(b, '\\', 'n')
-			case '\r':
-				b = append(b, '\\', 'r')
-			case '\t':
-				b = append(b, '\\', 't')
-			default:
-				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xF])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			b = append(b, s[start:i]...)
-			b = append(b, `\ufffd`...)
-			i += size
-			start = i
-			continue
-		}
-		if r == '\u2028' || r == '\u2029' {
-			b = append(b, s[start:i]...)
-			b = append(b, '\\', 'u', '2', '0', '2', hex[r&0xF])
-			i += size
-			start = i
-			continue
-		}
-		i += size
-	}
-	b = append(b, s[start:]...)
-	return append(b, '"')
 }
 
 // validIDBytes reports whether s has 1 to max bytes, each allowed by ok.
