@@ -22,6 +22,7 @@ import (
 	"github.com/bookline/bookline/data/secretkey"
 	"github.com/bookline/bookline/httpapi"
 	"github.com/bookline/bookline/httpapi/webhook"
+	"github.com/bookline/bookline/httpapi/webhook/endpoint"
 	"github.com/bookline/bookline/queue"
 	"github.com/bookline/bookline/queue/queuetest"
 )
@@ -217,7 +218,7 @@ type hookView struct {
 	DisabledReason string           `json:"disabled_reason"`
 	Secret         string           `json:"secret"`
 	Secrets        []map[string]any `json:"secrets"`
-	Status         *webhook.Status  `json:"status"`
+	Status         *endpoint.Status `json:"status"`
 }
 
 func (h *hookHarness) createHook(body map[string]any) hookView {
@@ -226,7 +227,7 @@ func (h *hookHarness) createHook(body map[string]any) hookView {
 	h.mustStatus(r, http.StatusCreated)
 	var v hookView
 	r.json(h.t, &v)
-	if !strings.HasPrefix(v.Secret, webhook.SecretPrefix) || !webhook.ValidID(v.ID) {
+	if !strings.HasPrefix(v.Secret, webhook.SecretPrefix) || !endpoint.ValidID(v.ID) {
 		h.t.Fatalf("created: %s", r.Body)
 	}
 	return v
