@@ -14,9 +14,10 @@ import (
 	"github.com/bookline/bookline/httpapi/webhook/endpoint"
 )
 
-// Webhooks is what the /v1/webhooks routes need (webhook.Manager
-// implements it; the process's wiring adds it to the backend). Without it
-// the routes answer 503.
+// Webhooks is the port the /v1/webhooks routes need, in the terms of the
+// NATS-free endpoint model (webhook.Manager implements it; cmd/bookline
+// passes it as Ports.Webhooks). Without it the routes answer 404
+// not_enabled.
 type Webhooks interface {
 	CreateWebhook(ctx context.Context, in endpoint.Input) (endpoint.Endpoint, error)
 	ListWebhooks(ctx context.Context) ([]endpoint.Endpoint, error)
@@ -99,9 +100,9 @@ func (s *Server) webhookHandler(fn func(c *fiber.Ctx, w Webhooks, ctx context.Co
 }
 
 func (s *Server) webhooks() (Webhooks, context.Context, context.CancelFunc, error) {
-	w, ok := s.backend.(Webhooks)
-	if !ok {
-		return nil, nil, nil, &Error{Code: CodeUnavailable, Message: "webhooks are not available in this process"}
+	w := s.cfg.Ports.Webhooks
+	if w == nil {
+		return nil, nil, nil, notEnabled("webhooks")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), webhookTimeout)
 	return w, ctx, cancel, nil

@@ -36,9 +36,10 @@ type hookHarness struct {
 	metrics  *httpapi.Metrics
 }
 
-type hookBackend struct {
-	*queue.Node
-	*webhook.Manager
+func hookPorts(n *queue.Node, m *webhook.Manager) httpapi.Ports {
+	p := nodePorts(n)
+	p.Webhooks = m
+	return p
 }
 
 // fastHooks is a retry schedule for tests: the default one spans days.
@@ -85,7 +86,7 @@ func startHooks(t *testing.T, dir string, wc webhook.Config) *hookHarness {
 	metrics.AttachWebhooks(m)
 	h := &hookHarness{harness: harness{t: t, dir: dir, node: node}, hooks: m, metrics: metrics,
 		stopHook: func() { end(); <-done }}
-	h.api = httpapi.New(hookBackend{Node: node, Manager: m}, httpapi.Config{ReplyTimeout: 10 * time.Second, Logger: log, Metrics: metrics})
+	h.api = httpapi.New(node, httpapi.Config{ReplyTimeout: 10 * time.Second, Logger: log, Metrics: metrics, Ports: hookPorts(node, m)})
 	h.URL, h.done = serveLoopback(t, h.api)
 	t.Cleanup(h.stop)
 	queuetest.CheckFor(t, queuetest.ReadyTimeout, func() error { return node.Ready() })
