@@ -108,7 +108,8 @@ func (s *Server) webhooks() (Webhooks, context.Context, context.CancelFunc, erro
 	return w, ctx, cancel, nil
 }
 
-// webhookError maps the webhook package's errors to API errors.
+// webhookError maps the errors of the Webhooks port (the endpoint model's)
+// to API errors.
 func (s *Server) webhookError(err error) error {
 	var fe *endpoint.FieldError
 	switch {
