@@ -22,7 +22,6 @@ import (
 	"github.com/bookline/bookline/calendarsync/googletest"
 	"github.com/bookline/bookline/data"
 	"github.com/bookline/bookline/data/secretkey"
-	"github.com/bookline/bookline/httpapi"
 	"github.com/bookline/bookline/queue"
 	"github.com/bookline/bookline/queue/queuetest"
 )
@@ -144,7 +143,7 @@ func TestPushChannelSurvivesRestart(t *testing.T) {
 // serveOn serves n's HTTP API on ln until the test ends or stop is called.
 func serveOn(t *testing.T, ln net.Listener, n node) (stop func()) {
 	t.Helper()
-	api := httpapi.New(n, httpapi.Config{})
+	api := n.api()
 	go func() { _ = api.App().Listener(ln) }()
 	var once sync.Once
 	stop = func() { once.Do(func() { _ = api.App().Shutdown() }) }

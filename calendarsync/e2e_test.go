@@ -42,8 +42,7 @@ func fastRetries(svc calendarsync.ServiceFunc) calendarsync.Config {
 }
 
 // node is a queue node with the Google sync following its writers, wired
-// as bookline serve wires them; as an API backend it has the sync's link
-// status and on-demand read.
+// as bookline serve wires them.
 type node struct {
 	*queue.Node
 	google *calendarsync.Syncer
@@ -57,24 +56,12 @@ func (n node) SyncGoogle(ctx context.Context, calID string) (data.BusySyncResult
 	return n.google.SyncBusy(ctx, calID)
 }
 
-func (n node) CheckGoogleBooking(ctx context.Context, calID string, iv data.Interval) error {
-	return n.google.CheckBooking(ctx, calID, iv)
-}
-
-func (n node) GoogleDeadLetters(calID string, max int) ([]data.DeadLetter, error) {
-	return n.google.DeadLetters(calID, max)
-}
-
-func (n node) RetryGoogleDeadLetter(calID string, seq uint64, sub uint32) error {
-	return n.google.RetryDeadLetter(calID, seq, sub)
-}
-
-func (n node) DropGoogleDeadLetter(calID string, seq uint64, sub uint32) error {
-	return n.google.DropDeadLetter(calID, seq, sub)
-}
-
-func (n node) GoogleNotification(channelID, token, state string) error {
-	return n.google.Notification(channelID, token, state)
+// api is n's HTTP API with the ports bookline serve gives it
+// (cmd/bookline/wire.go), webhooks aside.
+func (n node) api() *httpapi.Server {
+	return httpapi.New(n.Node, httpapi.Config{Ports: httpapi.Ports{Refuser: n.Node, Answerer: n.Node, Outcomes: n.Node,
+		CalendarSync: n.Node, Durability: n.Node, Cluster: n.Node, Snapshots: n.Node, Skipper: n.Node,
+		Google: n.google, GoogleCheck: n.google, DeadLetters: n.google, GoogleNotifications: n.google}})
 }
 
 func startNode(t testing.TB, dir string, gc calendarsync.Config) node {
@@ -458,7 +445,7 @@ func TestExternalEventBlocksBooking(t *testing.T) {
 	fake.AddCalendar(g)
 	n := startNode(t, t.TempDir(), fastRetries(fake.Service))
 	defer stopNode(t, n)
-	api := httpapi.New(n, httpapi.Config{})
+	api := n.api()
 	do := func(method, path, body string) (int, map[string]any) {
 		t.Helper()
 		req := httptest.NewRequest(method, path, strings.NewReader(body))

@@ -23,7 +23,7 @@ import (
 // serveAPI serves n's HTTP API on a loopback port until the test ends.
 func serveAPI(t *testing.T, ln net.Listener, n node) {
 	t.Helper()
-	api := httpapi.New(n, httpapi.Config{})
+	api := n.api()
 	go func() { _ = api.App().Listener(ln) }()
 	t.Cleanup(func() { _ = api.App().Shutdown() })
 }

@@ -6,7 +6,7 @@ import (
 	"github.com/gofiber/fiber/v2"
 )
 
-// CalendarSyncer is implemented by backends whose index can lag the log
+// CalendarSyncer is the port of a backend whose index can lag the log
 // because other instances decide some partitions (queue.Node in cluster
 // mode). Reads of a calendar call it first, so any instance returns what the
 // partition's owner committed (read-your-writes).
@@ -14,8 +14,8 @@ type CalendarSyncer interface {
 	SyncCalendar(ctx context.Context, calID string) error
 }
 
-// ClusterReporter is implemented by backends that may run as one of
-// several instances (queue.Node): GET /v1/admin/cluster shows the members,
+// ClusterReporter is the port of a backend that may run as one of several
+// instances (queue.Node): GET /v1/admin/cluster shows the members,
 // the partition map and this instance's part as it sees them; ok is false
 // outside cluster mode.
 type ClusterReporter interface {
@@ -24,9 +24,9 @@ type ClusterReporter interface {
 
 // clusterStatus answers GET /v1/admin/cluster.
 func (s *Server) clusterStatus(c *fiber.Ctx) error {
-	cr, ok := s.backend.(ClusterReporter)
-	if !ok {
-		return c.JSON(fiber.Map{"cluster": false})
+	cr := s.cfg.Ports.Cluster
+	if cr == nil {
+		return notEnabled("cluster status")
 	}
 	ctx, cancel := context.WithTimeout(c.UserContext(), s.cfg.ReplyTimeout)
 	defer cancel()
@@ -43,8 +43,8 @@ func (s *Server) clusterStatus(c *fiber.Ctx) error {
 
 // syncRead brings the backend's index up to calID's last logged command.
 func (s *Server) syncRead(c *fiber.Ctx, calID string) error {
-	cs, ok := s.backend.(CalendarSyncer)
-	if !ok {
+	cs := s.cfg.Ports.CalendarSync
+	if cs == nil {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(c.UserContext(), s.cfg.ReplyTimeout)

@@ -47,7 +47,7 @@ func startClusterInstance(t *testing.T, natsURLs, id string) *instance {
 		t.Fatalf("start %s: %v", id, err)
 	}
 	in.node = node
-	in.api = httpapi.New(node, httpapi.Config{ReplyTimeout: 10 * time.Second, Logger: log, Metrics: httpapi.NewMetrics()})
+	in.api = httpapi.New(node, httpapi.Config{ReplyTimeout: 10 * time.Second, Logger: log, Metrics: httpapi.NewMetrics(), Ports: nodePorts(node)})
 	in.URL, in.done = serveLoopback(t, in.api)
 	t.Cleanup(func() {
 		if t.Failed() {

@@ -12,7 +12,6 @@ import (
 
 	"github.com/bookline/bookline/data"
 	"github.com/bookline/bookline/httpapi"
-	"github.com/bookline/bookline/queue"
 )
 
 // availabilityPath is an availability query of calendar cal over
@@ -237,13 +236,12 @@ func TestTrustedProxies(t *testing.T) {
 	})
 }
 
-// deadLetterBackend is a node whose Google sync has dead letters (written
-// straight into its index).
-type deadLetterBackend struct{ *queue.Node }
+// deadLetterStub is a Google sync's dead-letter port; the letters the API
+// lists are written straight into the node's index.
+type deadLetterStub struct{}
 
-func (deadLetterBackend) GoogleDeadLetters(string, int) ([]data.DeadLetter, error) { return nil, nil }
-func (deadLetterBackend) RetryGoogleDeadLetter(string, uint64, uint32) error       { return nil }
-func (deadLetterBackend) DropGoogleDeadLetter(string, uint64, uint32) error        { return nil }
+func (deadLetterStub) RetryDeadLetter(string, uint64, uint32) error { return nil }
+func (deadLetterStub) DropDeadLetter(string, uint64, uint32) error  { return nil }
 
 // TestDeadLetterPages: the dead letters of a calendar come in pages of at
 // most 1000 (limit) with a cursor to the next.
@@ -265,7 +263,9 @@ func TestDeadLetterPages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	api := httpapi.New(deadLetterBackend{h.node}, httpapi.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	ports := nodePorts(h.node)
+	ports.DeadLetters = deadLetterStub{}
+	api := httpapi.New(h.node, httpapi.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Ports: ports})
 	base, done := serveLoopback(t, api)
 	t.Cleanup(func() { _ = api.App().Shutdown(); <-done })
 	get := func(q string) response {
@@ -317,8 +317,8 @@ func TestDeadLetterPages(t *testing.T) {
 func TestWebhookBudget(t *testing.T) {
 	rcv := newReceiver(t)
 	h := startHooks(t, "", fastHooks())
-	api := httpapi.New(hookBackend{Node: h.node, Manager: h.hooks}, httpapi.Config{ReplyTimeout: 10 * time.Second,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), MaxWebhooks: 2})
+	api := httpapi.New(h.node, httpapi.Config{ReplyTimeout: 10 * time.Second,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), MaxWebhooks: 2, Ports: hookPorts(h.node, h.hooks)})
 	base, done := serveLoopback(t, api)
 	t.Cleanup(func() { _ = api.App().Shutdown(); <-done })
 	create := func() response {

@@ -19,9 +19,22 @@
 // status (errors.go); only internal errors are logged, and their detail is
 // never sent.
 //
+// Ports (ports.go): besides its Backend (submit, look up, read, readiness)
+// the API gets each optional feature as an explicit field of
+// Config.Ports, a small interface declared here (Refuser, Answerer,
+// OutcomeReader, CalendarSyncer, DurabilityReporter, ClusterReporter,
+// Snapshots, PartitionSkipper, the Google ports, Webhooks); it never looks
+// for one by asserting its Backend. A nil port is a feature that is off,
+// decided when the process is wired: its routes answer 404 not_enabled
+// (503 unavailable stays for a feature that is on and cannot answer now),
+// and the steps it would add to other requests are skipped.
+// cmd/bookline/wire.go checks at compile time that what it passes
+// implements each port.
+//
 // httpapi depends on actor and data (and docs, for the embedded OpenAPI
-// file) and on the small interfaces it
-// declares (Backend, Refuser, GoogleSync, CalendarSyncer, OutcomeReader, Answerer,
-// NodeSampler); it never imports queue or calendarsync: cmd/bookline wires
-// them to it.
+// file), on httpapi/webhook/endpoint (the NATS-free model of a webhook
+// endpoint, which its Webhooks port speaks) and on the interfaces it
+// declares. It imports no transport but Fiber: never queue, calendarsync,
+// the webhook delivery adapter (httpapi/webhook) or NATS
+// (TestImportBoundaries checks its whole dependency graph).
 package httpapi

@@ -64,6 +64,7 @@ var statusOf = map[string]int{
 	CodeRateLimited:                http.StatusTooManyRequests,
 	CodeRangeTooLarge:              http.StatusBadRequest,
 	CodeBeyondBusyWindow:           http.StatusUnprocessableEntity,
+	CodeNotEnabled:                 http.StatusNotFound,
 }
 
 // Error is an API error: a stable code, a message safe to show, and for

@@ -14,14 +14,16 @@ import (
 	"github.com/bookline/bookline/data"
 )
 
-// Google Calendar routes. The backend may implement GoogleSync (the
-// process's wiring adds the Google sync to it); without it a linked calendar
-// shows its link only.
+// Google Calendar routes, served through the Google ports of Config.Ports
+// (calendarsync.Syncer implements them all). Without Ports.Google a linked
+// calendar shows its link only, and the routes of a port that is nil
+// answer 404 not_enabled.
 
-// GoogleSync is what the API needs from the Google Calendar sync.
+// GoogleSync is the port of the Google Calendar sync: a linked calendar's
+// live status, and an on-demand read of its busy time.
 type GoogleSync interface {
-	GoogleStatus(calID string, link *data.GoogleLink) data.GoogleStatus
-	SyncGoogle(ctx context.Context, calID string) (data.BusySyncResult, error)
+	Status(calID string, link *data.GoogleLink) data.GoogleStatus
+	SyncBusy(ctx context.Context, calID string) (data.BusySyncResult, error)
 }
 
 // calendarView is a calendar as GET /v1/calendars/{id} shows it: the
@@ -33,11 +35,11 @@ type calendarView struct {
 }
 
 func (s *Server) writeCalendar(c *fiber.Ctx, cal data.Calendar) error {
-	g, ok := s.backend.(GoogleSync)
-	if cal.Google == nil || !ok {
+	g := s.cfg.Ports.Google
+	if cal.Google == nil || g == nil {
 		return c.JSON(cal)
 	}
-	st := g.GoogleStatus(cal.ID, cal.Google)
+	st := g.Status(cal.ID, cal.Google)
 	return c.JSON(calendarView{Calendar: cal, Google: &st})
 }
 
@@ -52,13 +54,13 @@ func (s *Server) syncGoogle(c *fiber.Ctx) error {
 		return err
 	}
 	cal = strings.Clone(cal) // Fiber's parameters alias its buffers
-	g, ok := s.backend.(GoogleSync)
-	if !ok {
-		return &Error{Code: CodeUnavailable, Message: "google sync is not available in this process"}
+	g := s.cfg.Ports.Google
+	if g == nil {
+		return notEnabled("google sync")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), GoogleSyncTimeout)
 	defer cancel()
-	res, err := g.SyncGoogle(ctx, cal)
+	res, err := g.SyncBusy(ctx, cal)
 	switch {
 	case errors.Is(err, data.ErrNotFound):
 		return &Error{Code: actor.CodeCalendarNotFound, Message: "calendar not found"}
@@ -79,30 +81,30 @@ func (s *Server) syncGoogle(c *fiber.Ctx) error {
 	})
 	out := fiber.Map{"calendar_id": cal, "busy": res}
 	if link != nil {
-		out["google"] = g.GoogleStatus(cal, link)
+		out["google"] = g.Status(cal, link)
 	}
 	return c.JSON(out)
 }
 
-// GoogleBookingChecker is implemented by backends whose Google sync looks
-// at a booking before it is sent (calendarsync.Syncer.CheckBooking): a
+// GoogleBookingChecker is the port of a Google sync that looks at a
+// booking before it is sent (calendarsync.Syncer.CheckBooking): a
 // *data.BeyondBusyWindowError refuses it (422 beyond_busy_window).
 type GoogleBookingChecker interface {
-	CheckGoogleBooking(ctx context.Context, calID string, iv data.Interval) error
+	CheckBooking(ctx context.Context, calID string, iv data.Interval) error
 }
 
-// GoogleDeadLetters is implemented by backends whose Google sync keeps dead
-// letters (mirror operations set aside after repeated refusals).
+// GoogleDeadLetters is the port of a Google sync that keeps dead letters
+// (mirror operations set aside after repeated refusals). The API lists
+// them from the index it reads; the port retries and drops them.
 type GoogleDeadLetters interface {
-	GoogleDeadLetters(calID string, max int) ([]data.DeadLetter, error)
-	RetryGoogleDeadLetter(calID string, seq uint64, sub uint32) error
-	DropGoogleDeadLetter(calID string, seq uint64, sub uint32) error
+	RetryDeadLetter(calID string, seq uint64, sub uint32) error
+	DropDeadLetter(calID string, seq uint64, sub uint32) error
 }
 
-// GoogleNotifier is implemented by backends that take Google push
-// notifications (data.ErrUnknownChannel, data.ErrChannelToken refuse one).
+// GoogleNotifier is the port that takes Google push notifications
+// (data.ErrUnknownChannel, data.ErrChannelToken refuse one).
 type GoogleNotifier interface {
-	GoogleNotification(channelID, token, state string) error
+	Notification(channelID, token, state string) error
 }
 
 // CodeBeyondBusyWindow: the interval reaches past the span whose busy time
@@ -116,8 +118,8 @@ const googleCheckTimeout = 10 * time.Second
 // checkGoogle runs the backend's Google check of a booking, hold or
 // reschedule before it is sent.
 func (s *Server) checkGoogle(cmd *actor.Command) error {
-	g, ok := s.backend.(GoogleBookingChecker)
-	if !ok {
+	g := s.cfg.Ports.GoogleCheck
+	if g == nil {
 		return nil
 	}
 	var iv data.Interval
@@ -133,7 +135,7 @@ func (s *Server) checkGoogle(cmd *actor.Command) error {
 	ctx, cancel := context.WithTimeout(context.Background(), googleCheckTimeout)
 	defer cancel()
 	var beyond *data.BeyondBusyWindowError
-	if err := g.CheckGoogleBooking(ctx, cmd.CalendarID, iv); errors.As(err, &beyond) {
+	if err := g.CheckBooking(ctx, cmd.CalendarID, iv); errors.As(err, &beyond) {
 		return &Error{Code: CodeBeyondBusyWindow, Message: "the booking ends after " + beyond.Until.UTC().Format(time.RFC3339) +
 			": busy time of the linked Google calendar is read up to there only (set horizon_days to read further)"}
 	}
@@ -183,11 +185,10 @@ var opNames = map[byte]string{data.SyncCreate: "create", data.SyncUpdate: "updat
 const MaxDeadLetters = 1000
 
 func (s *Server) deadLetters() (GoogleDeadLetters, error) {
-	g, ok := s.backend.(GoogleDeadLetters)
-	if !ok {
-		return nil, &Error{Code: CodeUnavailable, Message: "google sync is not available in this process"}
+	if g := s.cfg.Ports.DeadLetters; g != nil {
+		return g, nil
 	}
-	return g, nil
+	return nil, notEnabled("google dead letters")
 }
 
 // listDeadLetters lists a page of a calendar's dead letters: up to limit,
@@ -258,9 +259,9 @@ func (s *Server) deadLetterAction(retry bool) fiber.Handler {
 			return err
 		}
 		if retry {
-			err = g.RetryGoogleDeadLetter(cal, seq, sub)
+			err = g.RetryDeadLetter(cal, seq, sub)
 		} else {
-			err = g.DropGoogleDeadLetter(cal, seq, sub)
+			err = g.DropDeadLetter(cal, seq, sub)
 		}
 		switch {
 		case errors.Is(err, data.ErrNotFound):
@@ -280,15 +281,15 @@ func (s *Server) deadLetterAction(retry bool) fiber.Handler {
 // token headers must name a channel this process made. Google reads
 // nothing from the answer but its status.
 func (s *Server) googleNotification(c *fiber.Ctx) error {
-	g, ok := s.backend.(GoogleNotifier)
-	if !ok {
-		return &Error{Code: CodeNotFound, Message: "no Google push channels in this process"}
+	g := s.cfg.Ports.GoogleNotifications
+	if g == nil {
+		return notEnabled("google push notifications")
 	}
 	id, tok, state := c.Get("X-Goog-Channel-ID"), c.Get("X-Goog-Channel-Token"), c.Get("X-Goog-Resource-State")
 	if id == "" || state == "" {
 		return invalid(actor.FieldError{Field: "X-Goog-Channel-ID", Message: "a Google notification carries X-Goog-Channel-ID and X-Goog-Resource-State"})
 	}
-	switch err := g.GoogleNotification(strings.Clone(id), strings.Clone(tok), strings.Clone(state)); {
+	switch err := g.Notification(strings.Clone(id), strings.Clone(tok), strings.Clone(state)); {
 	case errors.Is(err, data.ErrUnknownChannel):
 		return &Error{Code: CodeNotFound, Message: "unknown channel"}
 	case errors.Is(err, data.ErrChannelToken):

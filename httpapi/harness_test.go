@@ -73,6 +73,7 @@ func start(t testing.TB, dir string, o options) *harness {
 		t.Fatalf("start node: %v", err)
 	}
 	cfg.Metrics.AttachNode(node)
+	cfg.Ports = nodePorts(node)
 	h := &harness{t: t, dir: dir, node: node}
 	if o.pendingAfter > 0 && cfg.Secrets == nil { // one hold-secret key for both APIs
 		raw := make([]byte, secretkey.Size)
@@ -94,6 +95,13 @@ func start(t testing.TB, dir string, o options) *harness {
 	t.Cleanup(h.stop)
 	queuetest.CheckFor(t, queuetest.ReadyTimeout, func() error { return node.Ready() })
 	return h
+}
+
+// nodePorts are the ports a node gives the API, as bookline serve wires
+// them (cmd/bookline/wire.go), without Google and webhooks.
+func nodePorts(n *queue.Node) httpapi.Ports {
+	return httpapi.Ports{Refuser: n, Answerer: n, Outcomes: n, CalendarSync: n, Durability: n,
+		Cluster: n, Snapshots: n, Skipper: n}
 }
 
 // serveLoopback serves api on a free loopback port; done is closed when

@@ -126,6 +126,8 @@ type NodeSampler interface {
 	// StorageFailing says, per storage component, whether a write path
 	// of it fails for storage reasons now.
 	StorageFailing() map[string]bool
+	// DurabilityReporter gives bookline_nats_lazy_sync.
+	DurabilityReporter
 }
 
 // storageComponents are the component labels of the storage metrics (the
@@ -303,10 +305,8 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descCommitSeconds, prometheus.CounterValue, cs.InCommit.Seconds())
 	ready := c.n.Ready() == nil && c.n.View(func(*data.Tx) error { return nil }) == nil
 	ch <- prometheus.MustNewConstMetric(descReady, prometheus.GaugeValue, b2f(ready))
-	if d, ok := c.n.(DurabilityReporter); ok {
-		lazy, _ := d.NATSDurability()
-		ch <- prometheus.MustNewConstMetric(descLazySync, prometheus.GaugeValue, b2f(lazy))
-	}
+	lazy, _ := c.n.NATSDurability()
+	ch <- prometheus.MustNewConstMetric(descLazySync, prometheus.GaugeValue, b2f(lazy))
 	for component, failing := range c.n.StorageFailing() {
 		ch <- prometheus.MustNewConstMetric(descStorageFailing, prometheus.GaugeValue, b2f(failing), component)
 	}

@@ -73,7 +73,7 @@ func TestOutcomeOfUnknownRequest(t *testing.T) {
 	wantUnknown(t, "admin reads an unknown importer id", k.do("GET", "/v1/calendars/alice/requests/imp.row-1", nil, bearer(adminKey)...))
 }
 
-// outcomeCounter counts the backend's Outcome calls.
+// outcomeCounter counts the calls of the Outcomes port.
 type outcomeCounter struct {
 	*queue.Node
 	calls atomic.Int64
@@ -94,7 +94,9 @@ func TestOutcomeOfMisshapenIDReadsNothing(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = node.Close() })
 	backend := &outcomeCounter{Node: node}
-	api := httpapi.New(backend, httpapi.Config{ReplyTimeout: 5 * time.Second, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Keys: testKeyring(t)})
+	ports := nodePorts(node)
+	ports.Outcomes = backend
+	api := httpapi.New(node, httpapi.Config{ReplyTimeout: 5 * time.Second, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Keys: testKeyring(t), Ports: ports})
 	url, done := serveLoopback(t, api)
 	t.Cleanup(func() { _ = api.App().Shutdown(); <-done })
 	queuetest.CheckFor(t, queuetest.ReadyTimeout, node.Ready)
@@ -221,7 +223,7 @@ func TestClusterOutcome(t *testing.T) {
 			t.Fatal(err)
 		}
 		in.node = node
-		in.api = httpapi.New(node, httpapi.Config{ReplyTimeout: 10 * time.Second, Logger: log, Metrics: httpapi.NewMetrics()})
+		in.api = httpapi.New(node, httpapi.Config{ReplyTimeout: 10 * time.Second, Logger: log, Metrics: httpapi.NewMetrics(), Ports: nodePorts(node)})
 		in.URL, in.done = serveLoopback(t, in.api)
 		t.Cleanup(func() { in.stop(t) })
 		queuetest.CheckFor(t, queuetest.ReadyTimeout, node.Ready)

@@ -12,8 +12,8 @@ import (
 	"github.com/bookline/bookline/actor"
 )
 
-// PartitionSkipper is implemented by backends whose partitions an
-// operator can move past a command that stopped them (queue.Node.Skip):
+// PartitionSkipper is the port through which an operator moves a
+// partition past a command that stopped it (queue.Node.Skip):
 // it publishes a partition.skip of the command at stream sequence seq and
 // returns its reply, refusing (actor.ErrNotStopped) unless the partition
 // is stopped at exactly that command.
@@ -34,9 +34,9 @@ type skipRequest struct {
 // reply: 200 when it was accepted, 409 not_stopped when the partition is
 // not stopped at that command, 202 when the answer is late.
 func (s *Server) skipPartition(c *fiber.Ctx) error {
-	sk, ok := s.backend.(PartitionSkipper)
-	if !ok {
-		return &Error{Code: CodeUnavailable, Message: "skipping a command is not available in this process"}
+	sk := s.cfg.Ports.Skipper
+	if sk == nil {
+		return notEnabled("skipping a command")
 	}
 	p, err := strconv.Atoi(c.Params("partition"))
 	if err != nil || p < 0 {

@@ -95,20 +95,22 @@ type Config struct {
 	// that shares the stream must have the same key. nil: a key of this
 	// process only.
 	Secrets *secretkey.Key
+	// Ports are the optional features (ports.go); a nil one is off.
+	Ports Ports
 }
 
-// Refuser is implemented by backends that can answer a valid booking.create
-// or hold.create from the committed index when the index already refuses it
-// (queue.Node does): reply is the writer's rejection and code its rejection code,
+// Refuser is the port that answers a valid booking.create or hold.create
+// from the committed index when the index already refuses it (queue.Node
+// implements it): reply is the writer's rejection and code its rejection code,
 // "" when only the writer can decide. ctx bounds what it may wait for (in
 // cluster mode, the index catching up to the calendar's last command).
 type Refuser interface {
 	Refused(ctx context.Context, cmd *actor.Command) (reply []byte, code string, err error)
 }
 
-// DurabilityReporter is implemented by backends that know whether
-// answered commands may be lost to a power cut of the NATS servers
-// (queue.Node does): lazy is true when a server acknowledges before it
+// DurabilityReporter is the port that knows whether answered commands may
+// be lost to a power cut of the NATS servers (queue.Node implements it):
+// lazy is true when a server acknowledges before it
 // syncs, or was not checked; detail says which and why. /readyz shows
 // detail as its nats_durability check without failing on it, and
 // bookline_nats_lazy_sync is lazy.
@@ -322,7 +324,7 @@ func (s *Server) readyz(c *fiber.Ctx) error {
 		checks["shutdown"] = "draining"
 		failed = append(failed, errDraining.Error())
 	}
-	if d, ok := s.backend.(DurabilityReporter); ok {
+	if d := s.cfg.Ports.Durability; d != nil {
 		// Reported, never failed on: a start with lazy servers was
 		// allowed on purpose (--allow-lazy-nats-sync), and a load
 		// balancer must not take every instance out for it.

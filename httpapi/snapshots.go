@@ -9,7 +9,7 @@ import (
 	"github.com/bookline/bookline/data"
 )
 
-// Snapshots is implemented by backends that keep index snapshots.
+// Snapshots is the port of a backend that keeps index snapshots.
 type Snapshots interface {
 	TakeSnapshot(ctx context.Context) (data.SnapshotInfo, error)
 	Snapshots(ctx context.Context) ([]data.SnapshotInfo, error)
@@ -20,11 +20,10 @@ type Snapshots interface {
 const SnapshotTimeout = 10 * time.Minute
 
 func (s *Server) snapshotBackend() (Snapshots, error) {
-	sn, ok := s.backend.(Snapshots)
-	if !ok {
-		return nil, &Error{Code: CodeUnavailable, Message: "snapshots are not available in this process"}
+	if sn := s.cfg.Ports.Snapshots; sn != nil {
+		return sn, nil
 	}
-	return sn, nil
+	return nil, notEnabled("snapshots")
 }
 
 // takeSnapshot takes a snapshot now and answers 201 with its description.

@@ -6,13 +6,13 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/bookline/bookline/httpapi/webhook"
+	"github.com/bookline/bookline/httpapi/webhook/endpoint"
 )
 
 // WebhookSampler is what the metrics read from the webhook deliveries at
 // every scrape (webhook.Manager implements it).
 type WebhookSampler interface {
-	Stats(ctx context.Context) []webhook.Stat
+	Stats(ctx context.Context) []endpoint.Stat
 }
 
 // AttachWebhooks registers the per-endpoint webhook metrics, sampled at

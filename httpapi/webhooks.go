@@ -11,20 +11,21 @@ import (
 	"github.com/gofiber/fiber/v2"
 
 	"github.com/bookline/bookline/actor"
-	"github.com/bookline/bookline/httpapi/webhook"
+	"github.com/bookline/bookline/httpapi/webhook/endpoint"
 )
 
-// Webhooks is what the /v1/webhooks routes need (webhook.Manager
-// implements it; the process's wiring adds it to the backend). Without it
-// the routes answer 503.
+// Webhooks is the port the /v1/webhooks routes need, in the terms of the
+// NATS-free endpoint model (webhook.Manager implements it; cmd/bookline
+// passes it as Ports.Webhooks). Without it the routes answer 404
+// not_enabled.
 type Webhooks interface {
-	CreateWebhook(ctx context.Context, in webhook.Input) (webhook.Endpoint, error)
-	ListWebhooks(ctx context.Context) ([]webhook.Endpoint, error)
-	GetWebhook(ctx context.Context, id string) (webhook.Endpoint, webhook.Status, error)
-	UpdateWebhook(ctx context.Context, id string, p webhook.Patch) (webhook.Endpoint, error)
+	CreateWebhook(ctx context.Context, in endpoint.Input) (endpoint.Endpoint, error)
+	ListWebhooks(ctx context.Context) ([]endpoint.Endpoint, error)
+	GetWebhook(ctx context.Context, id string) (endpoint.Endpoint, endpoint.Status, error)
+	UpdateWebhook(ctx context.Context, id string, p endpoint.Patch) (endpoint.Endpoint, error)
 	DeleteWebhook(ctx context.Context, id string) error
-	RotateWebhookSecret(ctx context.Context, id string) (webhook.Endpoint, error)
-	ReplayWebhook(ctx context.Context, id string, from time.Time) (webhook.Endpoint, error)
+	RotateWebhookSecret(ctx context.Context, id string) (endpoint.Endpoint, error)
+	ReplayWebhook(ctx context.Context, id string, from time.Time) (endpoint.Endpoint, error)
 }
 
 // webhookTimeout bounds a webhook admin call (a few KV operations).
@@ -48,23 +49,23 @@ type secretView struct {
 }
 
 type webhookView struct {
-	ID             string          `json:"id"`
-	URL            string          `json:"url"`
-	Events         []string        `json:"events"`
-	Calendars      []string        `json:"calendars"`
-	Description    string          `json:"description"`
-	Enabled        bool            `json:"enabled"`
-	DisabledReason string          `json:"disabled_reason,omitempty"`
-	DisabledAt     *time.Time      `json:"disabled_at,omitempty"`
-	CreatedAt      time.Time       `json:"created_at"`
-	UpdatedAt      time.Time       `json:"updated_at"`
-	Secrets        []secretView    `json:"secrets"`
-	ReplayFrom     *time.Time      `json:"replay_from,omitempty"`
-	Secret         string          `json:"secret,omitempty"`
-	Status         *webhook.Status `json:"status,omitempty"`
+	ID             string           `json:"id"`
+	URL            string           `json:"url"`
+	Events         []string         `json:"events"`
+	Calendars      []string         `json:"calendars"`
+	Description    string           `json:"description"`
+	Enabled        bool             `json:"enabled"`
+	DisabledReason string           `json:"disabled_reason,omitempty"`
+	DisabledAt     *time.Time       `json:"disabled_at,omitempty"`
+	CreatedAt      time.Time        `json:"created_at"`
+	UpdatedAt      time.Time        `json:"updated_at"`
+	Secrets        []secretView     `json:"secrets"`
+	ReplayFrom     *time.Time       `json:"replay_from,omitempty"`
+	Secret         string           `json:"secret,omitempty"`
+	Status         *endpoint.Status `json:"status,omitempty"`
 }
 
-func viewOf(ep webhook.Endpoint) webhookView {
+func viewOf(ep endpoint.Endpoint) webhookView {
 	v := webhookView{ID: ep.ID, URL: ep.URL, Events: ep.Events, Calendars: ep.Calendars, Description: ep.Description,
 		Enabled: ep.Enabled, DisabledReason: ep.DisabledReason, DisabledAt: ep.DisabledAt, CreatedAt: ep.CreatedAt,
 		UpdatedAt: ep.UpdatedAt, ReplayFrom: ep.ReplayFrom, Secrets: []secretView{}}
@@ -99,23 +100,24 @@ func (s *Server) webhookHandler(fn func(c *fiber.Ctx, w Webhooks, ctx context.Co
 }
 
 func (s *Server) webhooks() (Webhooks, context.Context, context.CancelFunc, error) {
-	w, ok := s.backend.(Webhooks)
-	if !ok {
-		return nil, nil, nil, &Error{Code: CodeUnavailable, Message: "webhooks are not available in this process"}
+	w := s.cfg.Ports.Webhooks
+	if w == nil {
+		return nil, nil, nil, notEnabled("webhooks")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), webhookTimeout)
 	return w, ctx, cancel, nil
 }
 
-// webhookError maps the webhook package's errors to API errors.
+// webhookError maps the errors of the Webhooks port (the endpoint model's)
+// to API errors.
 func (s *Server) webhookError(err error) error {
-	var fe *webhook.FieldError
+	var fe *endpoint.FieldError
 	switch {
 	case err == nil:
 		return nil
 	case errors.As(err, &fe):
 		return invalid(actor.FieldError{Field: fe.Field, Message: fe.Message})
-	case errors.Is(err, webhook.ErrNotFound):
+	case errors.Is(err, endpoint.ErrNotFound):
 		return &Error{Code: CodeNotFound, Message: "webhook endpoint not found"}
 	case errors.Is(err, context.DeadlineExceeded):
 		return &Error{Code: CodeUnavailable, Message: "the webhook store (NATS KV) did not answer in time"}
@@ -143,7 +145,7 @@ type webhookRequest struct {
 
 func webhookID(c *fiber.Ctx) (string, error) {
 	id := strings.Clone(c.Params("webhookId")) // Fiber's parameters alias its buffers
-	if !webhook.ValidID(id) {
+	if !endpoint.ValidID(id) {
 		return "", &Error{Code: CodeNotFound, Message: "webhook endpoint not found"}
 	}
 	return id, nil
@@ -159,7 +161,7 @@ func (s *Server) createWebhook(c *fiber.Ctx) error {
 	if err := decodeStrict(c, &req); err != nil {
 		return err
 	}
-	in := webhook.Input{Enabled: req.Enabled}
+	in := endpoint.Input{Enabled: req.Enabled}
 	if req.URL != nil {
 		in.URL = *req.URL
 	}
@@ -221,7 +223,7 @@ func (s *Server) updateWebhook(c *fiber.Ctx, w Webhooks, ctx context.Context, id
 	if err := decodeStrict(c, &req); err != nil {
 		return err
 	}
-	ep, err := w.UpdateWebhook(ctx, id, webhook.Patch{URL: req.URL, Events: req.Events, Calendars: req.Calendars,
+	ep, err := w.UpdateWebhook(ctx, id, endpoint.Patch{URL: req.URL, Events: req.Events, Calendars: req.Calendars,
 		Description: req.Description, Enabled: req.Enabled})
 	if err != nil {
 		return s.webhookError(err)

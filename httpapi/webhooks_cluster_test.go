@@ -69,7 +69,7 @@ func startHookInstance(t *testing.T, urls, id string, key *secretkey.Key) *hookI
 		m.Run(run)
 	}()
 	h := &hookInstance{instance: in, hooks: m, stopHook: func() { end(); <-done }}
-	in.api = httpapi.New(hookBackend{Node: node, Manager: m}, httpapi.Config{ReplyTimeout: 10 * time.Second, Logger: log, Metrics: httpapi.NewMetrics()})
+	in.api = httpapi.New(node, httpapi.Config{ReplyTimeout: 10 * time.Second, Logger: log, Metrics: httpapi.NewMetrics(), Ports: hookPorts(node, m)})
 	in.URL, in.done = serveLoopback(t, in.api)
 	t.Cleanup(func() {
 		if t.Failed() {

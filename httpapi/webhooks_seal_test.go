@@ -15,6 +15,7 @@ import (
 
 	"github.com/bookline/bookline/data/secretkey"
 	"github.com/bookline/bookline/httpapi/webhook"
+	"github.com/bookline/bookline/httpapi/webhook/endpoint"
 	"github.com/bookline/bookline/queue"
 	"github.com/bookline/bookline/queue/queuetest"
 )
@@ -64,7 +65,7 @@ func TestWebhookSecretsSealedAtRest(t *testing.T) {
 	}
 
 	// What an earlier version stored: the secret in the clear.
-	var ep webhook.Endpoint
+	var ep endpoint.Endpoint
 	if err := json.Unmarshal(raw, &ep); err != nil {
 		t.Fatal(err)
 	}

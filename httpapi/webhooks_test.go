@@ -22,6 +22,7 @@ import (
 	"github.com/bookline/bookline/data/secretkey"
 	"github.com/bookline/bookline/httpapi"
 	"github.com/bookline/bookline/httpapi/webhook"
+	"github.com/bookline/bookline/httpapi/webhook/endpoint"
 	"github.com/bookline/bookline/queue"
 	"github.com/bookline/bookline/queue/queuetest"
 )
@@ -35,9 +36,10 @@ type hookHarness struct {
 	metrics  *httpapi.Metrics
 }
 
-type hookBackend struct {
-	*queue.Node
-	*webhook.Manager
+func hookPorts(n *queue.Node, m *webhook.Manager) httpapi.Ports {
+	p := nodePorts(n)
+	p.Webhooks = m
+	return p
 }
 
 // fastHooks is a retry schedule for tests: the default one spans days.
@@ -84,7 +86,7 @@ func startHooks(t *testing.T, dir string, wc webhook.Config) *hookHarness {
 	metrics.AttachWebhooks(m)
 	h := &hookHarness{harness: harness{t: t, dir: dir, node: node}, hooks: m, metrics: metrics,
 		stopHook: func() { end(); <-done }}
-	h.api = httpapi.New(hookBackend{Node: node, Manager: m}, httpapi.Config{ReplyTimeout: 10 * time.Second, Logger: log, Metrics: metrics})
+	h.api = httpapi.New(node, httpapi.Config{ReplyTimeout: 10 * time.Second, Logger: log, Metrics: metrics, Ports: hookPorts(node, m)})
 	h.URL, h.done = serveLoopback(t, h.api)
 	t.Cleanup(h.stop)
 	queuetest.CheckFor(t, queuetest.ReadyTimeout, func() error { return node.Ready() })
@@ -217,7 +219,7 @@ type hookView struct {
 	DisabledReason string           `json:"disabled_reason"`
 	Secret         string           `json:"secret"`
 	Secrets        []map[string]any `json:"secrets"`
-	Status         *webhook.Status  `json:"status"`
+	Status         *endpoint.Status `json:"status"`
 }
 
 func (h *hookHarness) createHook(body map[string]any) hookView {
@@ -226,7 +228,7 @@ func (h *hookHarness) createHook(body map[string]any) hookView {
 	h.mustStatus(r, http.StatusCreated)
 	var v hookView
 	r.json(h.t, &v)
-	if !strings.HasPrefix(v.Secret, webhook.SecretPrefix) || !webhook.ValidID(v.ID) {
+	if !strings.HasPrefix(v.Secret, webhook.SecretPrefix) || !endpoint.ValidID(v.ID) {
 		h.t.Fatalf("created: %s", r.Body)
 	}
 	return v

@@ -169,10 +169,10 @@ func (s *Server) submit(c *fiber.Ctx, cmd *actor.Command) error {
 	return s.writeReply(c, reply)
 }
 
-// Answerer is implemented by backends that can answer a command from the
-// record of another request id when that record was made for the same
-// request (same fingerprint), after bringing the index up to the calendar's
-// last logged command (queue.Node).
+// Answerer is the port that answers a command from the record of another
+// request id when that record was made for the same request (same
+// fingerprint), after bringing the index up to the calendar's last logged
+// command (queue.Node).
 type Answerer interface {
 	RecordedFor(ctx context.Context, cmd *actor.Command, reqID, fingerprint string) (reply []byte, ok bool, err error)
 }
@@ -190,8 +190,8 @@ func (s *Server) unscopedRecord(ctx context.Context, c *fiber.Ctx, cmd *actor.Co
 	if key == "" || s.keys.Open() {
 		return nil, false, nil // without keys the id is already "k.<h>"
 	}
-	a, ok := s.backend.(Answerer)
-	if !ok {
+	a := s.cfg.Ports.Answerer
+	if a == nil {
 		return nil, false, nil
 	}
 	return a.RecordedFor(ctx, cmd, KeyRequestID("", key), cmd.Fingerprint())
@@ -210,8 +210,8 @@ func (s *Server) refused(c *fiber.Ctx, cmd *actor.Command) ([]byte, bool) {
 	if s.cfg.LogEveryBooking || (cmd.Type != actor.TypeBookingCreate && cmd.Type != actor.TypeHoldCreate) || c.Get("Idempotency-Key") != "" {
 		return nil, false
 	}
-	rf, ok := s.backend.(Refuser)
-	if !ok {
+	rf := s.cfg.Ports.Refuser
+	if rf == nil {
 		return nil, false
 	}
 	// In cluster mode the index is first brought up to the calendar's last
@@ -310,8 +310,8 @@ var errNotYourRequest = &Error{Code: CodeForbidden, Message: "only the API key t
 // record and can get none.
 var errUnknownRequest = &Error{Code: CodeRequestNotFound, Message: "no request of this id is known for this calendar: it was never sent, or its record's retention ended"}
 
-// OutcomeReader is implemented by backends that can tell a request that
-// may still be decided from one that never will be (queue.Node.Outcome):
+// OutcomeReader is the port that tells a request that may still be decided
+// from one that never will be (queue.Node.Outcome):
 // reply is the recorded answer of a decided request; pending says that the
 // calendar still has commands to decide; neither means no such request.
 // An error wrapping actor.ErrUnavailable means the log could not be read.
@@ -338,8 +338,8 @@ func (s *Server) getRequest(c *fiber.Ctx) error {
 			return errUnknownRequest
 		}
 	}
-	or, ok := s.backend.(OutcomeReader)
-	if !ok {
+	or := s.cfg.Ports.Outcomes
+	if or == nil {
 		return s.lookupRequest(c, cal, reqID)
 	}
 	ctx, cancel := context.WithTimeout(c.UserContext(), s.cfg.ReplyTimeout)

@@ -107,7 +107,8 @@ func TestBenchFlags(t *testing.T) {
 // keeps the generator from rotting.
 func TestBenchSmoke(t *testing.T) {
 	node := startImportNode(t, 0)
-	api := httpapi.New(node, httpapi.Config{ReplyTimeout: 10 * time.Second, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	api := httpapi.New(node, httpapi.Config{ReplyTimeout: 10 * time.Second, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Ports: apiPorts(node, nil, nil)})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

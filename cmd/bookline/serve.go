@@ -350,7 +350,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	defer stopHooks()
 	metrics.AttachWebhooks(hooks)
 	metrics.AttachGoogle(syncer.DeadLetterCount)
-	api := httpapi.New(apiBackend{Node: node, google: syncer, Manager: hooks}, httpapi.Config{
+	api := httpapi.New(node, httpapi.Config{
 		ReplyTimeout: c.replyTimeout,
 		BodyLimit:    c.maxBodyBytes,
 		Logger:       log,
@@ -375,6 +375,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		KeyedRecordRetention:   c.keyedRetention,
 
 		Secrets: secrets,
+
+		Ports: apiPorts(node, syncer, hooks),
 	})
 	if c.pprofAddr != "" {
 		stopPprof, err := startPprof(c.pprofAddr, log)

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/bookline/bookline/calendarsync"
-	"github.com/bookline/bookline/data"
+	"github.com/bookline/bookline/httpapi"
 	"github.com/bookline/bookline/httpapi/webhook"
 	"github.com/bookline/bookline/queue"
 )
@@ -51,14 +51,45 @@ func googleFollower(cfg calendarsync.Config, made **calendarsync.Syncer) func(*q
 	}
 }
 
-// apiBackend is what the API serves from: the node (log, index, readiness,
-// refusals, cluster reads) and the Google sync's link status and
-// on-demand read.
-type apiBackend struct {
-	*queue.Node
-	*webhook.Manager
-	google *calendarsync.Syncer
+// apiPorts are the API's optional features as this process has them:
+// the node's log and index helpers, cluster status, snapshots and skip;
+// the Google sync; the webhook endpoints. Each is on in bookline serve.
+func apiPorts(n *queue.Node, google *calendarsync.Syncer, hooks *webhook.Manager) httpapi.Ports {
+	p := httpapi.Ports{Refuser: n, Answerer: n, Outcomes: n, CalendarSync: n, Durability: n,
+		Cluster: n, Snapshots: n, Skipper: n}
+	// A nil *Syncer or *Manager stored in an interface makes a non-nil
+	// interface: the feature would read as on.
+	if google != nil {
+		p.Google, p.GoogleCheck, p.DeadLetters, p.GoogleNotifications = google, google, google, google
+	}
+	if hooks != nil {
+		p.Webhooks = hooks
+	}
+	return p
 }
+
+// What the API gets from each adapter is checked here, at compile time:
+// a renamed method fails the build instead of switching a feature off.
+var (
+	_ httpapi.Backend            = (*queue.Node)(nil)
+	_ httpapi.NodeSampler        = (*queue.Node)(nil)
+	_ httpapi.Refuser            = (*queue.Node)(nil)
+	_ httpapi.Answerer           = (*queue.Node)(nil)
+	_ httpapi.OutcomeReader      = (*queue.Node)(nil)
+	_ httpapi.CalendarSyncer     = (*queue.Node)(nil)
+	_ httpapi.DurabilityReporter = (*queue.Node)(nil)
+	_ httpapi.ClusterReporter    = (*queue.Node)(nil)
+	_ httpapi.Snapshots          = (*queue.Node)(nil)
+	_ httpapi.PartitionSkipper   = (*queue.Node)(nil)
+
+	_ httpapi.GoogleSync           = (*calendarsync.Syncer)(nil)
+	_ httpapi.GoogleBookingChecker = (*calendarsync.Syncer)(nil)
+	_ httpapi.GoogleDeadLetters    = (*calendarsync.Syncer)(nil)
+	_ httpapi.GoogleNotifier       = (*calendarsync.Syncer)(nil)
+
+	_ httpapi.Webhooks       = (*webhook.Manager)(nil)
+	_ httpapi.WebhookSampler = (*webhook.Manager)(nil)
+)
 
 // startWebhooks opens the webhook endpoints' store on the node's NATS and
 // delivers from its event stream until stop is called.
@@ -80,32 +111,4 @@ func startWebhooks(n *queue.Node, cfg webhook.Config) (m *webhook.Manager, stop 
 		m.Run(run)
 	}()
 	return m, func() { end(); <-done }, nil
-}
-
-func (b apiBackend) GoogleStatus(calID string, link *data.GoogleLink) data.GoogleStatus {
-	return b.google.Status(calID, link)
-}
-
-func (b apiBackend) SyncGoogle(ctx context.Context, calID string) (data.BusySyncResult, error) {
-	return b.google.SyncBusy(ctx, calID)
-}
-
-func (b apiBackend) CheckGoogleBooking(ctx context.Context, calID string, iv data.Interval) error {
-	return b.google.CheckBooking(ctx, calID, iv)
-}
-
-func (b apiBackend) GoogleDeadLetters(calID string, max int) ([]data.DeadLetter, error) {
-	return b.google.DeadLetters(calID, max)
-}
-
-func (b apiBackend) RetryGoogleDeadLetter(calID string, seq uint64, sub uint32) error {
-	return b.google.RetryDeadLetter(calID, seq, sub)
-}
-
-func (b apiBackend) DropGoogleDeadLetter(calID string, seq uint64, sub uint32) error {
-	return b.google.DropDeadLetter(calID, seq, sub)
-}
-
-func (b apiBackend) GoogleNotification(channelID, token, state string) error {
-	return b.google.Notification(channelID, token, state)
 }

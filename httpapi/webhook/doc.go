@@ -42,7 +42,14 @@
 //     (Config.Key, seal.go): HMAC needs them, a copy of the bucket must not
 //     leak them; every instance must have the same key.
 //
-// The package depends on nats.go and the standard library only; the HTTP
-// routes that manage endpoints are in httpapi, and cmd/bookline wires the
-// Manager to them.
+// Dependencies: nats.go (the KV bucket and the consumers), the standard
+// library, the endpoint model (package endpoint, beside this one: the
+// types the HTTP API shares with it, without NATS), data/secretkey (the
+// sealing key) and actor for the one rule of a calendar id
+// (actor.ValidCalendarID, checked on an endpoint's calendars). It is an
+// adapter of its own: it imports neither httpapi nor queue, and httpapi
+// does not import it. The HTTP routes that manage endpoints are in
+// httpapi, which declares the port it needs (httpapi.Webhooks);
+// cmd/bookline opens the Manager on the node's NATS connection and passes
+// it to the API as that port.
 package webhook

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/bookline/bookline/httpapi/webhook/endpoint"
 )
 
 // loop delivers the events of one endpoint generation, one at a time, in
@@ -24,18 +26,18 @@ type loop struct {
 	id        string
 	gen       int
 	calendars []string
-	ep        atomic.Pointer[Endpoint]
+	ep        atomic.Pointer[endpoint.Endpoint]
 
 	cancel context.CancelFunc
 	done   chan struct{}
 
-	status     Status
+	status     endpoint.Status
 	dirty      bool
 	lastFlush  time.Time
 	statusRead bool
 }
 
-func newLoop(m *Manager, ep *Endpoint) *loop {
+func newLoop(m *Manager, ep *endpoint.Endpoint) *loop {
 	l := &loop{m: m, id: ep.ID, gen: ep.Generation, calendars: slices.Clone(ep.Calendars), done: make(chan struct{})}
 	l.ep.Store(ep)
 	return l
@@ -57,7 +59,7 @@ func (l *loop) stop() {
 
 // consumerConfig is the endpoint's durable consumer: one unacknowledged
 // event at a time (stream order), pinned to one puller at a time.
-func (l *loop) consumerConfig(ep *Endpoint) jetstream.ConsumerConfig {
+func (l *loop) consumerConfig(ep *endpoint.Endpoint) jetstream.ConsumerConfig {
 	c := jetstream.ConsumerConfig{
 		Durable:        consumerName(ep.ID, ep.Generation),
 		Description:    "bookline webhook endpoint " + ep.ID,
@@ -247,7 +249,7 @@ func (l *loop) handle(ctx context.Context, cons jetstream.Consumer, msg jetstrea
 	}
 	typ := EventType(msg.Data())
 	ep := l.ep.Load()
-	if !ep.wants(typ) {
+	if !wants(ep, typ) {
 		l.ack(ctx, msg)
 		return
 	}
@@ -382,11 +384,11 @@ func (l *loop) ack(ctx context.Context, msg jetstream.Msg) {
 }
 
 // send makes one attempt.
-func (l *loop) send(ctx context.Context, ep *Endpoint, id, typ string, body []byte, attempt int) Attempt {
+func (l *loop) send(ctx context.Context, ep *endpoint.Endpoint, id, typ string, body []byte, attempt int) endpoint.Attempt {
 	start := time.Now()
-	a := Attempt{At: start.UTC(), EventID: id, EventType: typ, Attempt: attempt}
+	a := endpoint.Attempt{At: start.UTC(), EventID: id, EventType: typ, Attempt: attempt}
 	ts := start.Unix()
-	sig, err := SignAll(ep.signing(start), id, ts, body)
+	sig, err := SignAll(signingSecrets(ep, start), id, ts, body)
 	if err != nil || sig == "" {
 		a.Error = "no valid signing secret"
 		return a
@@ -434,7 +436,7 @@ func errorText(err error) string {
 }
 
 // failureReason is the metrics label of a failed attempt.
-func failureReason(a Attempt) string {
+func failureReason(a endpoint.Attempt) string {
 	switch {
 	case a.Status >= 500:
 		return "http_5xx"
@@ -452,7 +454,7 @@ func failureReason(a Attempt) string {
 	return "network"
 }
 
-func describe(a Attempt) string {
+func describe(a endpoint.Attempt) string {
 	if a.Error != "" {
 		return a.Error
 	}
@@ -470,11 +472,11 @@ func (l *loop) readStatus(ctx context.Context) {
 }
 
 // record notes an attempt in the status (written to the bucket by flush).
-func (l *loop) record(a Attempt) {
+func (l *loop) record(a endpoint.Attempt) {
 	st := &l.status
-	st.Attempts = append([]Attempt{a}, st.Attempts...)
-	if len(st.Attempts) > MaxAttemptsShown {
-		st.Attempts = st.Attempts[:MaxAttemptsShown]
+	st.Attempts = append([]endpoint.Attempt{a}, st.Attempts...)
+	if len(st.Attempts) > endpoint.MaxAttemptsShown {
+		st.Attempts = st.Attempts[:endpoint.MaxAttemptsShown]
 	}
 	if a.OK {
 		t := a.At
@@ -517,7 +519,7 @@ func (l *loop) flush(ctx context.Context, force bool) {
 func (l *loop) disable(ctx context.Context, reason string) bool {
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	_, err := l.m.update(dctx, l.id, func(ep *Endpoint) error {
+	_, err := l.m.update(dctx, l.id, func(ep *endpoint.Endpoint) error {
 		if ep.Generation != l.gen || !ep.Enabled {
 			return errSkip
 		}

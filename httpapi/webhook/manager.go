@@ -11,7 +11,6 @@ import (
 	"math"
 	mrand "math/rand/v2"
 	"net/http"
-	"regexp"
 	"slices"
 	"strconv"
 	"sync"
@@ -21,6 +20,7 @@ import (
 
 	"github.com/bookline/bookline/actor"
 	"github.com/bookline/bookline/data/secretkey"
+	"github.com/bookline/bookline/httpapi/webhook/endpoint"
 )
 
 // BucketName is the KV bucket of endpoint configurations and statuses.
@@ -119,7 +119,7 @@ type Manager struct {
 
 	mu     sync.Mutex
 	loops  map[string]*loop
-	known  map[string]*Endpoint // every endpoint seen by the watch
+	known  map[string]*endpoint.Endpoint // every endpoint seen by the watch
 	stats  map[string]*counters
 	closed bool
 }
@@ -182,7 +182,7 @@ func Open(ctx context.Context, cfg Config) (*Manager, error) {
 	}
 	m := &Manager{cfg: cfg, kv: kv, log: cfg.Logger.With("component", "webhooks"),
 		client: cfg.Guard.Client(cfg.AttemptTimeout),
-		loops:  map[string]*loop{}, known: map[string]*Endpoint{}, stats: map[string]*counters{}}
+		loops:  map[string]*loop{}, known: map[string]*endpoint.Endpoint{}, stats: map[string]*counters{}}
 	if err := m.checkKey(ctx); err != nil {
 		return nil, err
 	}
@@ -241,7 +241,7 @@ func (m *Manager) watch(ctx context.Context) error {
 }
 
 // apply starts, updates or stops the loop of endpoint id (ep nil: deleted).
-func (m *Manager) apply(ctx context.Context, id string, ep *Endpoint) {
+func (m *Manager) apply(ctx context.Context, id string, ep *endpoint.Endpoint) {
 	m.mu.Lock()
 	if ep == nil {
 		delete(m.known, id)
@@ -294,28 +294,17 @@ func (m *Manager) stopAll() {
 // consumerName is the durable consumer of ep's current generation.
 func consumerName(id string, gen int) string { return ConsumerPrefix + id + "-" + strconv.Itoa(gen) }
 
-// Stat is what the metrics read of an endpoint.
-type Stat struct {
-	ID        string
-	Enabled   bool
-	Delivered uint64
-	Failed    map[string]uint64
-	// Lag is the events not yet delivered (consumer pending + ack
-	// pending), -1 when unknown.
-	Lag int64
-}
-
 // Stats samples every endpoint: this instance's counters and the lag of
 // its consumer.
-func (m *Manager) Stats(ctx context.Context) []Stat {
+func (m *Manager) Stats(ctx context.Context) []endpoint.Stat {
 	m.mu.Lock()
-	eps := make([]Endpoint, 0, len(m.known))
+	eps := make([]endpoint.Endpoint, 0, len(m.known))
 	for _, ep := range m.known {
 		eps = append(eps, *ep)
 	}
-	out := make([]Stat, 0, len(eps))
+	out := make([]endpoint.Stat, 0, len(eps))
 	for _, ep := range eps {
-		s := Stat{ID: ep.ID, Enabled: ep.Enabled, Lag: -1, Failed: map[string]uint64{}}
+		s := endpoint.Stat{ID: ep.ID, Enabled: ep.Enabled, Lag: -1, Failed: map[string]uint64{}}
 		if c := m.stats[ep.ID]; c != nil {
 			s.Delivered = c.delivered
 			for k, v := range c.failed {
@@ -335,7 +324,7 @@ func (m *Manager) Stats(ctx context.Context) []Stat {
 			out[i].Lag = int64(info.NumPending) + int64(info.NumAckPending)
 		}
 	}
-	slices.SortFunc(out, func(a, b Stat) int {
+	slices.SortFunc(out, func(a, b endpoint.Stat) int {
 		if a.ID < b.ID {
 			return -1
 		}
@@ -366,11 +355,6 @@ func (m *Manager) count(id string, ok bool, reason string) {
 
 var idEncoding = base32.NewEncoding("0123456789abcdefghijklmnopqrstuv").WithPadding(base32.NoPadding)
 
-var idPattern = regexp.MustCompile(`^wh_[0-9a-v]{16}$`)
-
-// ValidID reports whether id can name an endpoint.
-func ValidID(id string) bool { return idPattern.MatchString(id) }
-
 func newID() (string, error) {
 	b := make([]byte, 10)
 	if _, err := rand.Read(b); err != nil {
@@ -387,10 +371,10 @@ const (
 
 func (m *Manager) checkURL(u string) error {
 	if u == "" {
-		return &FieldError{"url", "is required"}
+		return &endpoint.FieldError{Field: "url", Message: "is required"}
 	}
 	if err := m.cfg.Guard.CheckURL(u); err != nil {
-		return &FieldError{"url", err.Error()}
+		return &endpoint.FieldError{Field: "url", Message: err.Error()}
 	}
 	return nil
 }
@@ -399,7 +383,7 @@ func checkEvents(evs []string) ([]string, error) {
 	out := []string{}
 	for _, e := range evs {
 		if !slices.Contains(EventTypes, e) {
-			return nil, &FieldError{"events", fmt.Sprintf("unknown event type %q (known: %v)", e, EventTypes)}
+			return nil, &endpoint.FieldError{Field: "events", Message: fmt.Sprintf("unknown event type %q (known: %v)", e, EventTypes)}
 		}
 		if !slices.Contains(out, e) {
 			out = append(out, e)
@@ -410,12 +394,12 @@ func checkEvents(evs []string) ([]string, error) {
 
 func checkCalendars(cals []string) ([]string, error) {
 	if len(cals) > MaxCalendars {
-		return nil, &FieldError{"calendars", fmt.Sprintf("at most %d calendars", MaxCalendars)}
+		return nil, &endpoint.FieldError{Field: "calendars", Message: fmt.Sprintf("at most %d calendars", MaxCalendars)}
 	}
 	out := []string{}
 	for _, c := range cals {
 		if !actor.ValidCalendarID(c) {
-			return nil, &FieldError{"calendars", fmt.Sprintf("calendar %q must match [A-Za-z0-9_-]{1,64}", c)}
+			return nil, &endpoint.FieldError{Field: "calendars", Message: fmt.Sprintf("calendar %q must match [A-Za-z0-9_-]{1,64}", c)}
 		}
 		if !slices.Contains(out, c) {
 			out = append(out, c)
@@ -427,7 +411,7 @@ func checkCalendars(cals []string) ([]string, error) {
 
 func checkDescription(d string) error {
 	if len(d) > MaxDescription {
-		return &FieldError{"description", fmt.Sprintf("at most %d bytes", MaxDescription)}
+		return &endpoint.FieldError{Field: "description", Message: fmt.Sprintf("at most %d bytes", MaxDescription)}
 	}
 	return nil
 }
@@ -435,54 +419,54 @@ func checkDescription(d string) error {
 // CreateWebhook stores a new endpoint with a fresh secret (returned in
 // Secrets[0], the only time it is shown). It receives the events stored
 // from now on.
-func (m *Manager) CreateWebhook(ctx context.Context, in Input) (Endpoint, error) {
+func (m *Manager) CreateWebhook(ctx context.Context, in endpoint.Input) (endpoint.Endpoint, error) {
 	if err := m.checkURL(in.URL); err != nil {
-		return Endpoint{}, err
+		return endpoint.Endpoint{}, err
 	}
 	evs, err := checkEvents(in.Events)
 	if err != nil {
-		return Endpoint{}, err
+		return endpoint.Endpoint{}, err
 	}
 	cals, err := checkCalendars(in.Calendars)
 	if err != nil {
-		return Endpoint{}, err
+		return endpoint.Endpoint{}, err
 	}
 	if err := checkDescription(in.Description); err != nil {
-		return Endpoint{}, err
+		return endpoint.Endpoint{}, err
 	}
 	id, err := newID()
 	if err != nil {
-		return Endpoint{}, err
+		return endpoint.Endpoint{}, err
 	}
 	secret, err := NewSecret()
 	if err != nil {
-		return Endpoint{}, err
+		return endpoint.Endpoint{}, err
 	}
 	s, err := m.cfg.JS.Stream(ctx, m.cfg.Stream)
 	if err != nil {
-		return Endpoint{}, fmt.Errorf("webhook: event stream: %w", err)
+		return endpoint.Endpoint{}, fmt.Errorf("webhook: event stream: %w", err)
 	}
 	info, err := s.Info(ctx)
 	if err != nil {
-		return Endpoint{}, fmt.Errorf("webhook: event stream: %w", err)
+		return endpoint.Endpoint{}, fmt.Errorf("webhook: event stream: %w", err)
 	}
 	now := time.Now().UTC()
-	ep := Endpoint{ID: id, URL: in.URL, Events: evs, Calendars: cals, Description: in.Description,
+	ep := endpoint.Endpoint{ID: id, URL: in.URL, Events: evs, Calendars: cals, Description: in.Description,
 		Enabled: in.Enabled == nil || *in.Enabled, CreatedAt: now, UpdatedAt: now,
-		Secrets:  []Secret{{Value: secret, CreatedAt: now}},
+		Secrets:  []endpoint.Secret{{Value: secret, CreatedAt: now}},
 		StartSeq: info.State.LastSeq + 1}
 	b, err := m.encode(ep)
 	if err != nil {
-		return Endpoint{}, err
+		return endpoint.Endpoint{}, err
 	}
 	if _, err := m.kv.Create(ctx, keyEndpoint+id, b); err != nil {
-		return Endpoint{}, fmt.Errorf("webhook: store endpoint: %w", err)
+		return endpoint.Endpoint{}, fmt.Errorf("webhook: store endpoint: %w", err)
 	}
 	return ep, nil
 }
 
 // ListWebhooks returns every endpoint, oldest first.
-func (m *Manager) ListWebhooks(ctx context.Context) ([]Endpoint, error) {
+func (m *Manager) ListWebhooks(ctx context.Context) ([]endpoint.Endpoint, error) {
 	lister, err := m.kv.ListKeysFiltered(ctx, keyEndpoint+"*")
 	if err != nil {
 		return nil, err
@@ -491,10 +475,10 @@ func (m *Manager) ListWebhooks(ctx context.Context) ([]Endpoint, error) {
 	for k := range lister.Keys() {
 		ids = append(ids, k[len(keyEndpoint):])
 	}
-	out := []Endpoint{}
+	out := []endpoint.Endpoint{}
 	for _, id := range ids {
 		ep, _, err := m.get(ctx, id)
-		if errors.Is(err, ErrNotFound) {
+		if errors.Is(err, endpoint.ErrNotFound) {
 			continue // deleted meanwhile
 		}
 		if err != nil {
@@ -502,40 +486,40 @@ func (m *Manager) ListWebhooks(ctx context.Context) ([]Endpoint, error) {
 		}
 		out = append(out, ep)
 	}
-	slices.SortFunc(out, func(a, b Endpoint) int { return a.CreatedAt.Compare(b.CreatedAt) })
+	slices.SortFunc(out, func(a, b endpoint.Endpoint) int { return a.CreatedAt.Compare(b.CreatedAt) })
 	return out, nil
 }
 
-func (m *Manager) get(ctx context.Context, id string) (Endpoint, uint64, error) {
-	if !ValidID(id) {
-		return Endpoint{}, 0, ErrNotFound
+func (m *Manager) get(ctx context.Context, id string) (endpoint.Endpoint, uint64, error) {
+	if !endpoint.ValidID(id) {
+		return endpoint.Endpoint{}, 0, endpoint.ErrNotFound
 	}
 	e, err := m.kv.Get(ctx, keyEndpoint+id)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return Endpoint{}, 0, ErrNotFound
+		return endpoint.Endpoint{}, 0, endpoint.ErrNotFound
 	}
 	if err != nil {
-		return Endpoint{}, 0, err
+		return endpoint.Endpoint{}, 0, err
 	}
 	ep, _, err := m.decode(id, e.Value())
 	if err != nil {
-		return Endpoint{}, 0, err
+		return endpoint.Endpoint{}, 0, err
 	}
 	return ep, e.Revision(), nil
 }
 
 // GetWebhook returns an endpoint and its delivery status.
-func (m *Manager) GetWebhook(ctx context.Context, id string) (Endpoint, Status, error) {
+func (m *Manager) GetWebhook(ctx context.Context, id string) (endpoint.Endpoint, endpoint.Status, error) {
 	ep, _, err := m.get(ctx, id)
 	if err != nil {
-		return Endpoint{}, Status{}, err
+		return endpoint.Endpoint{}, endpoint.Status{}, err
 	}
 	st, err := m.status(ctx, id)
 	return ep, st, err
 }
 
-func (m *Manager) status(ctx context.Context, id string) (Status, error) {
-	st := Status{Attempts: []Attempt{}}
+func (m *Manager) status(ctx context.Context, id string) (endpoint.Status, error) {
+	st := endpoint.Status{Attempts: []endpoint.Attempt{}}
 	e, err := m.kv.Get(ctx, keyStatus+id)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return st, nil
@@ -544,15 +528,15 @@ func (m *Manager) status(ctx context.Context, id string) (Status, error) {
 		return st, err
 	}
 	if err := json.Unmarshal(e.Value(), &st); err != nil {
-		return Status{Attempts: []Attempt{}}, nil // rewritten by the next attempt
+		return endpoint.Status{Attempts: []endpoint.Attempt{}}, nil // rewritten by the next attempt
 	}
 	if st.Attempts == nil {
-		st.Attempts = []Attempt{}
+		st.Attempts = []endpoint.Attempt{}
 	}
 	return st, nil
 }
 
-func (m *Manager) putStatus(ctx context.Context, id string, st Status) error {
+func (m *Manager) putStatus(ctx context.Context, id string, st endpoint.Status) error {
 	b, err := json.Marshal(st)
 	if err != nil {
 		return err
@@ -563,62 +547,62 @@ func (m *Manager) putStatus(ctx context.Context, id string, st Status) error {
 
 // update changes endpoint id with fn under compare-and-set, retrying when
 // another writer (an admin, a delivering instance) got there first.
-func (m *Manager) update(ctx context.Context, id string, fn func(*Endpoint) error) (Endpoint, error) {
+func (m *Manager) update(ctx context.Context, id string, fn func(*endpoint.Endpoint) error) (endpoint.Endpoint, error) {
 	for range 10 {
 		ep, rev, err := m.get(ctx, id)
 		if err != nil {
-			return Endpoint{}, err
+			return endpoint.Endpoint{}, err
 		}
 		if err := fn(&ep); err != nil {
-			return Endpoint{}, err
+			return endpoint.Endpoint{}, err
 		}
 		ep.UpdatedAt = time.Now().UTC()
 		b, err := m.encode(ep)
 		if err != nil {
-			return Endpoint{}, err
+			return endpoint.Endpoint{}, err
 		}
 		_, err = m.kv.Update(ctx, keyEndpoint+id, b, rev)
 		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) {
 			continue
 		}
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			return Endpoint{}, ErrNotFound
+			return endpoint.Endpoint{}, endpoint.ErrNotFound
 		}
 		if err != nil {
-			return Endpoint{}, err
+			return endpoint.Endpoint{}, err
 		}
 		return ep, nil
 	}
-	return Endpoint{}, errors.New("webhook: endpoint changed concurrently too often")
+	return endpoint.Endpoint{}, errors.New("webhook: endpoint changed concurrently too often")
 }
 
 // UpdateWebhook applies a patch. Enabling an endpoint clears the reason
 // bookline disabled it for, and it carries on from the event it stopped
 // at.
-func (m *Manager) UpdateWebhook(ctx context.Context, id string, p Patch) (Endpoint, error) {
+func (m *Manager) UpdateWebhook(ctx context.Context, id string, p endpoint.Patch) (endpoint.Endpoint, error) {
 	if p.URL != nil {
 		if err := m.checkURL(*p.URL); err != nil {
-			return Endpoint{}, err
+			return endpoint.Endpoint{}, err
 		}
 	}
 	var evs, cals []string
 	var err error
 	if p.Events != nil {
 		if evs, err = checkEvents(*p.Events); err != nil {
-			return Endpoint{}, err
+			return endpoint.Endpoint{}, err
 		}
 	}
 	if p.Calendars != nil {
 		if cals, err = checkCalendars(*p.Calendars); err != nil {
-			return Endpoint{}, err
+			return endpoint.Endpoint{}, err
 		}
 	}
 	if p.Description != nil {
 		if err := checkDescription(*p.Description); err != nil {
-			return Endpoint{}, err
+			return endpoint.Endpoint{}, err
 		}
 	}
-	ep, err := m.update(ctx, id, func(ep *Endpoint) error {
+	ep, err := m.update(ctx, id, func(ep *endpoint.Endpoint) error {
 		if p.URL != nil {
 			ep.URL = *p.URL
 		}
@@ -670,15 +654,15 @@ func (m *Manager) deleteConsumer(ctx context.Context, id string, gen int) {
 
 // RotateWebhookSecret puts a new secret first; the current ones sign on
 // for RotationGrace. The new secret is Secrets[0] of the answer.
-func (m *Manager) RotateWebhookSecret(ctx context.Context, id string) (Endpoint, error) {
+func (m *Manager) RotateWebhookSecret(ctx context.Context, id string) (endpoint.Endpoint, error) {
 	secret, err := NewSecret()
 	if err != nil {
-		return Endpoint{}, err
+		return endpoint.Endpoint{}, err
 	}
-	return m.update(ctx, id, func(ep *Endpoint) error {
+	return m.update(ctx, id, func(ep *endpoint.Endpoint) error {
 		now := time.Now().UTC()
 		until := now.Add(m.cfg.RotationGrace)
-		kept := []Secret{{Value: secret, CreatedAt: now}}
+		kept := []endpoint.Secret{{Value: secret, CreatedAt: now}}
 		for _, s := range ep.Secrets {
 			if s.ExpiresAt != nil && !now.Before(*s.ExpiresAt) {
 				continue // expired
@@ -696,12 +680,12 @@ func (m *Manager) RotateWebhookSecret(ctx context.Context, id string) (Endpoint,
 // ReplayWebhook re-delivers the events stored since from: the endpoint
 // gets a new consumer generation starting there (what the old one had not
 // delivered yet is part of it).
-func (m *Manager) ReplayWebhook(ctx context.Context, id string, from time.Time) (Endpoint, error) {
+func (m *Manager) ReplayWebhook(ctx context.Context, id string, from time.Time) (endpoint.Endpoint, error) {
 	if from.After(time.Now()) {
-		return Endpoint{}, &FieldError{"from", "is in the future"}
+		return endpoint.Endpoint{}, &endpoint.FieldError{Field: "from", Message: "is in the future"}
 	}
 	var old int
-	ep, err := m.update(ctx, id, func(ep *Endpoint) error {
+	ep, err := m.update(ctx, id, func(ep *endpoint.Endpoint) error {
 		old = ep.Generation
 		ep.Generation++
 		f := from.UTC()
@@ -709,7 +693,7 @@ func (m *Manager) ReplayWebhook(ctx context.Context, id string, from time.Time) 
 		return nil
 	})
 	if err != nil {
-		return Endpoint{}, err
+		return endpoint.Endpoint{}, err
 	}
 	m.deleteConsumer(ctx, id, old)
 	if st, err := m.status(ctx, id); err == nil && st.FailingEvent != "" {

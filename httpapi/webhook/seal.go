@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/bookline/bookline/data/secretkey"
+	"github.com/bookline/bookline/httpapi/webhook/endpoint"
 )
 
 // keySealedWith names the secrets key that the endpoints' secrets are
@@ -26,9 +27,9 @@ var ErrKeyMismatch = errors.New("webhook: the endpoints' secrets are sealed with
 // encode is an endpoint as stored: its signing secrets sealed with the
 // secrets key for this endpoint, so a copy of the bucket (a backup, a
 // snapshot of the NATS store, a NATS user who may read it) leaks none.
-func (m *Manager) encode(ep Endpoint) ([]byte, error) {
+func (m *Manager) encode(ep endpoint.Endpoint) ([]byte, error) {
 	if m.cfg.Key != nil {
-		sealed := make([]Secret, len(ep.Secrets))
+		sealed := make([]endpoint.Secret, len(ep.Secrets))
 		for i, s := range ep.Secrets {
 			v, err := m.cfg.Key.Seal([]byte(s.Value), sealPlace(ep.ID))
 			if err != nil {
@@ -45,9 +46,9 @@ func (m *Manager) encode(ep Endpoint) ([]byte, error) {
 // decode reads a stored endpoint and opens its secrets. plain reports a
 // secret stored in the clear (by a version before sealing): Open seals
 // those.
-func (m *Manager) decode(id string, b []byte) (ep Endpoint, plain bool, err error) {
+func (m *Manager) decode(id string, b []byte) (ep endpoint.Endpoint, plain bool, err error) {
 	if err := json.Unmarshal(b, &ep); err != nil {
-		return Endpoint{}, false, fmt.Errorf("webhook: endpoint %s: %w", id, err)
+		return endpoint.Endpoint{}, false, fmt.Errorf("webhook: endpoint %s: %w", id, err)
 	}
 	for i, s := range ep.Secrets {
 		if !secretkey.IsSealed(s.Value) {
@@ -55,11 +56,11 @@ func (m *Manager) decode(id string, b []byte) (ep Endpoint, plain bool, err erro
 			continue
 		}
 		if m.cfg.Key == nil {
-			return Endpoint{}, false, fmt.Errorf("webhook: endpoint %s: its secrets are sealed and no secrets key is configured", id)
+			return endpoint.Endpoint{}, false, fmt.Errorf("webhook: endpoint %s: its secrets are sealed and no secrets key is configured", id)
 		}
 		v, err := m.cfg.Key.Open(s.Value, sealPlace(ep.ID))
 		if err != nil {
-			return Endpoint{}, false, fmt.Errorf("webhook: endpoint %s: %w", id, err)
+			return endpoint.Endpoint{}, false, fmt.Errorf("webhook: endpoint %s: %w", id, err)
 		}
 		ep.Secrets[i].Value = string(v)
 	}
@@ -190,7 +191,7 @@ func (m *Manager) sealPlaintext(ctx context.Context) error {
 		if _, plain, err := m.decode(id, e.Value()); err != nil || !plain {
 			continue
 		}
-		if _, err := m.update(ctx, id, func(*Endpoint) error { return nil }); err != nil && !errors.Is(err, ErrNotFound) {
+		if _, err := m.update(ctx, id, func(*endpoint.Endpoint) error { return nil }); err != nil && !errors.Is(err, endpoint.ErrNotFound) {
 			return fmt.Errorf("webhook: seal the secrets of endpoint %s: %w", id, err)
 		}
 		m.log.Info("sealed a webhook endpoint's secrets that were stored in the clear; rotate them if a copy of the bucket may have been taken", "webhook", id)
