@@ -124,7 +124,7 @@ func (h *harness) stop() {
 		_ = h.pending.App().Shutdown()
 		<-h.pendingDone
 	}
-	datatest.CheckInvariants(h.t, h.node.Store)
+	datatest.CheckInvariants(h.t, h.node.Store())
 	if err := h.node.Close(); err != nil {
 		h.t.Errorf("close node: %v", err)
 	}

@@ -61,12 +61,12 @@ func EventFailureReason(err error) string {
 // state from the writer, pending counts from the consumer info (one
 // JetStream API request per partition).
 func (n *Node) PartitionStatuses(ctx context.Context) []actor.PartitionStatus {
-	out := make([]actor.PartitionStatus, 0, len(n.Parts))
-	for _, p := range n.Parts {
+	out := make([]actor.PartitionStatus, 0, len(n.parts))
+	for _, p := range n.parts {
 		st := actor.PartitionStatus{Partition: p.ID, AppliedSeq: p.AppliedSeq(), CaughtUp: p.CaughtUp(), NumPending: -1, NumAckPending: -1,
 			Stalled: p.Stalled(), Active: p.cluster == nil || p.active.Load(), HistoryMismatch: errors.Is(p.Halted(), ErrHistoryDiffers)}
 		if ctx.Err() == nil {
-			if c, err := n.JS.Consumer(ctx, StreamName, ConsumerPrefix+strconv.Itoa(p.ID)); err == nil {
+			if c, err := n.js.Consumer(ctx, StreamName, ConsumerPrefix+strconv.Itoa(p.ID)); err == nil {
 				if info, err := c.Info(ctx); err == nil {
 					st.NumPending, st.NumAckPending = int64(info.NumPending), int64(info.NumAckPending)
 				}
@@ -81,7 +81,7 @@ func (n *Node) PartitionStatuses(ctx context.Context) []actor.PartitionStatus {
 // (a result of max means "at least max").
 func (n *Node) OutboxDepth(max int) (int, error) {
 	var depth int
-	err := n.Store.View(func(tx *data.Tx) error {
+	err := n.store.View(func(tx *data.Tx) error {
 		evs, err := tx.PendingEvents(max)
 		depth = len(evs)
 		return err

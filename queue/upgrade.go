@@ -69,8 +69,8 @@ func (n *Node) upgradeRules(ctx context.Context) {
 // publishMarkers publishes the markers still missing; done once every
 // partition is at level 2 or has its marker in the stream.
 func (n *Node) publishMarkers(ctx context.Context) (done bool, err error) {
-	levels := make([]int, len(n.Parts))
-	if err := n.Store.View(func(tx *data.Tx) error {
+	levels := make([]int, len(n.parts))
+	if err := n.store.View(func(tx *data.Tx) error {
 		for i := range levels {
 			levels[i] = tx.RulesLevel(i)
 		}
@@ -79,7 +79,7 @@ func (n *Node) publishMarkers(ctx context.Context) (done bool, err error) {
 		return false, err
 	}
 	done = true
-	for _, p := range n.Parts {
+	for _, p := range n.parts {
 		if levels[p.ID] >= 2 {
 			continue
 		}
@@ -96,7 +96,7 @@ func (n *Node) publishMarkers(ctx context.Context) (done bool, err error) {
 			return false, err
 		}
 		msg.Header.Del(HeaderReplyTo)
-		if _, err := n.JS.PublishMsg(ctx, msg); err != nil {
+		if _, err := n.js.PublishMsg(ctx, msg); err != nil {
 			return false, fmt.Errorf("partition %d: %w", p.ID, err)
 		}
 		n.log.Info("partition rules: publishing the schema version 2 marker (the strict rules apply after it)",
@@ -115,10 +115,10 @@ func (n *Node) publishMarkers(ctx context.Context) (done bool, err error) {
 // in cluster mode, while another live instance knows the command's version
 // (it would decide the command: skipping it would race with it).
 func (n *Node) Skip(ctx context.Context, part int, seq uint64) ([]byte, error) {
-	if part < 0 || part >= len(n.Parts) {
-		return nil, fmt.Errorf("%w: partition %d (the stream has %d)", actor.ErrNoPartition, part, len(n.Parts))
+	if part < 0 || part >= len(n.parts) {
+		return nil, fmt.Errorf("%w: partition %d (the stream has %d)", actor.ErrNoPartition, part, len(n.parts))
 	}
-	p := n.Parts[part]
+	p := n.parts[part]
 	switch e := p.Stalled(); {
 	case e == nil:
 		return nil, fmt.Errorf("%w: partition %d is not stopped", actor.ErrNotStopped, part)
@@ -137,7 +137,7 @@ func (n *Node) Skip(ctx context.Context, part int, seq uint64) ([]byte, error) {
 	}
 	n.log.Warn("SKIP REQUESTED: publishing a partition.skip of the command the partition stopped at", "partition", part,
 		"seq", seq, "subject", CommandSubject(cmd.CalendarID), "request_id", cmd.RequestID)
-	return n.Client.Submit(ctx, cmd, cmd.Fingerprint())
+	return n.client.Submit(ctx, cmd, cmd.Fingerprint())
 }
 
 // stallReport is how often a stopped partition says so again; skipPoll

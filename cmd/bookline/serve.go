@@ -387,7 +387,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	log.Info("http listening", "addr", ln.Addr().String(), "partitions", len(node.Parts), "data_dir", c.dataDir)
+	log.Info("http listening", "addr", ln.Addr().String(), "partitions", len(node.Parts()), "data_dir", c.dataDir)
 	served := make(chan error, 1)
 	go func() { served <- api.App().Listener(ln) }()
 
