@@ -475,7 +475,9 @@ func convertIndex(path string, why error, log *slog.Logger) (*data.Store, error)
 		if err := data.RemoveIndex(tmp); err != nil {
 			return nil, err
 		}
-		if err := actor.MigrateIndex(path, tmp); err != nil {
+		// The files are data's, the conversion of each request record's
+		// reply the actor's: actor itself opens no files.
+		if err := data.Migrate(path, tmp, actor.MigrateRecord); err != nil {
 			return nil, fmt.Errorf("queue: migrate the index: %w", err)
 		}
 		if err := data.SetAside(path, ".old-schema"); err != nil {
