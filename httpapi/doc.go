@@ -23,5 +23,7 @@
 // file) and on the small interfaces it
 // declares (Backend, Refuser, GoogleSync, CalendarSyncer, OutcomeReader, Answerer,
 // NodeSampler); it never imports queue or calendarsync: cmd/bookline wires
-// them to it.
+// them to it. A backend's errors are told apart by behaviour
+// (backenderrors.go: UnavailableError, PendingError, ...), and the request
+// id reaches the log through the Config.WithTraceID port.
 package httpapi

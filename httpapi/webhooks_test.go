@@ -80,7 +80,7 @@ func startHooks(t *testing.T, dir string, wc webhook.Config) *hookHarness {
 		defer close(done)
 		m.Run(run)
 	}()
-	metrics.AttachNode(node)
+	metrics.AttachNode(sampledNode{node})
 	metrics.AttachWebhooks(m)
 	h := &hookHarness{harness: harness{t: t, dir: dir, node: node}, hooks: m, metrics: metrics,
 		stopHook: func() { end(); <-done }}

@@ -46,7 +46,7 @@ func TestCommandMsg(t *testing.T) {
 	for _, traced := range []bool{false, true} {
 		ctx := context.Background()
 		if traced {
-			ctx = actor.WithTraceID(ctx, "http-7")
+			ctx = queue.WithTraceID(ctx, "http-7")
 			want["Bookline-Trace-Id"] = []string{"http-7"}
 		}
 		msg, err := queue.CommandMsg(ctx, &cmd, fp, "_INBOX.x.tok")
@@ -360,9 +360,9 @@ func TestPublisherAnswersInBulk(t *testing.T) {
 // and the commands in them.
 type batchCounter struct{ n, cmds atomic.Int64 }
 
-func (b *batchCounter) ObserveBatch(ab actor.AppliedBatch) {
+func (b *batchCounter) ObserveBatch(_ int, in []actor.Decoded, _ []actor.Output, _ time.Time) {
 	b.n.Add(1)
-	b.cmds.Add(int64(len(ab.In)))
+	b.cmds.Add(int64(len(in)))
 }
 func (*batchCounter) EventPublishFailed(string)       {}
 func (*batchCounter) StorageWriteFailed(string)       {}

@@ -131,8 +131,8 @@ func TestSkipResumesStoppedPartition(t *testing.T) {
 		p    int
 		seq  uint64
 		want error
-	}{{pa, newer + 1, actor.ErrNotStopped}, {pa, newer - 1, actor.ErrNotStopped}, {(pa + 1) % len(n.Parts()), newer, actor.ErrNotStopped},
-		{len(n.Parts()), newer, actor.ErrNoPartition}, {-1, newer, actor.ErrNoPartition}} {
+	}{{pa, newer + 1, queue.ErrNotStopped}, {pa, newer - 1, queue.ErrNotStopped}, {(pa + 1) % len(n.Parts()), newer, queue.ErrNotStopped},
+		{len(n.Parts()), newer, queue.ErrNoPartition}, {-1, newer, queue.ErrNoPartition}} {
 		if _, err := n.Skip(ctx, c.p, c.seq); !errors.Is(err, c.want) {
 			t.Fatalf("skip of partition %d seq %d: %v, want %v", c.p, c.seq, err, c.want)
 		}
@@ -181,7 +181,7 @@ func TestSkipResumesStoppedPartition(t *testing.T) {
 		}
 	}
 	// The same skip again: answered from its record.
-	if again, err := n.Skip(ctx, pa, newer); !errors.Is(err, actor.ErrNotStopped) {
+	if again, err := n.Skip(ctx, pa, newer); !errors.Is(err, queue.ErrNotStopped) {
 		t.Fatalf("skip again: %s %v", again, err)
 	}
 
@@ -279,7 +279,7 @@ func TestClusterMarkersWaitForEveryMember(t *testing.T) {
 		}
 		return nil
 	})
-	if _, err := n1.Skip(context.Background(), pa, newer); !errors.Is(err, actor.ErrNotStopped) || !strings.Contains(err.Error(), "v3-build") {
+	if _, err := n1.Skip(context.Background(), pa, newer); !errors.Is(err, queue.ErrNotStopped) || !strings.Contains(err.Error(), "v3-build") {
 		t.Fatalf("skip while v3-build is alive: %v", err)
 	}
 	stopV3()

@@ -110,24 +110,24 @@ func (n *Node) publishMarkers(ctx context.Context) (done bool, err error) {
 // version this build does not know), and waits for its answer, which
 // comes once the partition has answered the skipped command
 // command_skipped and decided everything up to the skip (the JSON reply;
-// actor.ErrPending when ctx ends first). It refuses (actor.ErrNotStopped)
+// ErrPending when ctx ends first). It refuses (ErrNotStopped)
 // unless this instance reports the partition stopped at exactly seq, and,
 // in cluster mode, while another live instance knows the command's version
 // (it would decide the command: skipping it would race with it).
 func (n *Node) Skip(ctx context.Context, part int, seq uint64) ([]byte, error) {
 	if part < 0 || part >= len(n.parts) {
-		return nil, fmt.Errorf("%w: partition %d (the stream has %d)", actor.ErrNoPartition, part, len(n.parts))
+		return nil, fmt.Errorf("%w: partition %d (the stream has %d)", ErrNoPartition, part, len(n.parts))
 	}
 	p := n.parts[part]
 	switch e := p.Stalled(); {
 	case e == nil:
-		return nil, fmt.Errorf("%w: partition %d is not stopped", actor.ErrNotStopped, part)
+		return nil, fmt.Errorf("%w: partition %d is not stopped", ErrNotStopped, part)
 	case e.Seq != seq:
-		return nil, fmt.Errorf("%w: partition %d is stopped at stream seq %d, not %d", actor.ErrNotStopped, part, e.Seq, seq)
+		return nil, fmt.Errorf("%w: partition %d is stopped at stream seq %d, not %d", ErrNotStopped, part, e.Seq, seq)
 	case n.members != nil:
 		if ids := n.members.knowing(e.Version); len(ids) > 0 {
 			return nil, fmt.Errorf("%w: instances %s know schema version %d and decide the command; stop them first",
-				actor.ErrNotStopped, strings.Join(ids, ", "), e.Version)
+				ErrNotStopped, strings.Join(ids, ", "), e.Version)
 		}
 	}
 	cmd := &actor.Command{V: 2, Type: actor.TypePartitionSkip, RequestID: skipRequestIDPre + strconv.FormatUint(seq, 10),
