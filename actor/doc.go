@@ -1,5 +1,5 @@
-// Package actor is bookline's domain: the command schema, the decision of
-// every command, and the types the adapters exchange.
+// Package actor is bookline's domain: the command schema and the decision
+// of every command.
 //
 // A partition's state changes only by commands of the log, applied in log
 // order by the partition's single writer (queue). actor is what that writer
@@ -28,8 +28,14 @@
 //   - An invalid command is answered and not recorded: it does not consume
 //     its request id.
 //
-// actor reads no clock and does no I/O besides the transaction it is given.
-// It imports data and actor/zones only: never queue, httpapi or
-// calendarsync, which all depend on it (boundary.go has what they pass to
-// one another).
+// actor is pure: it reads no clock and does no I/O besides the data.Tx it
+// is given, its one port to the index. It opens no files (migrating an
+// index of an older layout is the store owner's, queue, which runs
+// data.Migrate with MigrateRecord) and knows no transport: the errors,
+// trace ids and writer statistics the adapters exchange are declared by
+// the adapter that owns them (queue), and cmd/bookline adapts them to
+// httpapi. It imports data and actor/zones only, never queue, httpapi or
+// calendarsync, which all depend on it; purity_test.go fails on an import
+// of os, net, NATS, Fiber or bbolt other than through data, and on a call
+// of a data function that does file I/O.
 package actor

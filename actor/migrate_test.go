@@ -23,7 +23,7 @@ func TestMigrateSchema4(t *testing.T) {
 		t.Fatal("this build opened a schema 4 index")
 	}
 	migrated := filepath.Join(dir, "new.db")
-	if err := actor.MigrateIndex(old, migrated); err != nil {
+	if err := data.Migrate(old, migrated, actor.MigrateRecord); err != nil {
 		t.Fatal(err)
 	}
 	got, err := data.Open(migrated)

@@ -131,22 +131,23 @@ func plainCreation(r *Reply, cal, reqID string, seq uint64) bool {
 		r.Conflict == nil && r.RequestID == reqID && r.CalendarID == cal && r.Seq == seq && r.V >= 1 && r.V < 256
 }
 
-// MigrateIndex writes the index at from, of an older layout, into a new
-// index at to in this build's (data.Migrate), converting each request
-// record's reply as sent into what the index now keeps.
-func MigrateIndex(from, to string) error {
-	return data.Migrate(from, to, func(rec data.LegacyRecord) (data.MigratedRecord, error) {
-		r, err := DecodeReply(rec.Reply)
-		if err != nil {
+// MigrateRecord converts the request record of an index of the layout
+// before this one, which kept the reply as sent, into what the index now
+// keeps: for the plain creation of a booking or hold, the creation kept
+// with the booking; for any other reply its compact form. It is the
+// convert function of data.Migrate, which the store's owner (queue) runs:
+// the files are data's, the decoding of replies is the actor's.
+func MigrateRecord(rec data.LegacyRecord) (data.MigratedRecord, error) {
+	r, err := DecodeReply(rec.Reply)
+	if err != nil {
+		return data.MigratedRecord{}, err
+	}
+	if plainCreation(&r, rec.Calendar, rec.RequestID, rec.Seq) {
+		cr := &data.Creation{V: uint8(r.V), Kind: typeCode(r.Type), Seq: rec.Seq, Expires: rec.Expires}
+		if _, err := hex.Decode(cr.Fingerprint[:], []byte(rec.Fingerprint)); err != nil {
 			return data.MigratedRecord{}, err
 		}
-		if plainCreation(&r, rec.Calendar, rec.RequestID, rec.Seq) {
-			cr := &data.Creation{V: uint8(r.V), Kind: typeCode(r.Type), Seq: rec.Seq, Expires: rec.Expires}
-			if _, err := hex.Decode(cr.Fingerprint[:], []byte(rec.Fingerprint)); err != nil {
-				return data.MigratedRecord{}, err
-			}
-			return data.MigratedRecord{Creation: cr, Created: r.Booking}, nil
-		}
-		return data.MigratedRecord{Reply: AppendRecordReply(nil, &r)}, nil
-	})
+		return data.MigratedRecord{Creation: cr, Created: r.Booking}, nil
+	}
+	return data.MigratedRecord{Reply: AppendRecordReply(nil, &r)}, nil
 }

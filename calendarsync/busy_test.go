@@ -19,7 +19,7 @@ import (
 func liveBlocks(t testing.TB, n node, cal string) []data.Interval {
 	t.Helper()
 	var out []data.Interval
-	if err := n.Store.View(func(tx *data.Tx) error {
+	if err := n.Store().View(func(tx *data.Tx) error {
 		return tx.ForEachBusySlot(cal, func(_ string, iv data.Interval) error { out = append(out, iv); return nil })
 	}); err != nil {
 		t.Fatal(err)

@@ -263,7 +263,7 @@ func TestClusterPushNotificationOnAnyInstance(t *testing.T) {
 
 	// The owner dies: the other instance takes the calendar over and the
 	// channel with it, without making another one.
-	owner.Node.NC.Close()
+	owner.Node.Conn().Close()
 	_ = owner.Close()
 	queuetest.CheckFor(t, 30*time.Second, func() error {
 		if !other.OwnsCalendar(cal) {

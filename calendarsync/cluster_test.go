@@ -184,7 +184,7 @@ func startClusterNodeWith(t *testing.T, urls, id string, gc calendarsync.Config,
 			if gc.WebhookURL != "" {
 				gc.Channels = qn.GoogleChannels() // kept only with gc.Key
 			}
-			n.google = calendarsync.New(gc, qn.Store, qn.SubmitInternal)
+			n.google = calendarsync.New(gc, qn.Store(), qn.SubmitInternal)
 			return n.google
 		}}})
 	if err != nil {
@@ -318,7 +318,7 @@ func TestClusterMirrorSurvivesOwner(t *testing.T) {
 	mu.Unlock()
 	killed := time.Now()
 	closed[ownerID] = true
-	owner.Node.NC.Close()
+	owner.Node.Conn().Close()
 	_ = owner.Close()
 	t.Logf("killed %s with 10 mirror operations queued", ownerID)
 

@@ -77,7 +77,7 @@ func startNode(t testing.TB, dir string, gc calendarsync.Config) node {
 			if gc.WebhookURL != "" {
 				gc.Channels = qn.GoogleChannels() // kept only with gc.Key
 			}
-			n.google = calendarsync.New(gc, qn.Store, qn.SubmitInternal)
+			n.google = calendarsync.New(gc, qn.Store(), qn.SubmitInternal)
 			return n.google
 		}}})
 	if err != nil {
@@ -89,7 +89,7 @@ func startNode(t testing.TB, dir string, gc calendarsync.Config) node {
 
 func stopNode(t testing.TB, n node) {
 	t.Helper()
-	datatest.CheckInvariants(t, n.Store)
+	datatest.CheckInvariants(t, n.Store())
 	if err := n.Close(); err != nil {
 		t.Errorf("close: %v", err)
 	}
@@ -138,7 +138,7 @@ func book(t testing.TB, n node, cal string, start, end time.Time) actor.Reply {
 func pending(t testing.TB, n node, cal string) int {
 	t.Helper()
 	var d int
-	if err := n.Store.View(func(tx *data.Tx) error { d = tx.SyncDepth(cal, 1<<30); return nil }); err != nil {
+	if err := n.Store().View(func(tx *data.Tx) error { d = tx.SyncDepth(cal, 1<<30); return nil }); err != nil {
 		t.Fatal(err)
 	}
 	return d
@@ -153,7 +153,7 @@ func compareMirror(t testing.TB, n node, fake *googletest.Server, cal, googleCal
 	t.Helper()
 	events := fake.Events(googleCal)
 	seen := map[string]bool{}
-	err := n.Store.View(func(tx *data.Tx) error {
+	err := n.Store().View(func(tx *data.Tx) error {
 		return tx.ForEachBooking(cal, func(bk data.Booking) error {
 			ev, ok := events[bk.ID]
 			switch bk.Status {
@@ -377,7 +377,7 @@ func TestMirrorExactUnderFaultsAcrossRestart(t *testing.T) {
 	// Bob's busy time: alice's confirmed bookings and the all-day events
 	// of the Los Angeles calendar, none of bob's own.
 	want := append([]data.Interval(nil), allDay...)
-	_ = n.Store.View(func(tx *data.Tx) error {
+	_ = n.Store().View(func(tx *data.Tx) error {
 		return tx.ForEachConfirmed("alice", func(_ string, iv data.Interval) error { want = append(want, iv); return nil })
 	})
 	sort.Slice(want, func(i, j int) bool { return want[i].Start.Before(want[j].Start) })

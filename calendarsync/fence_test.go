@@ -98,7 +98,7 @@ func TestClusterMirrorFencedAcrossTakeover(t *testing.T) {
 		return nil
 	})
 	cutAt := time.Now()
-	owner.Node.NC.Close() // cut off from NATS: it still believes it owns the partition
+	owner.Node.Conn().Close() // cut off from NATS: it still believes it owns the partition
 	t.Logf("%s cut off from NATS with its patch in flight", ownerID)
 
 	queuetest.CheckFor(t, 30*time.Second, func() error {

@@ -227,7 +227,7 @@ func TestLinkBackfillsFutureBookings(t *testing.T) {
 	submit(t, n, &actor.Command{Type: actor.TypeBookingCancel, CalendarID: "late", BookingID: ids[2]})
 	var queued []data.SyncEntry
 	upsert(t, n, "late", actor.CalendarSpec{Timezone: "UTC", Google: &data.GoogleLink{CalendarID: g}})
-	_ = n.Store.View(func(tx *data.Tx) (err error) { queued, err = tx.PendingSync("late", 10); return err })
+	_ = n.Store().View(func(tx *data.Tx) (err error) { queued, err = tx.PendingSync("late", 10); return err })
 	if len(queued) > 0 && (len(queued) != 2 || queued[0].Booking.ID != ids[1] || queued[1].Booking.ID != ids[0]) {
 		t.Fatalf("backfill order %+v", queued)
 	}

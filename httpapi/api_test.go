@@ -528,7 +528,7 @@ func TestRecordRetentionOverHTTP(t *testing.T) {
 	keyed.json(t, &kb)
 	expiry := func(h *harness, reqID string) (exp time.Time) {
 		t.Helper()
-		err := h.node.Store.View(func(tx *data.Tx) error {
+		err := h.node.Store().View(func(tx *data.Tx) error {
 			rec, ok, err := tx.Request("cal", reqID)
 			if !ok || err != nil {
 				return fmt.Errorf("record %s: %v, %v", reqID, ok, err)
@@ -570,7 +570,7 @@ func recordOf(t *testing.T, h *harness, cal, id string) (found data.RequestRecor
 		}
 		return err
 	}
-	err := h.node.Store.View(func(tx *data.Tx) error {
+	err := h.node.Store().View(func(tx *data.Tx) error {
 		if err := tx.ForEachRequest(cal, func(_ string, rec data.RequestRecord) error { return match(rec) }); err != nil {
 			return err
 		}
@@ -589,7 +589,7 @@ func TestUnavailable(t *testing.T) {
 	h := start(t, "", options{})
 	h.createCalendar("cal", "UTC")
 	h.mustStatus(h.do("GET", "/healthz", nil), 200)
-	h.node.NC.Close()
+	h.node.Conn().Close()
 	r := h.do("POST", "/v1/calendars/cal/bookings", bookingBody(base, time.Hour, "ann"))
 	if r.Status != 503 || r.errorCode(t) != "unavailable" || r.Header.Get("Retry-After") == "" {
 		t.Fatalf("with NATS down: %d %v %s", r.Status, r.Header, r.Body)
@@ -609,7 +609,7 @@ func TestImporterPublishSameContract(t *testing.T) {
 	h.createCalendar("imp", "UTC")
 	cmd := fmt.Sprintf(`{"v":1,"type":"booking.create","request_id":"import-1","calendar_id":"imp","booking":{"start":%q,"end":%q,"customer":"csv"}}`,
 		base.Format(time.RFC3339), base.Add(time.Hour).Format(time.RFC3339))
-	if _, err := h.node.JS.Publish(t.Context(), queue.CommandSubject("imp"), []byte(cmd)); err != nil {
+	if _, err := h.node.JetStream().Publish(t.Context(), queue.CommandSubject("imp"), []byte(cmd)); err != nil {
 		t.Fatal(err)
 	}
 	queuetest.CheckFor(t, 10*time.Second, func() error {

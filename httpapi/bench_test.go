@@ -45,7 +45,7 @@ func BenchmarkHTTPBook(b *testing.B) {
 			})
 			b.StopTimer()
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "bookings/s")
-			st := h.node.Store.Stats()
+			st := h.node.Store().Stats()
 			b.ReportMetric(float64(st.Commits)/b.Elapsed().Seconds(), "commits/s")
 			b.ReportMetric(float64(st.InCommit.Microseconds())/float64(max(st.Commits, 1)), "µs-in-commit/commit")
 		})

@@ -68,7 +68,7 @@ func (in *instance) stop(t *testing.T) {
 	}
 	_ = in.api.App().ShutdownWithTimeout(time.Second)
 	<-in.done
-	datatest.CheckInvariants(t, in.node.Store)
+	datatest.CheckInvariants(t, in.node.Store())
 	if err := in.node.Close(); err != nil {
 		t.Errorf("close %s: %v", in.id, err)
 	}
@@ -79,7 +79,7 @@ func (in *instance) stop(t *testing.T) {
 // what is left of it is torn down.
 func (in *instance) kill() {
 	in.dead.Store(true)
-	in.node.NC.Close()
+	in.node.Conn().Close()
 	_ = in.api.App().ShutdownWithTimeout(50 * time.Millisecond)
 	<-in.done
 	_ = in.node.Close()
@@ -307,7 +307,7 @@ func TestClusterTakeover(t *testing.T) {
 	// Stop the NATS node a survivor is connected to; keep booking.
 	stopped := 0
 	for i, ns := range nc.Servers {
-		if strings.Contains(survivors[0].node.NC.ConnectedUrl(), fmt.Sprint(ns.Addr().(*net.TCPAddr).Port)) {
+		if strings.Contains(survivors[0].node.Conn().ConnectedUrl(), fmt.Sprint(ns.Addr().(*net.TCPAddr).Port)) {
 			stopped = i
 		}
 	}
@@ -441,7 +441,7 @@ func TestClusterTakeover(t *testing.T) {
 		}
 	}
 	for _, in := range readers {
-		datatest.CheckInvariants(t, in.node.Store)
+		datatest.CheckInvariants(t, in.node.Store())
 		t.Logf("%s: %d catch-ups over a gap left by another owner", in.id, strings.Count(in.logs.String(), "reason=takeover"))
 	}
 }

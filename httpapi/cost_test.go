@@ -247,7 +247,7 @@ func (deadLetterStub) DropDeadLetter(string, uint64, uint32) error  { return nil
 // most 1000 (limit) with a cursor to the next.
 func TestDeadLetterPages(t *testing.T) {
 	h := start(t, "", options{})
-	err := h.node.Store.Commit(func(tx *data.Tx) error {
+	err := h.node.Store().Commit(func(tx *data.Tx) error {
 		for i := 1; i <= 5; i++ {
 			e := data.SyncEntry{Calendar: "g", Seq: uint64(i), Op: data.SyncCreate, GoogleCalendar: "primary",
 				Booking: data.Booking{ID: data.BookingID("g", fmt.Sprint(i)), CalendarID: "g", Start: time.Unix(3600, 0).UTC(), End: time.Unix(7200, 0).UTC(), Status: data.StatusConfirmed}}

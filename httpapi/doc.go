@@ -36,5 +36,8 @@
 // endpoint, which its Webhooks port speaks) and on the interfaces it
 // declares. It imports no transport but Fiber: never queue, calendarsync,
 // the webhook delivery adapter (httpapi/webhook) or NATS
-// (TestImportBoundaries checks its whole dependency graph).
+// (TestImportBoundaries checks its whole dependency graph). A backend's
+// errors are told apart by behaviour (backenderrors.go: UnavailableError,
+// PendingError, ...), and the request id reaches the log through the
+// Config.WithTraceID port.
 package httpapi

@@ -2,6 +2,7 @@ package httpapi_test
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"encoding/json"
 	"io"
@@ -64,7 +65,8 @@ func start(t testing.TB, dir string, o options) *harness {
 	if o.replyTimeout == 0 {
 		o.replyTimeout = 10 * time.Second
 	}
-	cfg := httpapi.Config{ReplyTimeout: o.replyTimeout, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Metrics: httpapi.NewMetrics()}
+	cfg := httpapi.Config{ReplyTimeout: o.replyTimeout, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Metrics: httpapi.NewMetrics(),
+		WithTraceID: queue.WithTraceID}
 	if o.api != nil {
 		o.api(&cfg)
 	}
@@ -72,7 +74,7 @@ func start(t testing.TB, dir string, o options) *harness {
 	if err != nil {
 		t.Fatalf("start node: %v", err)
 	}
-	cfg.Metrics.AttachNode(node)
+	cfg.Metrics.AttachNode(sampledNode{node})
 	cfg.Ports = nodePorts(node)
 	h := &harness{t: t, dir: dir, node: node}
 	if o.pendingAfter > 0 && cfg.Secrets == nil { // one hold-secret key for both APIs
@@ -132,7 +134,7 @@ func (h *harness) stop() {
 		_ = h.pending.App().Shutdown()
 		<-h.pendingDone
 	}
-	datatest.CheckInvariants(h.t, h.node.Store)
+	datatest.CheckInvariants(h.t, h.node.Store())
 	if err := h.node.Close(); err != nil {
 		h.t.Errorf("close node: %v", err)
 	}
@@ -295,4 +297,19 @@ func (h *harness) listAllWith(cal string, headers ...string) []booking {
 		}
 		cursor = *page.NextCursor
 	}
+}
+
+// sampledNode shows a node's partitions to the metrics, as cmd/bookline's
+// adapter of the same name does.
+type sampledNode struct{ *queue.Node }
+
+func (n sampledNode) PartitionSamples(ctx context.Context) []httpapi.PartitionSample {
+	sts := n.PartitionStatuses(ctx)
+	out := make([]httpapi.PartitionSample, len(sts))
+	for i, st := range sts {
+		out[i] = httpapi.PartitionSample{Partition: st.Partition, AppliedSeq: st.AppliedSeq, CaughtUp: st.CaughtUp,
+			Stalled: st.Stalled != nil, HistoryMismatch: st.HistoryMismatch, Active: st.Active,
+			NumPending: st.NumPending, NumAckPending: st.NumAckPending}
+	}
+	return out
 }

@@ -115,10 +115,29 @@ func NewMetrics() *Metrics {
 // Registry is the underlying registry (to add collectors).
 func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 
+// PartitionSample is what the metrics show of one partition writer.
+type PartitionSample struct {
+	Partition  int
+	AppliedSeq uint64
+	CaughtUp   bool
+	// Stalled: the writer stopped for good (a command of a newer schema).
+	Stalled bool
+	// HistoryMismatch: the partition is not served because the log's
+	// history differs from what its index applied.
+	HistoryMismatch bool
+	// Active: this instance pulls the partition and sends its side
+	// effects.
+	Active bool
+	// NumPending and NumAckPending are the log's messages of the
+	// partition not yet delivered to the writer, and those delivered but
+	// not acknowledged; -1 when they could not be read.
+	NumPending, NumAckPending int64
+}
+
 // NodeSampler is what the metrics read from the writers at every scrape
-// (queue.Node implements it).
+// (cmd/bookline adapts queue.Node to it).
 type NodeSampler interface {
-	PartitionStatuses(ctx context.Context) []actor.PartitionStatus
+	PartitionSamples(ctx context.Context) []PartitionSample
 	OutboxDepth(max int) (int, error)
 	CommitStats() data.CommitStats
 	Ready() error
@@ -157,28 +176,30 @@ func labelSafe(s string) bool {
 	return true
 }
 
-// ObserveBatch implements queue.Observer.
-func (m *Metrics) ObserveBatch(b actor.AppliedBatch) {
-	part := strconv.Itoa(b.Partition)
-	m.batchSize.WithLabelValues(part).Observe(float64(len(b.Out)))
+// ObserveBatch implements queue.Observer: one committed batch of a
+// partition, what its writer decoded (in) and decided (out), and when it
+// was done.
+func (m *Metrics) ObserveBatch(partition int, in []actor.Decoded, out []actor.Output, done time.Time) {
+	part := strconv.Itoa(partition)
+	m.batchSize.WithLabelValues(part).Observe(float64(len(out)))
 	var newest time.Time
-	for i := range b.In {
-		if b.In[i].At.After(newest) {
-			newest = b.In[i].At
+	for i := range in {
+		if in[i].At.After(newest) {
+			newest = in[i].At
 		}
 	}
 	if !newest.IsZero() {
-		m.applyLatency.WithLabelValues(part).Observe(max(0, b.Done.Sub(newest).Seconds()))
+		m.applyLatency.WithLabelValues(part).Observe(max(0, done.Sub(newest).Seconds()))
 	}
-	for i, o := range b.Out {
-		if o.Skipped || o.Decision == nil || i >= len(b.In) {
+	for i, o := range out {
+		if o.Skipped || o.Decision == nil || i >= len(in) {
 			continue
 		}
 		// A valid command's type was checked by the actor. A rejected
 		// message's type is the sender's text: trusted only when the
 		// rejection is not invalid_command (unknown type, undecodable).
-		typ := b.In[i].Cmd.Type
-		if r := b.In[i].Reject; r != nil {
+		typ := in[i].Cmd.Type
+		if r := in[i].Reject; r != nil {
 			typ = r.Type
 			if r.Code == actor.CodeInvalidCommand {
 				typ = "invalid"
@@ -284,11 +305,11 @@ func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	for _, st := range c.n.PartitionStatuses(ctx) {
+	for _, st := range c.n.PartitionSamples(ctx) {
 		p := strconv.Itoa(st.Partition)
 		ch <- prometheus.MustNewConstMetric(descApplied, prometheus.GaugeValue, float64(st.AppliedSeq), p)
 		ch <- prometheus.MustNewConstMetric(descCaughtUp, prometheus.GaugeValue, b2f(st.CaughtUp), p)
-		ch <- prometheus.MustNewConstMetric(descStalled, prometheus.GaugeValue, b2f(st.Stalled != nil), p)
+		ch <- prometheus.MustNewConstMetric(descStalled, prometheus.GaugeValue, b2f(st.Stalled), p)
 		ch <- prometheus.MustNewConstMetric(descHistoryMismatch, prometheus.GaugeValue, b2f(st.HistoryMismatch), p)
 		ch <- prometheus.MustNewConstMetric(descActive, prometheus.GaugeValue, b2f(st.Active), p)
 		if st.NumPending >= 0 {

@@ -361,7 +361,7 @@ func TestMetricsAfterWorkload(t *testing.T) {
 		}
 		// The stream also begins with the schema version 2 marker of
 		// each partition (docs/protocol.md, "Versions").
-		logged = float64(len(h.node.Parts)) + 2 + float64(statuses[201]) + float64(statuses[409]) - fromIndex + missingWriter
+		logged = float64(len(h.node.Parts())) + 2 + float64(statuses[201]) + float64(statuses[409]) - fromIndex + missingWriter
 		checks := []struct {
 			name   string
 			labels map[string]string
@@ -440,7 +440,7 @@ func TestRequestIDTravels(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	stream, err := h.node.JS.Stream(ctx, queue.StreamName)
+	stream, err := h.node.JetStream().Stream(ctx, queue.StreamName)
 	if err != nil {
 		t.Fatal(err)
 	}

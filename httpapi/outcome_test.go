@@ -276,13 +276,13 @@ func TestClusterOutcome(t *testing.T) {
 	}
 
 	// Nobody decides: the partition's consumer is paused.
-	if _, err := owner.node.JS.PauseConsumer(context.Background(), queue.StreamName, queue.ConsumerPrefix+strconv.Itoa(p), time.Now().Add(time.Minute)); err != nil {
+	if _, err := owner.node.JetStream().PauseConsumer(context.Background(), queue.StreamName, queue.ConsumerPrefix+strconv.Itoa(p), time.Now().Add(time.Minute)); err != nil {
 		t.Fatal(err)
 	}
 	// An importer's command, stored while nobody decides.
 	cmd := fmt.Sprintf(`{"v":1,"type":"booking.create","request_id":"imp-2","calendar_id":%q,"booking":{"start":%q,"end":%q,"customer":"bob"}}`,
 		cal, base.Add(time.Hour).Format(time.RFC3339), base.Add(2*time.Hour).Format(time.RFC3339))
-	if _, err := owner.node.JS.Publish(context.Background(), queue.CommandSubject(cal), []byte(cmd)); err != nil {
+	if _, err := owner.node.JetStream().Publish(context.Background(), queue.CommandSubject(cal), []byte(cmd)); err != nil {
 		t.Fatal(err)
 	}
 	for _, in := range ins {

@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"strconv"
 	"time"
@@ -15,7 +14,7 @@ import (
 // PartitionSkipper is the port through which an operator moves a
 // partition past a command that stopped it (queue.Node.Skip):
 // it publishes a partition.skip of the command at stream sequence seq and
-// returns its reply, refusing (actor.ErrNotStopped) unless the partition
+// returns its reply, refusing (a NotStoppedError) unless the partition
 // is stopped at exactly that command.
 type PartitionSkipper interface {
 	Skip(ctx context.Context, partition int, seq uint64) ([]byte, error)
@@ -54,14 +53,14 @@ func (s *Server) skipPartition(c *fiber.Ctx) error {
 	defer cancel()
 	reply, err := sk.Skip(ctx, p, *req.Seq)
 	switch {
-	case errors.Is(err, actor.ErrNoPartition):
+	case isNoPartition(err):
 		return &Error{Code: CodeNotFound, Message: err.Error()}
-	case errors.Is(err, actor.ErrNotStopped):
+	case isNotStopped(err):
 		return &Error{Code: actor.CodeNotStopped, Message: err.Error()}
-	case errors.Is(err, actor.ErrPending):
+	case isPending(err):
 		return c.Status(http.StatusAccepted).JSON(fiber.Map{"status": "pending",
 			"message": "the skip is stored; the partition answers it once it decided everything before it"})
-	case errors.Is(err, actor.ErrUnavailable):
+	case isUnavailable(err):
 		return &Error{Code: CodeUnavailable, Message: "the command stream cannot be reached right now, retry later"}
 	case err != nil:
 		return err

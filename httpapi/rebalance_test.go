@@ -419,6 +419,6 @@ func TestClusterRebalanceUnderLoad(t *testing.T) {
 		}
 	}
 	for _, in := range survivors {
-		datatest.CheckInvariants(t, in.node.Store)
+		datatest.CheckInvariants(t, in.node.Store())
 	}
 }

@@ -19,7 +19,7 @@ func (h *harness) logged() uint64 {
 	h.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	stream, err := h.node.JS.Stream(ctx, queue.StreamName)
+	stream, err := h.node.JetStream().Stream(ctx, queue.StreamName)
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -47,7 +47,7 @@ func TestRefusedFromIndex(t *testing.T) {
 	waitVisible := func() {
 		t.Helper()
 		queuetest.CheckFor(t, 10*time.Second, func() error {
-			if ok, err := h.node.Store.ViewIfVisible(func(*data.Tx) error { return nil }); err != nil || !ok {
+			if ok, err := h.node.Store().ViewIfVisible(func(*data.Tx) error { return nil }); err != nil || !ok {
 				return fmt.Errorf("index not visible yet (%v)", err)
 			}
 			return nil

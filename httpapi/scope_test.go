@@ -120,7 +120,7 @@ func TestLegacyKeyRecordAnswersRetry(t *testing.T) {
 	legacy := "k." + hex.EncodeToString(sum[:16])
 	cmd := fmt.Sprintf(`{"v":1,"type":"booking.create","request_id":%q,"calendar_id":"alice","booking":{"start":%q,"end":%q,"customer":"ann"}}`,
 		legacy, base.Format(time.RFC3339), base.Add(time.Hour).Format(time.RFC3339))
-	if _, err := h.node.JS.Publish(t.Context(), queue.CommandSubject("alice"), []byte(cmd)); err != nil {
+	if _, err := h.node.JetStream().Publish(t.Context(), queue.CommandSubject("alice"), []byte(cmd)); err != nil {
 		t.Fatal(err)
 	}
 	queuetest.CheckFor(t, 10*time.Second, func() error {

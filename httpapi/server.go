@@ -35,6 +35,10 @@ type Config struct {
 	// BodyLimit is the largest accepted request body (default 64 KiB).
 	BodyLimit int
 	Logger    *slog.Logger
+	// WithTraceID, when set, returns a context that carries a write's
+	// request id (X-Request-Id) to the backend, which sends it with the
+	// command (queue.WithTraceID); nil sends none.
+	WithTraceID func(ctx context.Context, id string) context.Context
 
 	// Keys are the API keys; nil or empty runs the API open (no
 	// authentication): the caller decides whether that is allowed.

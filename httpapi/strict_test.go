@@ -140,8 +140,8 @@ func TestAdminSkipsAStoppedPartition(t *testing.T) {
 	h := start(t, "", options{api: func(c *httpapi.Config) { c.Keys = testKeyring(t) }})
 	admin := bearer(adminKey)
 	queuetest.CheckFor(t, 20*time.Second, func() error {
-		return h.node.Store.View(func(tx *data.Tx) error {
-			for p := range h.node.Parts {
+		return h.node.Store().View(func(tx *data.Tx) error {
+			for p := range h.node.Parts() {
 				if tx.RulesLevel(p) != 2 {
 					return fmt.Errorf("partition %d below level 2", p)
 				}
@@ -150,9 +150,9 @@ func TestAdminSkipsAStoppedPartition(t *testing.T) {
 		})
 	})
 	h.mustStatus(h.do("PUT", "/v1/calendars/alice", map[string]string{"timezone": "UTC"}, admin...), http.StatusCreated)
-	pa := queue.PartitionOf("alice", len(h.node.Parts))
+	pa := queue.PartitionOf("alice", len(h.node.Parts()))
 	inbox := nats.NewInbox()
-	replies, err := h.node.NC.SubscribeSync(inbox + ".*")
+	replies, err := h.node.Conn().SubscribeSync(inbox + ".*")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +161,7 @@ func TestAdminSkipsAStoppedPartition(t *testing.T) {
 		m.Data = []byte(body)
 		m.Header.Set(queue.HeaderSchema, schema)
 		m.Header.Set(queue.HeaderReplyTo, inbox+"."+reply)
-		ack, err := h.node.JS.PublishMsg(context.Background(), m)
+		ack, err := h.node.JetStream().PublishMsg(context.Background(), m)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -193,7 +193,7 @@ func TestAdminSkipsAStoppedPartition(t *testing.T) {
 		{path, map[string]uint64{"seq": newer}, nil, 401, "unauthorized"},
 		{path, map[string]uint64{"seq": newer + 1}, admin, 409, actor.CodeNotStopped},
 		{path, map[string]uint64{"seq": newer - 1}, admin, 409, actor.CodeNotStopped},
-		{fmt.Sprintf("/v1/admin/partitions/%d/skip", (pa+1)%len(h.node.Parts)), map[string]uint64{"seq": newer}, admin, 409, actor.CodeNotStopped},
+		{fmt.Sprintf("/v1/admin/partitions/%d/skip", (pa+1)%len(h.node.Parts())), map[string]uint64{"seq": newer}, admin, 409, actor.CodeNotStopped},
 		{"/v1/admin/partitions/99/skip", map[string]uint64{"seq": newer}, admin, 404, "not_found"},
 		{"/v1/admin/partitions/x/skip", map[string]uint64{"seq": newer}, admin, 400, actor.CodeInvalidRequest},
 		{path, map[string]string{"seq": "1"}, admin, 400, actor.CodeInvalidRequest},
@@ -236,7 +236,7 @@ func TestAdminSkipsAStoppedPartition(t *testing.T) {
 		t.Fatalf("replies %+v", got)
 	}
 	// The skip is recorded under its partition's system token.
-	rec := h.do("GET", fmt.Sprintf("/v1/calendars/%s/requests/skip.%d", queue.SystemToken(pa, len(h.node.Parts)), newer), nil, admin...)
+	rec := h.do("GET", fmt.Sprintf("/v1/calendars/%s/requests/skip.%d", queue.SystemToken(pa, len(h.node.Parts())), newer), nil, admin...)
 	if rec.Status != http.StatusOK || !strings.Contains(string(rec.Body), `"outcome":"accepted"`) {
 		t.Errorf("the skip's record: %d %s", rec.Status, rec.Body)
 	}
@@ -245,12 +245,12 @@ func TestAdminSkipsAStoppedPartition(t *testing.T) {
 	}
 
 	var live data.Digest
-	if err := h.node.Store.View(func(tx *data.Tx) (err error) { live, err = tx.Digest(); return err }); err != nil {
+	if err := h.node.Store().View(func(tx *data.Tx) (err error) { live, err = tx.Digest(); return err }); err != nil {
 		t.Fatal(err)
 	}
 	replay := func() string {
 		store := datatest.MustOpen(t)
-		if _, err := queue.Replay(context.Background(), h.node.JS, store, queue.ReplayOptions{}); err != nil {
+		if _, err := queue.Replay(context.Background(), h.node.JetStream(), store, queue.ReplayOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		var d data.Digest

@@ -53,7 +53,7 @@ func startHookInstance(t *testing.T, urls, id string, key *secretkey.Key) *hookI
 	}
 	// Attempts may take seconds (the receiver holds some); retries are
 	// quick; pins move after 2s as the partitions' do.
-	wc := webhook.Config{JS: node.JS, Stream: queue.EventStreamName, SubjectPrefix: queue.EventSubjectPrefix, Replicas: 3,
+	wc := webhook.Config{JS: node.JetStream(), Stream: queue.EventStreamName, SubjectPrefix: queue.EventSubjectPrefix, Replicas: 3,
 		Guard: guard, Logger: log, Key: key, PinnedTTL: 2 * time.Second, AttemptTimeout: 5 * time.Second,
 		RetryBase: 20 * time.Millisecond, RetryCap: 200 * time.Millisecond, MaxAttempts: 1000}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -385,7 +385,7 @@ func TestClusterWebhookTakeovers(t *testing.T) {
 	drop(x)
 	cut := make(chan time.Time, 1)
 	call.answer <- func(context.Context) int {
-		x.node.NC.Close()
+		x.node.Conn().Close()
 		cut <- time.Now()
 		return http.StatusInternalServerError
 	}
@@ -418,7 +418,7 @@ func TestClusterWebhookTakeovers(t *testing.T) {
 	t.Logf("cutting %s off between the 2xx for %s and its ack", x.id, call.id)
 	drop(x)
 	call.answer <- func(context.Context) int {
-		x.node.NC.Close()
+		x.node.Conn().Close()
 		return http.StatusOK
 	}
 	twice := call.id

@@ -47,7 +47,7 @@ func TestWebhookSecretsSealedAtRest(t *testing.T) {
 	h := startHooks(t, dir, fastHooks())
 	hook := h.createHook(map[string]any{"url": rcv.srv.URL + "/hook"})
 	rcv.setSecrets(hook.Secret)
-	raw := rawEndpoint(t, h.node.JS, hook.ID)
+	raw := rawEndpoint(t, h.node.JetStream(), hook.ID)
 	secretBody := strings.TrimPrefix(hook.Secret, webhook.SecretPrefix)
 	if strings.Contains(string(raw), secretBody) || strings.Contains(string(raw), webhook.SecretPrefix) {
 		t.Fatalf("the KV bucket holds the secret in the clear: %s", raw)
@@ -73,7 +73,7 @@ func TestWebhookSecretsSealedAtRest(t *testing.T) {
 	clear, _ := json.Marshal(ep)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	kv, err := h.node.JS.KeyValue(ctx, webhook.BucketName)
+	kv, err := h.node.JetStream().KeyValue(ctx, webhook.BucketName)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +82,7 @@ func TestWebhookSecretsSealedAtRest(t *testing.T) {
 	}
 	h.stop()
 	h = startHooks(t, dir, fastHooks())
-	if raw := rawEndpoint(t, h.node.JS, hook.ID); strings.Contains(string(raw), secretBody) {
+	if raw := rawEndpoint(t, h.node.JetStream(), hook.ID); strings.Contains(string(raw), secretBody) {
 		t.Fatalf("a secret stored in the clear was not sealed at start: %s", raw)
 	}
 	h.book("sa", 2)
@@ -104,7 +104,7 @@ func TestWebhookSecretsSealedAtRest(t *testing.T) {
 	}
 	defer node.Close()
 	wc := fastHooks()
-	wc.JS, wc.Stream, wc.SubjectPrefix = node.JS, queue.EventStreamName, queue.EventSubjectPrefix
+	wc.JS, wc.Stream, wc.SubjectPrefix = node.JetStream(), queue.EventStreamName, queue.EventSubjectPrefix
 	if wc.Key, err = secretkey.LoadOrCreate(filepath.Join(t.TempDir(), secretkey.FileName)); err != nil {
 		t.Fatal(err)
 	}

@@ -63,7 +63,7 @@ func startHooks(t *testing.T, dir string, wc webhook.Config) *hookHarness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wc.JS, wc.Stream, wc.SubjectPrefix, wc.Guard, wc.Logger = node.JS, queue.EventStreamName, queue.EventSubjectPrefix, guard, log
+	wc.JS, wc.Stream, wc.SubjectPrefix, wc.Guard, wc.Logger = node.JetStream(), queue.EventStreamName, queue.EventSubjectPrefix, guard, log
 	if wc.Key == nil {
 		// As bookline serve does: the data directory's own key.
 		if wc.Key, err = secretkey.LoadOrCreate(filepath.Join(dir, secretkey.FileName)); err != nil {
@@ -82,7 +82,7 @@ func startHooks(t *testing.T, dir string, wc webhook.Config) *hookHarness {
 		defer close(done)
 		m.Run(run)
 	}()
-	metrics.AttachNode(node)
+	metrics.AttachNode(sampledNode{node})
 	metrics.AttachWebhooks(m)
 	h := &hookHarness{harness: harness{t: t, dir: dir, node: node}, hooks: m, metrics: metrics,
 		stopHook: func() { end(); <-done }}
@@ -369,7 +369,7 @@ func TestWebhookDeliveryAcrossRestartAndOutage(t *testing.T) {
 		return nil
 	})
 	rcv.mode.Store("ok")
-	want := streamEvents(t, h.node.JS)
+	want := streamEvents(t, h.node.JetStream())
 	if total(want) != 3+n {
 		t.Fatalf("stream holds %d events, want %d", total(want), 3+n)
 	}

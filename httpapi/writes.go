@@ -3,7 +3,6 @@ package httpapi
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"time"
@@ -147,7 +146,7 @@ func (s *Server) submit(c *fiber.Ctx, cmd *actor.Command) error {
 	if err := s.checkGoogle(cmd); err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(actor.WithTraceID(context.Background(), requestIDOf(c)), s.cfg.ReplyTimeout)
+	ctx, cancel := context.WithTimeout(s.withTrace(context.Background(), requestIDOf(c)), s.cfg.ReplyTimeout)
 	defer cancel()
 	if reply, ok, err := s.unscopedRecord(ctx, c, cmd); err != nil {
 		s.log.Warn("reading the record of an unscoped key failed", "request_id", cmd.RequestID, "trace_id", requestIDOf(c), "err", err)
@@ -157,10 +156,10 @@ func (s *Server) submit(c *fiber.Ctx, cmd *actor.Command) error {
 	}
 	reply, err := s.backend.Submit(ctx, cmd, cmd.Fingerprint())
 	switch {
-	case errors.Is(err, actor.ErrPending):
+	case isPending(err):
 		c.Location("/v1/calendars/" + cmd.CalendarID + "/requests/" + cmd.RequestID)
 		return c.Status(http.StatusAccepted).JSON(fiber.Map{"status": "pending", "request_id": cmd.RequestID})
-	case errors.Is(err, actor.ErrUnavailable):
+	case isUnavailable(err):
 		s.log.Warn("command not stored", "request_id", cmd.RequestID, "trace_id", requestIDOf(c), "err", err)
 		return &Error{Code: CodeUnavailable, Message: "bookings cannot be taken right now, retry later"}
 	case err != nil:
@@ -314,7 +313,7 @@ var errUnknownRequest = &Error{Code: CodeRequestNotFound, Message: "no request o
 // from one that never will be (queue.Node.Outcome):
 // reply is the recorded answer of a decided request; pending says that the
 // calendar still has commands to decide; neither means no such request.
-// An error wrapping actor.ErrUnavailable means the log could not be read.
+// An error that is an UnavailableError means the log could not be read.
 type OutcomeReader interface {
 	Outcome(ctx context.Context, calID, reqID string) (reply []byte, pending bool, err error)
 }
@@ -346,7 +345,7 @@ func (s *Server) getRequest(c *fiber.Ctx) error {
 	defer cancel()
 	reply, pending, err := or.Outcome(ctx, cal, reqID)
 	switch {
-	case errors.Is(err, actor.ErrUnavailable):
+	case isUnavailable(err):
 		s.log.Warn("request outcome: reading the booking log failed", "calendar", cal, "trace_id", requestIDOf(c), "err", err)
 		return &Error{Code: CodeUnavailable, Message: "this instance cannot read the booking log right now, retry later"}
 	case err != nil:

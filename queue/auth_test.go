@@ -204,7 +204,7 @@ func TestEmbeddedNATSImporterRole(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A partition's system token carries the operator's skips.
-	skipSubject := queue.CommandSubject(queue.SystemToken(1, len(n.Parts)))
+	skipSubject := queue.CommandSubject(queue.SystemToken(1, len(n.Parts())))
 	if err := nc.Publish(skipSubject, []byte(`{}`)); err != nil {
 		t.Fatal(err)
 	}
@@ -221,11 +221,11 @@ func TestEmbeddedNATSImporterRole(t *testing.T) {
 	// The stream still holds exactly the commands bookline and the
 	// importer published (after one schema marker per partition): nothing
 	// was removed or added around it.
-	info, err := n.JS.Stream(ctx, queue.StreamName)
+	info, err := n.JetStream().Stream(ctx, queue.StreamName)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := info.CachedInfo().State.Msgs, uint64(len(n.Parts)+2); got != want {
+	if got, want := info.CachedInfo().State.Msgs, uint64(len(n.Parts())+2); got != want {
 		t.Errorf("command stream holds %d messages, want %d", got, want)
 	}
 }
@@ -233,7 +233,7 @@ func TestEmbeddedNATSImporterRole(t *testing.T) {
 func TestEmbeddedNATSAdminRole(t *testing.T) {
 	n, creds := authNode(t)
 	workload(t, n, "w", 20)
-	live := digestOf(t, n.Store)
+	live := digestOf(t, n.Store())
 	nc, _ := dialRole(t, n, creds, queue.RoleAdmin)
 	js, err := jetstream.New(nc)
 	if err != nil {

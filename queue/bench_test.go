@@ -31,7 +31,7 @@ func fillStream(b *testing.B, n int) *queue.Node {
 	pub := func(cmd actor.Command) {
 		cmd.V = actor.SchemaVersion
 		body := mustJSON(b, cmd)
-		if _, err := node.JS.PublishAsync(queue.CommandSubject(cmd.CalendarID), body); err != nil {
+		if _, err := node.JetStream().PublishAsync(queue.CommandSubject(cmd.CalendarID), body); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -45,11 +45,11 @@ func fillStream(b *testing.B, n int) *queue.Node {
 		}
 		pub(book(fmt.Sprintf("cal%d", i%cals), fmt.Sprintf("req-%d", i), slot*4, 4))
 		if i%4096 == 0 {
-			<-node.JS.PublishAsyncComplete()
+			<-node.JetStream().PublishAsyncComplete()
 		}
 	}
 	select {
-	case <-node.JS.PublishAsyncComplete():
+	case <-node.JetStream().PublishAsyncComplete():
 	case <-time.After(time.Minute):
 		b.Fatal("publish did not complete")
 	}
@@ -65,7 +65,7 @@ func BenchmarkReplay(b *testing.B) {
 	store := datatest.MustOpen(b)
 	b.ReportAllocs()
 	b.ResetTimer()
-	st, err := queue.Replay(context.Background(), node.JS, store, queue.ReplayOptions{})
+	st, err := queue.Replay(context.Background(), node.JetStream(), store, queue.ReplayOptions{})
 	b.StopTimer()
 	if err != nil {
 		b.Fatal(err)
@@ -85,7 +85,7 @@ func BenchmarkWritersCatchUp(b *testing.B) {
 		time.Sleep(time.Millisecond)
 	}
 	b.StopTimer()
-	st := node.Store.Stats()
+	st := node.Store().Stats()
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "commands/s")
 	b.ReportMetric(float64(b.N)/float64(st.Commits), "commands/commit")
 	b.ReportMetric(float64(st.Calls)/float64(st.Commits), "batches/commit")
@@ -115,13 +115,13 @@ func BenchmarkHistoryCheck(b *testing.B) {
 	node.StopWriters()
 	ctx := context.Background()
 	hists := map[int]data.History{}
-	if err := node.Store.View(func(tx *data.Tx) (err error) { hists, err = tx.Histories(); return err }); err != nil {
+	if err := node.Store().View(func(tx *data.Tx) (err error) { hists, err = tx.Histories(); return err }); err != nil {
 		b.Fatal(err)
 	}
 	b.ResetTimer()
 	for b.Loop() {
 		for p, h := range hists {
-			if e, err := queue.CheckHistory(ctx, node.JS, p, h); err != nil || e != nil {
+			if e, err := queue.CheckHistory(ctx, node.JetStream(), p, h); err != nil || e != nil {
 				b.Fatalf("partition %d: %v %v", p, e, err)
 			}
 		}

@@ -17,17 +17,6 @@ import (
 	"github.com/bookline/bookline/actor"
 )
 
-// Errors of Submit, besides a reply: the domain's (see actor), so that the
-// API can tell them apart without knowing this package.
-var (
-	// ErrUnavailable means the command could not be stored in the stream:
-	// nothing was decided, the caller may retry.
-	ErrUnavailable = actor.ErrUnavailable
-	// ErrPending means the command is stored (it will be decided) but no
-	// answer arrived in time; its outcome can be read later by request id.
-	ErrPending = actor.ErrPending
-)
-
 // RecordLookup answers a command from the index if its request id was
 // decided already (see actor.Recorded).
 type RecordLookup func(cmd *actor.Command, fingerprint string) (reply []byte, ok bool, err error)

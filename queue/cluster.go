@@ -619,10 +619,10 @@ func (p *Partition) release() {
 // runs in the partition's own goroutine; it fails with ErrUnavailable when
 // the stream cannot be read or ctx ends first.
 func (n *Node) SyncCalendar(ctx context.Context, calID string) error {
-	if n.cluster == nil || !actor.ValidCalendarID(calID) || len(n.Parts) == 0 {
+	if n.cluster == nil || !actor.ValidCalendarID(calID) || len(n.parts) == 0 {
 		return nil
 	}
-	p := n.Parts[PartitionOf(calID, len(n.Parts))]
+	p := n.parts[PartitionOf(calID, len(n.parts))]
 	return p.syncTo(ctx, PartitionSubjectPrefix+strconv.Itoa(p.ID)+"."+calID)
 }
 
@@ -639,7 +639,7 @@ func (n *Node) InstanceID() string {
 // cluster mode every partition is this instance's.
 func (n *Node) OwnedPartitions(ctx context.Context) ([]int, error) {
 	var owned []int
-	for _, p := range n.Parts {
+	for _, p := range n.parts {
 		if n.cluster == nil {
 			owned = append(owned, p.ID)
 			continue

@@ -49,7 +49,7 @@ func calendarDigests(t *testing.T, n *queue.Node, cals ...string) []data.Calenda
 		}
 	}
 	var out []data.CalendarDigest
-	for _, cd := range digestOf(t, n.Store).Calendars {
+	for _, cd := range digestOf(t, n.Store()).Calendars {
 		if slices.Contains(cals, cd.ID) {
 			out = append(out, cd)
 		}
@@ -76,7 +76,7 @@ func ownerOf(t *testing.T, p int, nodes ...*queue.Node) (owner *queue.Node, othe
 			}
 		}
 		if owner == nil {
-			nudge(t, nodes[0], calendarOn(p, len(nodes[0].Parts), "nudge"))
+			nudge(t, nodes[0], calendarOn(p, len(nodes[0].Parts()), "nudge"))
 			return fmt.Errorf("partition %d has no owner", p)
 		}
 		return nil
@@ -104,7 +104,7 @@ func TestClusterStaleOwnerRepeatsIdenticalAnswers(t *testing.T) {
 	other := others[0]
 	consumer := queue.ConsumerPrefix + strconv.Itoa(p)
 	ctx := context.Background()
-	if _, err := a.JS.PauseConsumer(ctx, queue.StreamName, consumer, time.Now().Add(time.Minute)); err != nil {
+	if _, err := a.JetStream().PauseConsumer(ctx, queue.StreamName, consumer, time.Now().Add(time.Minute)); err != nil {
 		t.Fatal(err)
 	}
 
@@ -162,7 +162,7 @@ func TestClusterStaleOwnerRepeatsIdenticalAnswers(t *testing.T) {
 	}
 	queuetest.CheckFor(t, 10*time.Second, count(1))
 	// The owner decides them again from the consumer.
-	if _, err := a.JS.ResumeConsumer(ctx, queue.StreamName, consumer); err != nil {
+	if _, err := a.JetStream().ResumeConsumer(ctx, queue.StreamName, consumer); err != nil {
 		t.Fatal(err)
 	}
 	queuetest.CheckFor(t, 20*time.Second, count(2))
@@ -204,7 +204,7 @@ func TestClusterStaleOwnerRepeatsIdenticalAnswers(t *testing.T) {
 	})
 	for _, x := range []*queue.Node{owner, other} {
 		queuetest.CheckFor(t, 10*time.Second, func() error {
-			return x.Store.View(func(tx *data.Tx) error {
+			return x.Store().View(func(tx *data.Tx) error {
 				evs, err := tx.PendingEvents(100)
 				if err == nil && len(evs) > 0 {
 					err = fmt.Errorf("%s: %d events not published", x.InstanceID(), len(evs))
@@ -243,7 +243,7 @@ func TestClusterReadYourWritesTakeoverAndJoin(t *testing.T) {
 		if err := reader.SyncCalendar(context.Background(), c); err != nil {
 			t.Fatal(err)
 		}
-		if err := reader.Store.View(func(tx *data.Tx) error { _, err := tx.Booking(c, r.Booking.ID); return err }); err != nil {
+		if err := reader.Store().View(func(tx *data.Tx) error { _, err := tx.Booking(c, r.Booking.ID); return err }); err != nil {
 			t.Fatalf("booking %d written on %s not readable on %s: %v", i, writer.InstanceID(), reader.InstanceID(), err)
 		}
 	}
@@ -276,7 +276,7 @@ func TestClusterReadYourWritesTakeoverAndJoin(t *testing.T) {
 		t.Fatalf("joined instance differs: %v vs %v", dc, db)
 	}
 	for _, x := range ids {
-		if err := c.Store.View(func(tx *data.Tx) error { _, err := tx.Booking(x.cal, x.id); return err }); err != nil {
+		if err := c.Store().View(func(tx *data.Tx) error { _, err := tx.Booking(x.cal, x.id); return err }); err != nil {
 			t.Fatalf("joined instance lacks %s/%s: %v", x.cal, x.id, err)
 		}
 	}
@@ -333,7 +333,7 @@ func TestClusterCatchUpRefusesHistoryGap(t *testing.T) {
 	for i := 1; i < 3; i++ {
 		submit(t, a, book(fresh, fmt.Sprintf("f-%d", i), i, 1))
 	}
-	first := truncateStream(t, a.JS, 3)
+	first := truncateStream(t, a.JetStream(), 3)
 	if first != r.Seq {
 		t.Fatalf("stream starts at %d, want %d", first, r.Seq)
 	}
@@ -345,7 +345,7 @@ func TestClusterCatchUpRefusesHistoryGap(t *testing.T) {
 	}
 	// A new command of it: b must not catch up across the gap.
 	submit(t, a, book(stale, "s-new", 10, 1))
-	first = truncateStream(t, a.JS, 3)
+	first = truncateStream(t, a.JetStream(), 3)
 	err = b.SyncCalendar(ctx, stale)
 	if missing := fmt.Sprintf("2..%d", first-1); !errors.Is(err, queue.ErrHistoryMissing) || !strings.Contains(err.Error(), missing) {
 		t.Fatalf("catch-up across the lost seqs %s: %v", missing, err)
@@ -363,7 +363,7 @@ func TestClusterCatchUpRefusesHistoryGap(t *testing.T) {
 	if err := b.SyncCalendar(ctx, fresh); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.Store.View(func(tx *data.Tx) error {
+	if err := b.Store().View(func(tx *data.Tx) error {
 		_, err := tx.Booking(fresh, actor.BookingID(fresh, "f-2"))
 		return err
 	}); err != nil {
@@ -442,7 +442,7 @@ func TestClusterHoldExpiries(t *testing.T) {
 					return err
 				}
 			}
-			return n.Store.View(func(tx *data.Tx) error {
+			return n.Store().View(func(tx *data.Tx) error {
 				for _, h := range all {
 					bk, err := tx.Booking(h.cal, h.id)
 					if err != nil {
@@ -459,7 +459,7 @@ func TestClusterHoldExpiries(t *testing.T) {
 
 	// Every stored command, once: expiries counted per calendar and the
 	// expiry they name.
-	s, err := nodes[0].JS.Stream(ctx, queue.StreamName)
+	s, err := nodes[0].JetStream().Stream(ctx, queue.StreamName)
 	if err != nil {
 		t.Fatal(err)
 	}

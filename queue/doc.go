@@ -40,4 +40,15 @@
 // calendarsync. What runs beside the writers (the Google sync) is a
 // Follower that cmd/bookline hands to the Node; what it reports for
 // metrics goes to an Observer.
+//
+// A Node is built by one call, StartNode, from a NodeConfig that carries
+// everything it needs, the ports (Observer, Followers) included; it has no
+// exported fields, and what callers may use of it (Store, Client, Parts,
+// Conn, JetStream) they read through methods. It owns the index files: it
+// opens, restores, sets aside and migrates them (convertIndex, with
+// actor.MigrateRecord for the records), never the actor. The errors of the
+// log (ErrUnavailable, ErrPending, ErrNotStopped, ErrNoPartition, errors.go)
+// and the trace id sent with a command (WithTraceID) are declared here;
+// the errors say what they are by behaviour too (Unavailable(), ...), so
+// that httpapi tells them apart without importing this package.
 package queue

@@ -38,7 +38,7 @@ func (n *Node) Replicas() int { return n.replicas.want }
 // other components (webhooks).
 func (n *Node) EnsureKeyValue(ctx context.Context, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
 	cfg.Replicas = n.replicas.want
-	return ensureKeyValue(ctx, n.JS, cfg, n.replicas)
+	return ensureKeyValue(ctx, n.js, cfg, n.replicas)
 }
 
 // checkServers reads the JetStream settings of every server (cluster

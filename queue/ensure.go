@@ -207,7 +207,7 @@ func (n *Node) ensureResources(cfg *NodeConfig) (stream jetstream.Stream, obs je
 	defer cancel()
 	n.replicas = replicaPolicy{want: cfg.Replicas, allowFewer: cfg.AllowFewerReplicas, log: cfg.Logger}
 	if cfg.Partitions == 0 {
-		if cfg.Partitions, err = defaultPartitions(ctx, n.JS, cfg.NATSURL != ""); err != nil {
+		if cfg.Partitions, err = defaultPartitions(ctx, n.js, cfg.NATSURL != ""); err != nil {
 			return nil, nil, false, err
 		}
 	}
@@ -218,30 +218,30 @@ func (n *Node) ensureResources(cfg *NodeConfig) (stream jetstream.Stream, obs je
 	// With snapshots the stream may be trimmed below them, now or later:
 	// a purge must stay possible (the server never lifts DenyPurge).
 	scfg.DenyPurge = !cfg.Snapshots.On()
-	if stream, err = EnsureStream(ctx, n.JS, scfg); err != nil {
+	if stream, err = EnsureStream(ctx, n.js, scfg); err != nil {
 		return nil, nil, false, err
 	}
 	if err = n.replicas.check("stream", StreamName, stream.CachedInfo().Config.Replicas); err != nil {
 		return nil, nil, false, err
 	}
-	stream = denyRemovals(ctx, n.JS, stream, !cfg.Snapshots.On(), cfg.Logger)
+	stream = denyRemovals(ctx, n.js, stream, !cfg.Snapshots.On(), cfg.Logger)
 	n.stream = stream
-	if _, err = ensureEventStream(ctx, n.JS, cfg.EventsMaxAge, n.replicas); err != nil {
+	if _, err = ensureEventStream(ctx, n.js, cfg.EventsMaxAge, n.replicas); err != nil {
 		return nil, nil, false, err
 	}
-	if obs, fresh, err = ensureSnapshotStore(ctx, n.JS, n.replicas); err != nil {
+	if obs, fresh, err = ensureSnapshotStore(ctx, n.js, n.replicas); err != nil {
 		return nil, nil, false, err
 	}
 	if n.cluster == nil {
 		return stream, obs, fresh, nil
 	}
 	n.cluster.stream = stream
-	kv, err := ensureMembers(ctx, n.JS, cfg.TakeoverTimeout, n.replicas)
+	kv, err := ensureMembers(ctx, n.js, cfg.TakeoverTimeout, n.replicas)
 	if err != nil {
 		return nil, nil, false, err
 	}
 	n.members = &membership{kv: kv, self: cfg.InstanceID, ttl: cfg.TakeoverTimeout, log: cfg.Logger.With("component", "members")}
-	pkv, err := ensureProgress(ctx, n.JS, n.replicas)
+	pkv, err := ensureProgress(ctx, n.js, n.replicas)
 	if err != nil {
 		return nil, nil, false, err
 	}

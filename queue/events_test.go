@@ -64,13 +64,13 @@ func TestEventIDsNameTheStreamIncarnation(t *testing.T) {
 	const cal = "incarnation"
 	oldFirst := submit(t, n, upsert(cal)).Seq
 	ctx := context.Background()
-	s, err := n.JS.Stream(ctx, queue.StreamName)
+	s, err := n.JetStream().Stream(ctx, queue.StreamName)
 	if err != nil {
 		t.Fatal(err)
 	}
 	oldCreated := s.CachedInfo().Created
 	queuetest.CheckFor(t, 10*time.Second, func() error {
-		if got := len(eventsOf(t, n.JS, cal)); got != 1 {
+		if got := len(eventsOf(t, n.JetStream(), cal)); got != 1 {
 			return fmt.Errorf("%d events, want 1", got)
 		}
 		return nil
@@ -81,12 +81,12 @@ func TestEventIDsNameTheStreamIncarnation(t *testing.T) {
 	pendingSeq := oldFirst + 1
 	pending := actor.Reply{V: actor.SchemaVersion, RequestID: "pending", CalendarID: cal, Type: actor.TypeCalendarUpsert,
 		Outcome: actor.OutcomeAccepted, Seq: pendingSeq}
-	if err := n.Store.Commit(func(tx *data.Tx) error {
+	if err := n.Store().Commit(func(tx *data.Tx) error {
 		return tx.PutEvent(data.Event{Seq: pendingSeq, Calendar: cal, Payload: actor.AppendReply(nil, &pending)})
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if err := n.JS.DeleteStream(ctx, queue.StreamName); err != nil {
+	if err := n.JetStream().DeleteStream(ctx, queue.StreamName); err != nil {
 		t.Fatal(err)
 	}
 	stopNode(t, n)
@@ -94,11 +94,11 @@ func TestEventIDsNameTheStreamIncarnation(t *testing.T) {
 	n = startNode(t, dir, nil)
 	// A new stream starts with the schema version 2 marker of each
 	// partition (no outcome events).
-	first := uint64(len(n.Parts)) + 1
+	first := uint64(len(n.Parts())) + 1
 	if r := submit(t, n, upsert(cal)); r.Seq != first || !r.Created {
 		t.Fatalf("first command of the new stream: %+v, want seq %d", r, first)
 	}
-	s, err = n.JS.Stream(ctx, queue.StreamName)
+	s, err = n.JetStream().Stream(ctx, queue.StreamName)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +108,7 @@ func TestEventIDsNameTheStreamIncarnation(t *testing.T) {
 	}
 	var evs []jetstream.Msg
 	queuetest.CheckFor(t, 10*time.Second, func() error {
-		if evs = eventsOf(t, n.JS, cal); len(evs) != 3 {
+		if evs = eventsOf(t, n.JetStream(), cal); len(evs) != 3 {
 			return fmt.Errorf("%d events, want 3 (the first command of each incarnation and the pending one)", len(evs))
 		}
 		return nil

@@ -73,10 +73,10 @@ func fenceMargin(window time.Duration) time.Duration { return max(window/20, 50*
 // or NATS could not confirm the epoch). A new owner's first call for a
 // partition waits one takeover timeout here.
 func (n *Node) FenceCalendar(ctx context.Context, calID string) (time.Time, error) {
-	if n.cluster == nil || n.progress == nil || len(n.Parts) == 0 {
+	if n.cluster == nil || n.progress == nil || len(n.parts) == 0 {
 		return time.Time{}, nil
 	}
-	p := n.Parts[PartitionOf(calID, len(n.Parts))]
+	p := n.parts[PartitionOf(calID, len(n.parts))]
 	if !p.active.Load() {
 		return time.Time{}, ErrNotOwner
 	}

@@ -54,7 +54,7 @@ func TestFenceCalendar(t *testing.T) {
 		t.Fatalf("second call: %v %v, want %v", again, err, until)
 	}
 	// Another instance claims the partition.
-	p := PartitionOf(cal, len(n.Parts))
+	p := PartitionOf(cal, len(n.Parts()))
 	val, _ := json.Marshal(ownClaim{Instance: "other"})
 	if _, err := n.progress.kv.Put(ctx, n.progress.ownKey(p), val); err != nil {
 		t.Fatal(err)
@@ -80,7 +80,7 @@ func TestFenceCalendar(t *testing.T) {
 		t.Fatalf("epoch key %s: %+v %v", e.Value(), owner, err)
 	}
 	// Another partition's calendar this instance does not pull: refused.
-	n.Parts[1-p].active.Store(false)
+	n.Parts()[1-p].active.Store(false)
 	other := "x"
 	for PartitionOf(other, 2) == p {
 		other += "x"

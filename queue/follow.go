@@ -40,7 +40,7 @@ func (n *Node) follow(ctx context.Context) {
 		}
 		end := info.State.LastSeq
 		raise := map[int]uint64{}
-		for _, p := range n.Parts {
+		for _, p := range n.parts {
 			if !p.caughtUp.Load() || p.Stalled() != nil {
 				continue // still starting, or stopped at a command it cannot decide
 			}
@@ -67,7 +67,7 @@ func (n *Node) follow(ctx context.Context) {
 		if len(raise) == 0 {
 			continue
 		}
-		err = n.Store.Commit(func(tx *data.Tx) error {
+		err = n.store.Commit(func(tx *data.Tx) error {
 			for p, h := range raise {
 				if err := tx.RaiseHorizon(p, h); err != nil {
 					return err
@@ -79,7 +79,7 @@ func (n *Node) follow(ctx context.Context) {
 			n.log.Warn("record partition horizons", "err", err)
 			continue
 		}
-		for _, p := range n.Parts {
+		for _, p := range n.parts {
 			if h, ok := raise[p.ID]; ok && h > p.horizon.Load() {
 				p.horizon.Store(h)
 			}

@@ -39,7 +39,7 @@ func (n *Node) SubmitInternal(ctx context.Context, cmd *actor.Command) error {
 	if errs := cmd.Validate(); len(errs) > 0 {
 		return fmt.Errorf("queue: invalid %s: %v", cmd.Type, errs)
 	}
-	reply, err := n.Client.Submit(ctx, cmd, cmd.Fingerprint())
+	reply, err := n.client.Submit(ctx, cmd, cmd.Fingerprint())
 	if err != nil {
 		return err
 	}

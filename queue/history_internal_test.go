@@ -56,10 +56,10 @@ func TestHistoryCheckFindsADeletedMessage(t *testing.T) {
 	}
 	ctx := context.Background()
 	var hist data.History
-	if err := n.Store.View(func(tx *data.Tx) (err error) { hist, err = tx.History(0); return err }); err != nil {
+	if err := n.Store().View(func(tx *data.Tx) (err error) { hist, err = tx.History(0); return err }); err != nil {
 		t.Fatal(err)
 	}
-	stream, err := n.JS.Stream(ctx, StreamName)
+	stream, err := n.JetStream().Stream(ctx, StreamName)
 	if err != nil {
 		t.Fatal(err)
 	}

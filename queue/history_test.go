@@ -152,8 +152,8 @@ func TestBitFlipInStreamIsRefused(t *testing.T) {
 	cfg := queue.NodeConfig{DataDir: dir, Partitions: 1}
 	n := startNodeWith(t, cfg, nil)
 	workload(t, n, "w", 30)
-	seq := requestSeq(t, n.Store, "e", "w-10") // workload: calendar cals[10%6]
-	applied := n.Parts[0].AppliedSeq()
+	seq := requestSeq(t, n.Store(), "e", "w-10") // workload: calendar cals[10%6]
+	applied := n.Parts()[0].AppliedSeq()
 	stopNode(t, n)
 	flipBit(t, queue.StoreDirFor(dir), `"w-10"`)
 
@@ -166,7 +166,7 @@ func TestBitFlipInStreamIsRefused(t *testing.T) {
 		!strings.Contains(out, fmt.Sprintf("--accept-stream-history=0@%d", seq)) {
 		t.Fatalf("logs:\n%s", out)
 	}
-	if !recorded(t, n.Store, "e", "w-10") {
+	if !recorded(t, n.Store(), "e", "w-10") {
 		t.Fatal("the refused partition's index was changed")
 	}
 	cmd := book("e", "w-new", 90, 1)
@@ -174,7 +174,7 @@ func TestBitFlipInStreamIsRefused(t *testing.T) {
 	if _, err := n.Submit(context.Background(), &cmd, cmd.Fingerprint()); !errors.Is(err, queue.ErrUnavailable) || !errors.Is(err, queue.ErrHistoryDiffers) {
 		t.Fatalf("a command of the refused partition: %v", err)
 	}
-	_, err := queue.Replay(context.Background(), n.JS, datatest.MustOpen(t), queue.ReplayOptions{})
+	_, err := queue.Replay(context.Background(), n.JetStream(), datatest.MustOpen(t), queue.ReplayOptions{})
 	var damaged *queue.DamagedStreamError
 	if !errors.As(err, &damaged) || damaged.Seqs[0] != seq {
 		t.Fatalf("replay of the damaged stream: %v", err)
@@ -191,7 +191,7 @@ func TestBitFlipInStreamIsRefused(t *testing.T) {
 	if !strings.Contains(logs.String(), "STREAM HISTORY ACCEPTED BY THE OPERATOR") {
 		t.Fatalf("no loud acceptance:\n%s", logs.String())
 	}
-	if recorded(t, n.Store, "e", "w-10") || !recorded(t, n.Store, "e", "w-16") {
+	if recorded(t, n.Store(), "e", "w-10") || !recorded(t, n.Store(), "e", "w-16") {
 		t.Fatal("the partition was not rebuilt from the stream as it is")
 	}
 }
@@ -206,7 +206,7 @@ func TestTruncatedBlockIsRefused(t *testing.T) {
 	cfg := queue.NodeConfig{DataDir: dir, Partitions: 1}
 	n := startNodeWith(t, cfg, nil)
 	workload(t, n, "w", 30)
-	seq := requestSeq(t, n.Store, "e", "w-10")
+	seq := requestSeq(t, n.Store(), "e", "w-10")
 	stopNode(t, n)
 	truncateBlockAt(t, queue.StoreDirFor(dir), `"w-10"`)
 
@@ -214,7 +214,7 @@ func TestTruncatedBlockIsRefused(t *testing.T) {
 	if e.Seq != seq || !e.Exact || !e.Tail || !strings.Contains(e.What, "does not have") {
 		t.Fatalf("refusal %+v, want the first lost message, seq %d: %v", *e, seq, e)
 	}
-	if !recorded(t, n.Store, "a", "w-24") {
+	if !recorded(t, n.Store(), "a", "w-24") {
 		t.Fatal("the refused partition's index was changed")
 	}
 }
@@ -232,8 +232,8 @@ func TestDamagedLastMessageIsRefused(t *testing.T) {
 	for i := 0; i < 5; i++ {
 		submit(t, n, book("a", fmt.Sprintf("z-%d", i), i, 1))
 	}
-	applied := n.Parts[0].AppliedSeq()
-	if seq := requestSeq(t, n.Store, "a", "z-4"); seq != applied {
+	applied := n.Parts()[0].AppliedSeq()
+	if seq := requestSeq(t, n.Store(), "a", "z-4"); seq != applied {
 		t.Fatalf("z-4 at seq %d, applied %d", seq, applied)
 	}
 	stopNode(t, n)
@@ -254,17 +254,17 @@ func TestOlderDifferenceIsNamedByCheckpoint(t *testing.T) {
 	submit(t, n, upsert("a"))
 	var last uint64
 	for i := 0; i < 3*data.CheckpointEvery+300; i++ {
-		last = publishCommand(t, n.JS, book("a", fmt.Sprintf("bulk-%05d", i), i%96, 1))
+		last = publishCommand(t, n.JetStream(), book("a", fmt.Sprintf("bulk-%05d", i), i%96, 1))
 	}
 	queuetest.CheckFor(t, 30*time.Second, func() error {
-		if got := n.Parts[0].AppliedSeq(); got != last {
+		if got := n.Parts()[0].AppliedSeq(); got != last {
 			return fmt.Errorf("applied %d of %d", got, last)
 		}
 		return nil
 	})
 	var cps []data.Checkpoint
 	var recent []data.Link
-	if err := n.Store.View(func(tx *data.Tx) (err error) {
+	if err := n.Store().View(func(tx *data.Tx) (err error) {
 		cps = tx.Checkpoints(0)
 		recent, err = tx.RecentLinks(0)
 		return err
@@ -274,7 +274,7 @@ func TestOlderDifferenceIsNamedByCheckpoint(t *testing.T) {
 	if len(cps) != 3 || len(recent) == 0 || recent[0].Seq <= cps[0].Seq {
 		t.Fatalf("checkpoints %+v, recent messages %d", cps, len(recent))
 	}
-	s, err := n.JS.Stream(context.Background(), queue.StreamName)
+	s, err := n.JetStream().Stream(context.Background(), queue.StreamName)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -306,7 +306,7 @@ func TestSnapshotOfAnotherHistoryIsRefused(t *testing.T) {
 	workload(t, n, "w", 20)
 	si := takeSnapshot(t, n)
 	a := si.Applied[0]
-	s, err := n.JS.Stream(context.Background(), queue.StreamName)
+	s, err := n.JetStream().Stream(context.Background(), queue.StreamName)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -386,8 +386,8 @@ func TestClusterCatchUpRefusesChangedHistory(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := queue.PartitionOf("cal", 2)
-	applied := b.Parts[p].AppliedSeq()
-	if got := requestSeq(t, b.Store, "cal", "c-4"); got != applied {
+	applied := b.Parts()[p].AppliedSeq()
+	if got := requestSeq(t, b.Store(), "cal", "c-4"); got != applied {
 		t.Fatalf("b applied seq %d, c-4 is seq %d", applied, got)
 	}
 	srv.stop()
@@ -400,7 +400,7 @@ func TestClusterCatchUpRefusesChangedHistory(t *testing.T) {
 		cmd := book("cal", "c-new", 20, 1)
 		cmd.V = actor.SchemaVersion
 		body, _ := json.Marshal(cmd)
-		_, err := b.JS.Publish(ctx, queue.CommandSubject("cal"), body)
+		_, err := b.JetStream().Publish(ctx, queue.CommandSubject("cal"), body)
 		return err
 	})
 	err := b.SyncCalendar(context.Background(), "cal")
@@ -424,7 +424,7 @@ func TestClusterCatchUpRefusesChangedHistory(t *testing.T) {
 	if !mismatch {
 		t.Error("no history mismatch in the partition's status")
 	}
-	if recorded(t, b.Store, "cal", "c-new") {
+	if recorded(t, b.Store(), "cal", "c-new") {
 		t.Error("the follower applied a command on top of the changed history")
 	}
 }
@@ -441,7 +441,7 @@ func TestHistoryCheckReadsDirectlyWhenTheConsumerIsQuiet(t *testing.T) {
 			cfg := queue.NodeConfig{DataDir: dir, Partitions: 1}
 			n := startNodeWith(t, cfg, nil)
 			workload(t, n, "w", 30)
-			seq := requestSeq(t, n.Store, "e", "w-10")
+			seq := requestSeq(t, n.Store(), "e", "w-10")
 			stopNode(t, n)
 			switch alter {
 			case "none":
@@ -449,7 +449,7 @@ func TestHistoryCheckReadsDirectlyWhenTheConsumerIsQuiet(t *testing.T) {
 				if err := n.Ready(); err != nil {
 					t.Fatalf("a healthy stream, read directly: %v", err)
 				}
-				if !recorded(t, n.Store, "a", "w-24") {
+				if !recorded(t, n.Store(), "a", "w-24") {
 					t.Fatal("the index lost a request")
 				}
 				return

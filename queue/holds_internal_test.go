@@ -85,7 +85,7 @@ func TestHoldExpirerRepublishesAnEarlyExpire(t *testing.T) {
 		Booking: &actor.BookingSpec{Start: start, End: start.Add(time.Hour), Customer: "c", TTLSeconds: 3}}).Booking
 	status := func() (string, error) {
 		var st string
-		err := n.Store.View(func(tx *data.Tx) error {
+		err := n.Store().View(func(tx *data.Tx) error {
 			bk, err := tx.Booking(cal, hold.ID)
 			st = bk.Status
 			return err
@@ -99,7 +99,7 @@ func TestHoldExpirerRepublishesAnEarlyExpire(t *testing.T) {
 		}
 		return err
 	})
-	cmds := expireCommands(t, n.JS, 1, cal)
+	cmds := expireCommands(t, n.JetStream(), 1, cal)
 	t.Logf("%d expire commands", len(cmds))
 	if len(cmds) == 0 || len(cmds) > 2 {
 		t.Fatalf("%d expire commands for one expiry, want one early and one on time: %+v", len(cmds), cmds)

@@ -442,7 +442,7 @@ func (n *Node) ClusterStatus(ctx context.Context) (st ClusterStatus, ok bool, er
 			st.Assigned = append(st.Assigned, p)
 		}
 	}
-	for _, p := range n.Parts {
+	for _, p := range n.parts {
 		if p.active.Load() {
 			st.Consuming = append(st.Consuming, p.ID)
 		}

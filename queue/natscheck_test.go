@@ -169,7 +169,7 @@ func TestClusterRefusesFewerReplicas(t *testing.T) {
 	}
 	defer stopNode(t, n)
 	for _, name := range []string{queue.StreamName, queue.EventStreamName, "KV_" + queue.MembersBucket} {
-		s, err := n.JS.Stream(context.Background(), name)
+		s, err := n.JetStream().Stream(context.Background(), name)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -182,7 +182,7 @@ func TestClusterRefusesFewerReplicas(t *testing.T) {
 	if _, err := n.EnsureKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "other", Replicas: 1}); err != nil {
 		t.Fatal(err)
 	}
-	if s, err := n.JS.Stream(ctx, "KV_other"); err != nil || s.CachedInfo().Config.Replicas != 3 {
+	if s, err := n.JetStream().Stream(ctx, "KV_other"); err != nil || s.CachedInfo().Config.Replicas != 3 {
 		t.Errorf("bucket other: %v, want 3 replicas", err)
 	}
 }

@@ -235,7 +235,7 @@ func (n *Node) reloadJetStream(ns *server.Server, opts *server.Options) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for wait := 10 * time.Millisecond; ; wait = min(2*wait, 500*time.Millisecond) {
-		_, err := n.JS.Stream(ctx, StreamName)
+		_, err := n.js.Stream(ctx, StreamName)
 		if err == nil {
 			break
 		}
@@ -250,12 +250,12 @@ func (n *Node) reloadJetStream(ns *server.Server, opts *server.Options) error {
 			l.reopen()
 		}
 	}
-	_, refused, err := reconcileIndex(ctx, n.stream, n.Store, len(n.Parts), n.log, n.history)
+	_, refused, err := reconcileIndex(ctx, n.stream, n.store, len(n.parts), n.log, n.history)
 	if err != nil {
 		return fmt.Errorf("queue: check the index against the reloaded command stream: %w", err)
 	}
 	for p, e := range refused {
-		n.Parts[p].halt(e)
+		n.parts[p].halt(e)
 	}
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -127,11 +128,11 @@ type NodeConfig struct {
 // (and embedded server), the index, the partition writers and the client
 // that submits commands and waits for their answers.
 type Node struct {
-	Store  *data.Store
-	Client *Client
-	Parts  []*Partition
-	NC     *nats.Conn
-	JS     jetstream.JetStream
+	store  *data.Store
+	client *Client
+	parts  []*Partition
+	nc     *nats.Conn
+	js     jetstream.JetStream
 
 	ns     *server.Server
 	stream jetstream.Stream // the command stream
@@ -270,17 +271,17 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 			}
 			opts = append(opts, o, nats.CustomInboxPrefix(BooklineInboxPrefix))
 		}
-		n.NC, err = ConnectEmbedded(n.ns, "bookline", opts...)
+		n.nc, err = ConnectEmbedded(n.ns, "bookline", opts...)
 	} else {
 		if err = n.checkServers(&cfg); err != nil {
 			return nil, err
 		}
-		n.NC, err = Connect(cfg.NATSURL, "bookline "+cfg.InstanceID, cfg.NATSOptions...)
+		n.nc, err = Connect(cfg.NATSURL, "bookline "+cfg.InstanceID, cfg.NATSOptions...)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("queue: connect nats: %w", err)
 	}
-	if n.JS, err = jetstream.New(n.NC); err != nil {
+	if n.js, err = jetstream.New(n.nc); err != nil {
 		return nil, err
 	}
 	// The index is never fsynced per commit. The command stream is the
@@ -296,14 +297,14 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 	// be torn, and it is discarded and rebuilt from the stream (from the
 	// newest snapshot, then the stream; data.Options.NoSync). In cluster
 	// mode another instance takes the partitions over meanwhile.
-	n.Store, err = data.OpenWith(IndexFile(cfg.DataDir), indexOptions)
+	n.store, err = data.OpenWith(IndexFile(cfg.DataDir), indexOptions)
 	if errors.Is(err, data.ErrSchema) {
-		n.Store, err = convertIndex(IndexFile(cfg.DataDir), err, cfg.Logger)
+		n.store, err = convertIndex(IndexFile(cfg.DataDir), err, cfg.Logger)
 	}
 	if err != nil {
 		return nil, err
 	}
-	if why := n.Store.Discarded(); why != "" {
+	if why := n.store.Discarded(); why != "" {
 		cfg.Logger.Error("INDEX DISCARDED: rebuilding it from the stream before serving", "reason", why,
 			"moved_to", IndexFile(cfg.DataDir)+".discarded")
 	}
@@ -340,7 +341,7 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 		defer cancel()
 	}
 	var refused map[int]*HistoryMismatchError
-	if _, refused, err = reconcileIndex(ctx, stream, n.Store, cfg.Partitions, cfg.Logger, n.history); err != nil {
+	if _, refused, err = reconcileIndex(ctx, stream, n.store, cfg.Partitions, cfg.Logger, n.history); err != nil {
 		if !errors.Is(err, ErrHistoryMissing) {
 			return nil, err
 		}
@@ -352,7 +353,7 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 		}
 		ctx, cancel = context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if _, refused, err = reconcileIndex(ctx, stream, n.Store, cfg.Partitions, cfg.Logger, n.history); err != nil {
+		if _, refused, err = reconcileIndex(ctx, stream, n.store, cfg.Partitions, cfg.Logger, n.history); err != nil {
 			return nil, err
 		}
 	}
@@ -361,7 +362,7 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 	if err = checkStreamBounds(stream.CachedInfo().Config, cfg.Snapshots); err != nil {
 		return nil, err
 	}
-	if err = noteTzdata(n.Store, cfg.DataDir, cfg.Logger); err != nil {
+	if err = noteTzdata(n.store, cfg.DataDir, cfg.Logger); err != nil {
 		return nil, err
 	}
 	if cfg.NATSURL == "" && !cfg.SyncInterval {
@@ -389,7 +390,7 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 			nil, embeddedLastSeq(n.ns, obj))
 		n.snaps.sync = n.snapSync.Request
 	}
-	n.events = newEventPublisher(n.JS, n.Store, cfg.Logger)
+	n.events = newEventPublisher(n.js, n.store, cfg.Logger)
 	n.events.logSync = n.evtSync
 	n.memory = newMemoryReleaser(cfg.MemoryRelease, cfg.Logger)
 	n.events.work = &n.memory.events
@@ -397,26 +398,26 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 	if every <= 0 {
 		every = time.Second
 	}
-	n.holds = &holdExpirer{js: n.JS, stream: stream, store: n.Store, log: cfg.Logger.With("component", "holds"), every: every,
+	n.holds = &holdExpirer{js: n.js, stream: stream, store: n.store, log: cfg.Logger.With("component", "holds"), every: every,
 		now: time.Now, early: map[string]earlyExpire{}, recordTTL: actor.RecordTTLSeconds(cfg.InternalRecordRetention)}
 	n.internalTTL = actor.RecordTTLSeconds(cfg.InternalRecordRetention)
 	if cfg.Observer != nil {
 		n.events.failed = cfg.Observer.EventPublishFailed
 	}
-	if n.Client, err = NewClient(n.NC, n.recorded); err != nil {
+	if n.client, err = NewClient(n.nc, n.recorded); err != nil {
 		return nil, err
 	}
 	for _, mk := range cfg.Followers {
 		n.followers = append(n.followers, mk(n))
 	}
 	for i := 0; i < cfg.Partitions; i++ {
-		p := NewPartition(i, n.NC, n.JS, n.Store, cfg.Logger)
+		p := NewPartition(i, n.nc, n.js, n.store, cfg.Logger)
 		p.sys = newSystemLog(stream, i, cfg.Partitions)
 		p.committed = n.committed
 		p.logSync = n.cmdSync
 		p.storage = n.storage
 		p.work = &n.memory.commands
-		p.local = n.Client.DeliverLocal
+		p.local = n.client.DeliverLocal
 		if n.cluster != nil {
 			p.cluster, p.reads = n.cluster, make(chan catchRequest)
 			p.lastSeqs = lastSeqs{fetch: p.lastSeqFor, timeout: 10 * time.Second}
@@ -427,11 +428,11 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 		if e := refused[i]; e != nil {
 			p.halt(e) // never started: its index stays as it is
 		}
-		n.Parts = append(n.Parts, p)
+		n.parts = append(n.parts, p)
 	}
-	n.holds.parts = n.Parts
+	n.holds.parts = n.parts
 	n.memory.writersIdle = func() bool {
-		for _, p := range n.Parts {
+		for _, p := range n.parts {
 			if !p.idle.Load() {
 				return false
 			}
@@ -440,8 +441,8 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 	}
 	n.memory.eventsIdle = n.events.idle.Load
 	if n.members != nil {
-		n.members.parts = n.Parts
-		n.events.cluster = &eventsCluster{parts: n.Parts, progress: n.progress}
+		n.members.parts = n.parts
+		n.events.cluster = &eventsCluster{parts: n.parts, progress: n.progress}
 	}
 	n.events.storage = n.storage
 	if n.ns != nil {
@@ -474,7 +475,9 @@ func convertIndex(path string, why error, log *slog.Logger) (*data.Store, error)
 		if err := data.RemoveIndex(tmp); err != nil {
 			return nil, err
 		}
-		if err := actor.MigrateIndex(path, tmp); err != nil {
+		// The files are data's, the conversion of each request record's
+		// reply the actor's: actor itself opens no files.
+		if err := data.Migrate(path, tmp, actor.MigrateRecord); err != nil {
 			return nil, fmt.Errorf("queue: migrate the index: %w", err)
 		}
 		if err := data.SetAside(path, ".old-schema"); err != nil {
@@ -506,7 +509,7 @@ func (n *Node) restoreIfEmpty(ctx context.Context, cfg NodeConfig, look bool) er
 		return nil
 	}
 	empty := false
-	if err := n.Store.View(func(tx *data.Tx) error {
+	if err := n.store.View(func(tx *data.Tx) error {
 		empty = len(tx.Applied()) == 0 && tx.StreamIdentity() == "" && len(tx.CalendarIDs()) == 0
 		return nil
 	}); err != nil || !empty {
@@ -517,10 +520,10 @@ func (n *Node) restoreIfEmpty(ctx context.Context, cfg NodeConfig, look bool) er
 		return err
 	}
 	path := IndexFile(cfg.DataDir)
-	if err := n.Store.Close(); err != nil {
+	if err := n.store.Close(); err != nil {
 		return err
 	}
-	n.Store = nil
+	n.store = nil
 	if err := data.RemoveIndex(path); err != nil {
 		return err
 	}
@@ -529,7 +532,7 @@ func (n *Node) restoreIfEmpty(ctx context.Context, cfg NodeConfig, look bool) er
 	// share; it has its own.
 	rctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	si, ok, err := restoreNewest(rctx, n.JS, path, n.log, func(SnapshotInfo) bool { return true }, n.history)
+	si, ok, err := restoreNewest(rctx, n.js, path, n.log, func(SnapshotInfo) bool { return true }, n.history)
 	if err != nil {
 		return fmt.Errorf("queue: restore a snapshot: %w", err)
 	}
@@ -539,10 +542,10 @@ func (n *Node) restoreIfEmpty(ctx context.Context, cfg NodeConfig, look bool) er
 	} else {
 		n.log.Error("NO USABLE SNAPSHOT: rebuilding the index from the whole command stream", "snapshots", len(list))
 	}
-	if n.Store, err = data.OpenWith(path, indexOptions); err != nil || !ok {
+	if n.store, err = data.OpenWith(path, indexOptions); err != nil || !ok {
 		return err
 	}
-	return n.Store.Commit(func(tx *data.Tx) error { return tx.AdoptRestored(si.Horizon) })
+	return n.store.Commit(func(tx *data.Tx) error { return tx.AdoptRestored(si.Horizon) })
 }
 
 // restoreBehind replaces an index whose history the command stream no
@@ -570,14 +573,14 @@ func (n *Node) restoreBehind(ctx context.Context, cfg NodeConfig, gap error) err
 	path := IndexFile(cfg.DataDir)
 	n.log.Error("INDEX BEHIND THE TRIMMED COMMAND STREAM: restoring the newest snapshot instead (the old index is kept)",
 		"reason", gap.Error(), "kept_as", path+".behind")
-	if err := n.Store.Close(); err != nil {
+	if err := n.store.Close(); err != nil {
 		return err
 	}
-	n.Store = nil
+	n.store = nil
 	if err := data.SetAside(path, ".behind"); err != nil {
 		return err
 	}
-	if n.Store, err = data.OpenWith(path, indexOptions); err != nil {
+	if n.store, err = data.OpenWith(path, indexOptions); err != nil {
 		return err
 	}
 	return n.restoreIfEmpty(ctx, cfg, true)
@@ -673,7 +676,7 @@ func (n *Node) StartWriters() {
 			f.Run(ctx)
 		}()
 	}
-	for _, p := range n.Parts {
+	for _, p := range n.parts {
 		p.caughtUp.Store(false)
 		if n.members != nil {
 			p.assigned.Store(false) // until this instance registered again
@@ -709,7 +712,7 @@ func (n *Node) recorded(cmd *actor.Command, fingerprint string) (reply []byte, o
 		_ = n.SyncCalendar(ctx, cmd.CalendarID) // on failure: read what we have, the caller polls again
 		cancel()
 	}
-	err = n.Store.View(func(tx *data.Tx) error {
+	err = n.store.View(func(tx *data.Tx) error {
 		reply, ok, err = actor.Recorded(tx, cmd, fingerprint)
 		return err
 	})
@@ -730,23 +733,23 @@ func (n *Node) recorded(cmd *actor.Command, fingerprint string) (reply []byte, o
 // When the newest commit is still waiting for its log sync it does not
 // wait (see data.Store.ViewIfVisible): the writer decides instead.
 func (n *Node) Refused(ctx context.Context, cmd *actor.Command) (reply []byte, code string, err error) {
-	if len(n.Parts) == 0 || !actor.ValidCalendarID(cmd.CalendarID) {
+	if len(n.parts) == 0 || !actor.ValidCalendarID(cmd.CalendarID) {
 		return nil, "", nil
 	}
-	p := PartitionOf(cmd.CalendarID, len(n.Parts))
-	if n.Parts[p].Stalled() != nil || n.Parts[p].Halted() != nil {
+	p := PartitionOf(cmd.CalendarID, len(n.parts))
+	if n.parts[p].Stalled() != nil || n.parts[p].Halted() != nil {
 		return nil, "", nil
 	}
 	check := func() (reply []byte, code string, err error) {
 		now := time.Now()
-		_, err = n.Store.ViewIfVisible(func(tx *data.Tx) error {
+		_, err = n.store.ViewIfVisible(func(tx *data.Tx) error {
 			reply, code, err = actor.Refused(tx, p, cmd, now)
 			return err
 		})
 		return reply, code, err
 	}
 	if n.cluster == nil {
-		if !n.Parts[p].CaughtUp() {
+		if !n.parts[p].CaughtUp() {
 			return nil, "", nil
 		}
 		return check()
@@ -780,8 +783,8 @@ func (n *Node) RecordedFor(ctx context.Context, cmd *actor.Command, reqID, finge
 		if err := n.SyncCalendar(ctx, cmd.CalendarID); err != nil {
 			return nil, false, err
 		}
-	} else if len(n.Parts) > 0 {
-		p := n.Parts[PartitionOf(cmd.CalendarID, len(n.Parts))]
+	} else if len(n.parts) > 0 {
+		p := n.parts[PartitionOf(cmd.CalendarID, len(n.parts))]
 		for wait := time.Millisecond; !p.CaughtUp(); wait = min(2*wait, 50*time.Millisecond) {
 			select {
 			case <-ctx.Done():
@@ -790,7 +793,7 @@ func (n *Node) RecordedFor(ctx context.Context, cmd *actor.Command, reqID, finge
 			}
 		}
 	}
-	err = n.Store.View(func(tx *data.Tx) error {
+	err = n.store.View(func(tx *data.Tx) error {
 		rec, found, err := tx.Request(cmd.CalendarID, reqID)
 		if !found || err != nil || rec.Fingerprint != fingerprint {
 			return err
@@ -804,7 +807,7 @@ func (n *Node) RecordedFor(ctx context.Context, cmd *actor.Command, reqID, finge
 
 // Lookup reads the recorded reply of a request id, if it was decided.
 func (n *Node) Lookup(calID, reqID string) (reply []byte, ok bool, err error) {
-	err = n.Store.View(func(tx *data.Tx) error {
+	err = n.store.View(func(tx *data.Tx) error {
 		rec, found, err := tx.Request(calID, reqID)
 		if !found || err != nil {
 			return err
@@ -832,8 +835,8 @@ func (n *Node) Ready() error {
 	if !running {
 		return fmt.Errorf("%w: partition writers stopped", ErrNotReady)
 	}
-	if !n.NC.IsConnected() {
-		return fmt.Errorf("%w: nats %s", ErrNotReady, n.NC.Status())
+	if !n.nc.IsConnected() {
+		return fmt.Errorf("%w: nats %s", ErrNotReady, n.nc.Status())
 	}
 	for _, l := range []*logSync{n.cmdSync, n.evtSync, n.snapSync} {
 		if l == nil {
@@ -843,7 +846,7 @@ func (n *Node) Ready() error {
 			return fmt.Errorf("%w: %v", ErrNotReady, err)
 		}
 	}
-	for _, p := range n.Parts {
+	for _, p := range n.parts {
 		if e := p.Stalled(); e != nil {
 			return fmt.Errorf("%w: partition %d stopped: %v", ErrNotReady, p.ID, e)
 		}
@@ -874,11 +877,11 @@ func (n *Node) Close() error {
 	}
 	n.StopWriters()
 	var errs []error
-	if n.Client != nil {
-		errs = append(errs, n.Client.Close())
+	if n.client != nil {
+		errs = append(errs, n.client.Close())
 	}
-	if n.Store != nil {
-		errs = append(errs, n.Store.Close())
+	if n.store != nil {
+		errs = append(errs, n.store.Close())
 	}
 	// After the store: its last commit may still wait for a sync.
 	for _, l := range []*logSync{n.cmdSync, n.evtSync, n.snapSync} {
@@ -886,8 +889,8 @@ func (n *Node) Close() error {
 			l.Close()
 		}
 	}
-	if n.NC != nil {
-		n.NC.Close()
+	if n.nc != nil {
+		n.nc.Close()
 	}
 	if n.ns != nil {
 		n.ns.Shutdown()
@@ -906,15 +909,15 @@ func (n *Node) Submit(ctx context.Context, cmd *actor.Command, fingerprint strin
 	if err := n.storage.Err(); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
-	if n.cluster == nil && len(n.Parts) > 0 && actor.ValidCalendarID(cmd.CalendarID) {
+	if n.cluster == nil && len(n.parts) > 0 && actor.ValidCalendarID(cmd.CalendarID) {
 		// The only instance stopped this partition for good (its stream
 		// lacks or changed history): nobody would decide the command.
-		p := PartitionOf(cmd.CalendarID, len(n.Parts))
-		if err := n.Parts[p].Halted(); err != nil {
+		p := PartitionOf(cmd.CalendarID, len(n.parts))
+		if err := n.parts[p].Halted(); err != nil {
 			return nil, fmt.Errorf("%w: partition %d: %w", ErrUnavailable, p, err)
 		}
 	}
-	reply, err := n.Client.Submit(ctx, cmd, fingerprint)
+	reply, err := n.client.Submit(ctx, cmd, fingerprint)
 	if errors.Is(err, ErrUnavailable) {
 		// A refusal for lack of room (the store over its limit) is a
 		// failed write; the store watch reports the state itself.
@@ -930,10 +933,28 @@ func (n *Node) Submit(ctx context.Context, cmd *actor.Command, fingerprint strin
 func (n *Node) StorageFailing() map[string]bool { return n.storage.failing() }
 
 // View runs fn in a read-only transaction on the index.
-func (n *Node) View(fn func(*data.Tx) error) error { return n.Store.View(fn) }
+func (n *Node) View(fn func(*data.Tx) error) error { return n.store.View(fn) }
 
 // Logger is the node's logger (with the instance id in cluster mode).
 func (n *Node) Logger() *slog.Logger { return n.log }
 
+// Store is the node's index. Callers read it (View) and hand it to what
+// runs beside the writers; only the writers commit decisions to it.
+func (n *Node) Store() *data.Store { return n.store }
+
+// Client submits commands and waits for their answers; Submit adds the
+// node's storage and halted-partition checks in front of it.
+func (n *Node) Client() *Client { return n.client }
+
+// Parts are the partition writers, indexed by partition number. The slice
+// is a copy: the node's set of writers is fixed when it starts.
+func (n *Node) Parts() []*Partition { return slices.Clone(n.parts) }
+
+// Conn is the node's NATS connection.
+func (n *Node) Conn() *nats.Conn { return n.nc }
+
+// JetStream is the node's JetStream context on Conn.
+func (n *Node) JetStream() jetstream.JetStream { return n.js }
+
 // CommitStats are the index's group-commit counters.
-func (n *Node) CommitStats() data.CommitStats { return n.Store.Stats() }
+func (n *Node) CommitStats() data.CommitStats { return n.store.Stats() }

@@ -60,7 +60,7 @@ func stopNode(t *testing.T, n *queue.Node) {
 	if _, done := stopped.LoadOrStore(n, true); done {
 		return
 	}
-	datatest.CheckInvariants(t, n.Store)
+	datatest.CheckInvariants(t, n.Store())
 	if err := n.Close(); err != nil {
 		t.Errorf("close: %v", err)
 	}
@@ -144,26 +144,26 @@ func TestReplayEqualsLiveAndPointInTime(t *testing.T) {
 	if acc == 0 || rej == 0 {
 		t.Fatalf("workload accepted %d rejected %d: want both", acc, rej)
 	}
-	mid := digestOf(t, n.Store)
+	mid := digestOf(t, n.Store())
 	var midSeq uint64
 	for _, s := range mid.Applied {
 		midSeq = max(midSeq, s)
 	}
 	workload(t, n, "w2", 80)
-	live := digestOf(t, n.Store)
+	live := digestOf(t, n.Store())
 	if live.Total == mid.Total {
 		t.Fatal("second workload changed nothing")
 	}
-	if got := replayInto(t, n.JS, queue.ReplayOptions{}); got.Total != live.Total {
+	if got := replayInto(t, n.JetStream(), queue.ReplayOptions{}); got.Total != live.Total {
 		cal, _ := data.FirstDifference(live, got)
 		t.Fatalf("replay differs from live index, first at calendar %q", cal)
 	}
-	if got := replayInto(t, n.JS, queue.ReplayOptions{ToSeq: midSeq}); got.Total != mid.Total {
+	if got := replayInto(t, n.JetStream(), queue.ReplayOptions{ToSeq: midSeq}); got.Total != mid.Total {
 		cal, _ := data.FirstDifference(mid, got)
 		t.Fatalf("--to-seq %d differs from the index at that point, first at %q", midSeq, cal)
 	}
 	// Replay refuses an index that already holds state.
-	if _, err := queue.Replay(context.Background(), n.JS, n.Store, queue.ReplayOptions{}); err != queue.ErrIndexNotEmpty {
+	if _, err := queue.Replay(context.Background(), n.JetStream(), n.Store(), queue.ReplayOptions{}); err != queue.ErrIndexNotEmpty {
 		t.Fatalf("replay into live index: %v", err)
 	}
 }
@@ -175,10 +175,10 @@ func TestOutcomeEventsForEveryDecision(t *testing.T) {
 	submit(t, n, book("ev", "r2", 1, 1)) // slot_taken
 	submit(t, n, actor.Command{Type: actor.TypeBookingCancel, RequestID: "r3", CalendarID: "ev", BookingID: ok.Booking.ID})
 	// A poison message straight on the subject: answered and recorded as an event.
-	if _, err := n.JS.Publish(context.Background(), queue.CommandSubject("ev"), []byte("{not json")); err != nil {
+	if _, err := n.JetStream().Publish(context.Background(), queue.CommandSubject("ev"), []byte("{not json")); err != nil {
 		t.Fatal(err)
 	}
-	cons, err := n.JS.OrderedConsumer(context.Background(), queue.EventStreamName, jetstream.OrderedConsumerConfig{FilterSubjects: []string{queue.EventSubject("ev")}})
+	cons, err := n.JetStream().OrderedConsumer(context.Background(), queue.EventStreamName, jetstream.OrderedConsumerConfig{FilterSubjects: []string{queue.EventSubject("ev")}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,7 +217,7 @@ func TestOutcomeEventsForEveryDecision(t *testing.T) {
 	}
 	// The outbox drains once JetStream has the events.
 	queuetest.CheckFor(t, 10*time.Second, func() error {
-		return n.Store.View(func(tx *data.Tx) error {
+		return n.Store().View(func(tx *data.Tx) error {
 			evs, err := tx.PendingEvents(10)
 			if err == nil && len(evs) > 0 {
 				err = fmt.Errorf("%d events still in the outbox", len(evs))
@@ -245,7 +245,7 @@ func TestIndexAheadOfStreamIsRebuilt(t *testing.T) {
 
 	n = startNode(t, dir, nil)
 	workload(t, n, "after", 30) // lost with the stream's tail
-	firstLost := requestSeq(t, n.Store, "a", "after-0")
+	firstLost := requestSeq(t, n.Store(), "a", "after-0")
 	stopNode(t, n)
 	if err := os.RemoveAll(queue.StoreDirFor(dir)); err != nil {
 		t.Fatal(err)
@@ -263,14 +263,14 @@ func TestIndexAheadOfStreamIsRebuilt(t *testing.T) {
 	if !bytes.Contains([]byte(logs.String()), []byte("INDEX AHEAD OF STREAM")) {
 		t.Fatalf("no loud rebuild message in logs:\n%s", logs.String())
 	}
-	live := digestOf(t, n.Store)
-	if got := replayInto(t, n.JS, queue.ReplayOptions{}); got.Total != live.Total {
+	live := digestOf(t, n.Store())
+	if got := replayInto(t, n.JetStream(), queue.ReplayOptions{}); got.Total != live.Total {
 		cal, _ := data.FirstDifference(live, got)
 		t.Fatalf("rebuilt index differs from the stream, first at %q", cal)
 	}
 	// Nothing from the lost tail survives, and new commands are decided
 	// normally (not skipped as "already applied").
-	if err := n.Store.View(func(tx *data.Tx) error {
+	if err := n.Store().View(func(tx *data.Tx) error {
 		if _, ok, _ := tx.Request("a", "after-0"); ok {
 			return fmt.Errorf("a request of the lost tail is still recorded")
 		}
@@ -293,11 +293,11 @@ func TestIndexOfUncleanRebootIsRebuilt(t *testing.T) {
 	dir := t.TempDir()
 	cfg := queue.NodeConfig{DataDir: dir, SyncInterval: true}
 	n := startNodeWith(t, cfg, nil)
-	if n.Store.Synced() {
+	if n.Store().Synced() {
 		t.Fatal("with --sync interval the embedded index should not fsync per commit")
 	}
 	accepted, _ := workload(t, n, "before", 60)
-	want := digestOf(t, n.Store)
+	want := digestOf(t, n.Store())
 	stopNode(t, n)
 
 	index := queue.IndexFile(dir)
@@ -323,7 +323,7 @@ func TestIndexOfUncleanRebootIsRebuilt(t *testing.T) {
 		t.Fatalf("the untrusted index was not kept aside: %v", err)
 	}
 	queuetest.CheckFor(t, queuetest.ReadyTimeout, n.Ready)
-	if got := digestOf(t, n.Store); got.Total != want.Total {
+	if got := digestOf(t, n.Store()); got.Total != want.Total {
 		cal, _ := data.FirstDifference(want, got)
 		t.Fatalf("rebuilt index differs from the one before the power loss, first at %q", cal)
 	}
@@ -344,7 +344,7 @@ func TestIndexOfOtherLayoutIsRebuilt(t *testing.T) {
 	dir := t.TempDir()
 	n := startNode(t, dir, nil)
 	accepted, _ := workload(t, n, "before", 40)
-	want := digestOf(t, n.Store)
+	want := digestOf(t, n.Store())
 	stopNode(t, n)
 	index := queue.IndexFile(dir)
 	db, err := bolt.Open(index, 0o600, nil)
@@ -365,7 +365,7 @@ func TestIndexOfOtherLayoutIsRebuilt(t *testing.T) {
 	if _, err := os.Stat(index + ".old-schema"); err != nil {
 		t.Fatalf("the old index was not kept aside: %v", err)
 	}
-	if got := digestOf(t, n.Store); got.Total != want.Total || accepted == 0 {
+	if got := digestOf(t, n.Store()); got.Total != want.Total || accepted == 0 {
 		cal, _ := data.FirstDifference(want, got)
 		t.Fatalf("rebuilt index differs, first at %q (accepted %d)", cal, accepted)
 	}
@@ -380,10 +380,10 @@ func TestIndexOfOtherTzdataIsReported(t *testing.T) {
 	logs := &queuetest.SyncBuffer{}
 	n := startNode(t, dir, logs)
 	workload(t, n, "w", 20)
-	if d := digestOf(t, n.Store); d.Tzdata != zones.Version {
+	if d := digestOf(t, n.Store()); d.Tzdata != zones.Version {
 		t.Fatalf("new index records tzdata %q, want %q", d.Tzdata, zones.Version)
 	}
-	if got := replayInto(t, n.JS, queue.ReplayOptions{}); got.Tzdata != zones.Version || got.Total != digestOf(t, n.Store).Total {
+	if got := replayInto(t, n.JetStream(), queue.ReplayOptions{}); got.Tzdata != zones.Version || got.Total != digestOf(t, n.Store()).Total {
 		t.Fatalf("replay: tzdata %q, total differs from live", got.Tzdata)
 	}
 	stopNode(t, n)
@@ -416,11 +416,11 @@ func TestIndexOfOtherTzdataIsReported(t *testing.T) {
 			t.Fatalf("start log does not report the index's time zone data (%q missing):\n%s", s, logs)
 		}
 	}
-	live := digestOf(t, n.Store)
+	live := digestOf(t, n.Store())
 	if live.Tzdata != want {
 		t.Fatalf("digest tzdata %q, want %q", live.Tzdata, want)
 	}
-	fresh := replayInto(t, n.JS, queue.ReplayOptions{})
+	fresh := replayInto(t, n.JetStream(), queue.ReplayOptions{})
 	if cal, differs := data.FirstDifference(live, fresh); !differs || cal != "" {
 		t.Fatalf("replay by this build vs the mixed index: differs %v at %q", differs, cal)
 	}
@@ -438,13 +438,13 @@ func copyDir(t *testing.T, from, to string) {
 func TestPartitionOfMatchesServerTransform(t *testing.T) {
 	n := startNode(t, t.TempDir(), nil)
 	n.StopWriters()
-	s, err := n.JS.Stream(context.Background(), queue.StreamName)
+	s, err := n.JetStream().Stream(context.Background(), queue.StreamName)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i := 0; i < 64; i++ {
 		cal := fmt.Sprintf("cal-%d_X", i*7919)
-		ack, err := n.JS.Publish(context.Background(), queue.CommandSubject(cal), []byte("{}"))
+		ack, err := n.JetStream().Publish(context.Background(), queue.CommandSubject(cal), []byte("{}"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -468,7 +468,7 @@ func TestSubmitWithoutStream(t *testing.T) {
 	n.StopWriters()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := n.JS.DeleteStream(ctx, queue.StreamName); err != nil {
+	if err := n.JetStream().DeleteStream(ctx, queue.StreamName); err != nil {
 		t.Fatal(err)
 	}
 	cmd := book("c", "r1", 0, 1)
@@ -489,12 +489,12 @@ func TestPartitionsDefaultAndAdopted(t *testing.T) {
 	}
 	checkTransform := func(n *queue.Node, want int) {
 		t.Helper()
-		s, err := n.JS.Stream(context.Background(), queue.StreamName)
+		s, err := n.JetStream().Stream(context.Background(), queue.StreamName)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := s.CachedInfo().Config.SubjectTransform.Destination; !strings.Contains(got, fmt.Sprintf("{{partition(%d,1)}}", want)) || len(n.Parts) != want {
-			t.Fatalf("%d writers, transform %q; want %d partitions", len(n.Parts), got, want)
+		if got := s.CachedInfo().Config.SubjectTransform.Destination; !strings.Contains(got, fmt.Sprintf("{{partition(%d,1)}}", want)) || len(n.Parts()) != want {
+			t.Fatalf("%d writers, transform %q; want %d partitions", len(n.Parts()), got, want)
 		}
 	}
 
@@ -513,14 +513,14 @@ func TestPartitionsDefaultAndAdopted(t *testing.T) {
 	for c := 0; c < 16; c++ {
 		submit(t, n, upsert(fmt.Sprintf("cal%d", c)))
 	}
-	want := digestOf(t, n.Store)
+	want := digestOf(t, n.Store())
 	stopNode(t, n)
 	if n, err = start(dir, 0); err != nil {
 		t.Fatal(err)
 	}
 	checkTransform(n, 8)
 	queuetest.CheckFor(t, queuetest.ReadyTimeout, n.Ready)
-	if got := digestOf(t, n.Store); got.Total != want.Total || len(got.Applied) != len(want.Applied) {
+	if got := digestOf(t, n.Store()); got.Total != want.Total || len(got.Applied) != len(want.Applied) {
 		t.Fatalf("index changed when the stream's partition count was adopted: %v vs %v", got.Applied, want.Applied)
 	}
 	stopNode(t, n)
@@ -539,7 +539,7 @@ func TestPartitionsDefaultAndAdopted(t *testing.T) {
 // NATS would be seen.
 func TestRepliesToThisProcessStayInProcess(t *testing.T) {
 	n := startNode(t, t.TempDir(), nil)
-	sub, err := n.NC.SubscribeSync("_INBOX.bookline.>")
+	sub, err := n.Conn().SubscribeSync("_INBOX.bookline.>")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -550,7 +550,7 @@ func TestRepliesToThisProcessStayInProcess(t *testing.T) {
 		t.Fatalf("booking: %+v", r)
 	}
 	const sentinel = "_INBOX.bookline.sentinel.end"
-	if err := n.NC.Publish(sentinel, nil); err != nil {
+	if err := n.Conn().Publish(sentinel, nil); err != nil {
 		t.Fatal(err)
 	}
 	acks := 0

@@ -31,13 +31,13 @@ import (
 // record are gone with a trimmed stream. A command of the id published to
 // the stream after this call may still come; that is a new request.
 func (n *Node) Outcome(ctx context.Context, calID, reqID string) (reply []byte, pending bool, err error) {
-	if !actor.ValidCalendarID(calID) || !actor.ValidRequestID(reqID) || len(n.Parts) == 0 {
+	if !actor.ValidCalendarID(calID) || !actor.ValidRequestID(reqID) || len(n.parts) == 0 {
 		return nil, false, nil
 	}
 	if reply, ok, err := n.Lookup(calID, reqID); ok || err != nil {
 		return reply, false, err
 	}
-	p := n.Parts[PartitionOf(calID, len(n.Parts))]
+	p := n.parts[PartitionOf(calID, len(n.parts))]
 	last, err := lastSeqOf(ctx, n.stream, PartitionSubjectPrefix+strconv.Itoa(p.ID)+"."+calID)
 	if err != nil {
 		return nil, false, fmt.Errorf("%w: %v", ErrUnavailable, err)
@@ -47,7 +47,7 @@ func (n *Node) Outcome(ctx context.Context, calID, reqID string) (reply []byte, 
 			return nil, false, err
 		}
 	}
-	err = n.Store.View(func(tx *data.Tx) error {
+	err = n.store.View(func(tx *data.Tx) error {
 		rec, found, err := tx.Request(calID, reqID)
 		if err != nil {
 			return err

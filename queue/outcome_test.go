@@ -51,7 +51,7 @@ func TestOutcomeTellsPendingFromUnknown(t *testing.T) {
 		t.Fatal(err)
 	}
 	m.Header.Del(queue.HeaderReplyTo)
-	if _, err := n.JS.PublishMsg(ctx, m); err != nil {
+	if _, err := n.JetStream().PublishMsg(ctx, m); err != nil {
 		t.Fatal(err)
 	}
 	want("a", "r2", "pending")

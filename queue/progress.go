@@ -179,8 +179,8 @@ func (n *Node) ConfirmMirror(ctx context.Context, calID string, seq uint64) erro
 // (mirrors it to Google, reads its busy time): outside cluster mode always,
 // in cluster mode while it consumes the calendar's partition.
 func (n *Node) OwnsCalendar(calID string) bool {
-	if n.cluster == nil || len(n.Parts) == 0 {
+	if n.cluster == nil || len(n.parts) == 0 {
 		return true
 	}
-	return n.Parts[PartitionOf(calID, len(n.Parts))].active.Load()
+	return n.parts[PartitionOf(calID, len(n.parts))].active.Load()
 }

@@ -32,7 +32,7 @@ func CommandMsg(ctx context.Context, cmd *actor.Command, fingerprint, replyTo st
 	msg.Header.Set(HeaderReplyTo, replyTo)
 	msg.Header.Set(HeaderSchema, strconv.Itoa(cmd.V))
 	msg.Header.Set(HeaderRequestID, cmd.RequestID)
-	if trace := actor.TraceID(ctx); trace != "" {
+	if trace := TraceID(ctx); trace != "" {
 		msg.Header.Set(HeaderTraceID, trace)
 	}
 	msg.Header.Set(HeaderContentType, "application/json")

@@ -46,7 +46,7 @@ func TestCommandMsg(t *testing.T) {
 	for _, traced := range []bool{false, true} {
 		ctx := context.Background()
 		if traced {
-			ctx = actor.WithTraceID(ctx, "http-7")
+			ctx = queue.WithTraceID(ctx, "http-7")
 			want["Bookline-Trace-Id"] = []string{"http-7"}
 		}
 		msg, err := queue.CommandMsg(ctx, &cmd, fp, "_INBOX.x.tok")
@@ -74,7 +74,7 @@ type publishRecorder struct {
 
 func newPublishRecorder(t *testing.T, n *queue.Node, inFlight int, ackTimeout time.Duration) *publishRecorder {
 	t.Helper()
-	c, err := queue.NewClient(n.NC, nil, queue.InboxName("publisher-test"))
+	c, err := queue.NewClient(n.Conn(), nil, queue.InboxName("publisher-test"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,7 +206,7 @@ func TestPublisherWithoutStream(t *testing.T) {
 	n := startNode(t, t.TempDir(), nil)
 	n.StopWriters()
 	ctx := context.Background()
-	if err := n.JS.DeleteStream(ctx, queue.StreamName); err != nil {
+	if err := n.JetStream().DeleteStream(ctx, queue.StreamName); err != nil {
 		t.Fatal(err)
 	}
 	r := newPublishRecorder(t, n, 1, 10*time.Second)
@@ -236,14 +236,14 @@ func TestPublisherAckTimeout(t *testing.T) {
 	n := startNode(t, t.TempDir(), nil)
 	n.StopWriters()
 	ctx := context.Background()
-	if err := n.JS.DeleteStream(ctx, queue.StreamName); err != nil {
+	if err := n.JetStream().DeleteStream(ctx, queue.StreamName); err != nil {
 		t.Fatal(err)
 	}
 	// Something listens on the command subjects but never acknowledges:
 	// no "no responders", no PubAck.
 	var late []*nats.Msg
 	var mu sync.Mutex
-	sink, err := n.NC.Subscribe(queue.CommandSubjectPrefix+">", func(m *nats.Msg) {
+	sink, err := n.Conn().Subscribe(queue.CommandSubjectPrefix+">", func(m *nats.Msg) {
 		mu.Lock()
 		late = append(late, m)
 		mu.Unlock()
@@ -252,7 +252,7 @@ func TestPublisherAckTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sink.Unsubscribe()
-	if err := n.NC.Flush(); err != nil {
+	if err := n.Conn().Flush(); err != nil {
 		t.Fatal(err)
 	}
 	r := newPublishRecorder(t, n, 1, 200*time.Millisecond)
@@ -275,10 +275,10 @@ func TestPublisherAckTimeout(t *testing.T) {
 	mu.Lock()
 	first := late[0]
 	mu.Unlock()
-	if err := n.NC.Publish(first.Reply, []byte(`{"stream":"`+queue.StreamName+`","seq":1}`)); err != nil {
+	if err := n.Conn().Publish(first.Reply, []byte(`{"stream":"`+queue.StreamName+`","seq":1}`)); err != nil {
 		t.Fatal(err)
 	}
-	if err := n.NC.Flush(); err != nil {
+	if err := n.Conn().Flush(); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(50 * time.Millisecond)
@@ -295,7 +295,7 @@ func TestPublisherAnswersInBulk(t *testing.T) {
 	submit(t, n, upsert("c"))
 	var mu sync.Mutex
 	bulk, single, lines := 0, 0, 0
-	sub, err := n.NC.Subscribe("_INBOX.publisher-test.*.*", func(m *nats.Msg) {
+	sub, err := n.Conn().Subscribe("_INBOX.publisher-test.*.*", func(m *nats.Msg) {
 		mu.Lock()
 		defer mu.Unlock()
 		if strings.HasSuffix(m.Subject, "._r") {
@@ -309,7 +309,7 @@ func TestPublisherAnswersInBulk(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sub.Unsubscribe()
-	if err := n.NC.Flush(); err != nil {
+	if err := n.Conn().Flush(); err != nil {
 		t.Fatal(err)
 	}
 	r := newPublishRecorder(t, n, 256, 10*time.Second)
@@ -360,9 +360,9 @@ func TestPublisherAnswersInBulk(t *testing.T) {
 // and the commands in them.
 type batchCounter struct{ n, cmds atomic.Int64 }
 
-func (b *batchCounter) ObserveBatch(ab actor.AppliedBatch) {
+func (b *batchCounter) ObserveBatch(_ int, in []actor.Decoded, _ []actor.Output, _ time.Time) {
 	b.n.Add(1)
-	b.cmds.Add(int64(len(ab.In)))
+	b.cmds.Add(int64(len(in)))
 }
 func (*batchCounter) EventPublishFailed(string)       {}
 func (*batchCounter) StorageWriteFailed(string)       {}

@@ -108,7 +108,7 @@ func clusterNode(t *testing.T, urls, id string, parts int, ttl time.Duration, lo
 // at once (no unpin, no leave, no acks), then what is left is closed.
 func killNode(n *queue.Node) {
 	stopped.Store(n, true)
-	n.NC.Close()
+	n.Conn().Close()
 	_ = n.Close()
 }
 
@@ -183,7 +183,7 @@ func nudge(t *testing.T, n *queue.Node, cal string) {
 	m := nats.NewMsg(queue.CommandSubject(cal))
 	m.Data = body
 	m.Header.Set(queue.HeaderSchema, strconv.Itoa(actor.SchemaVersion))
-	if _, err := n.JS.PublishMsg(context.Background(), m); err != nil {
+	if _, err := n.JetStream().PublishMsg(context.Background(), m); err != nil {
 		t.Logf("nudge %s: %v", cal, err)
 	}
 }
@@ -297,11 +297,11 @@ func TestClusterStaleOwnerAcrossRebalance(t *testing.T) {
 	}
 	ctx := context.Background()
 	consumer := queue.ConsumerPrefix + strconv.Itoa(p)
-	if _, err := a.JS.PauseConsumer(ctx, queue.StreamName, consumer, time.Now().Add(time.Minute)); err != nil {
+	if _, err := a.JetStream().PauseConsumer(ctx, queue.StreamName, consumer, time.Now().Add(time.Minute)); err != nil {
 		t.Fatal(err)
 	}
 	queuetest.CheckFor(t, 10*time.Second, func() error {
-		cons, err := a.JS.Consumer(ctx, queue.StreamName, consumer)
+		cons, err := a.JetStream().Consumer(ctx, queue.StreamName, consumer)
 		if err == nil && !cons.CachedInfo().Paused {
 			err = fmt.Errorf("consumer %s not paused yet", consumer)
 		}
@@ -344,7 +344,7 @@ func TestClusterStaleOwnerAcrossRebalance(t *testing.T) {
 	// A pull the owner had waiting when the pause was asked for may still
 	// have been answered: those commands were decided once, from the
 	// consumer, and acknowledged. The others are the stale-owner case.
-	cons, err := a.JS.Consumer(ctx, queue.StreamName, consumer)
+	cons, err := a.JetStream().Consumer(ctx, queue.StreamName, consumer)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -392,7 +392,7 @@ func TestClusterStaleOwnerAcrossRebalance(t *testing.T) {
 		}
 		return err
 	})
-	if _, err := a.JS.ResumeConsumer(ctx, queue.StreamName, consumer); err != nil {
+	if _, err := a.JetStream().ResumeConsumer(ctx, queue.StreamName, consumer); err != nil {
 		t.Fatal(err)
 	}
 	queuetest.CheckFor(t, 20*time.Second, count(2))
@@ -468,7 +468,7 @@ func checkEvents(t *testing.T, js jetstream.JetStream, cal string, want int) []u
 }
 
 func noPendingEvents(n *queue.Node) error {
-	return n.Store.View(func(tx *data.Tx) error {
+	return n.Store().View(func(tx *data.Tx) error {
 		evs, err := tx.PendingEvents(100)
 		if err == nil && len(evs) > 0 {
 			err = fmt.Errorf("%s: %d events still queued", n.InstanceID(), len(evs))
@@ -532,7 +532,7 @@ func TestClusterTakeoverSendsPendingEvents(t *testing.T) {
 	}
 	total := 2 + k + 1
 	var pending int
-	if err := owner.Store.View(func(tx *data.Tx) error {
+	if err := owner.Store().View(func(tx *data.Tx) error {
 		evs, err := tx.PendingEvents(1000)
 		pending = len(evs)
 		return err

@@ -88,7 +88,7 @@ func benchBooking(cal, req string, slot int) actor.Command {
 func waitApplied(tb testing.TB, n *queue.Node, within time.Duration) {
 	tb.Helper()
 	queuetest.CheckFor(tb, within, func() error {
-		s, err := n.JS.Stream(context.Background(), queue.StreamName)
+		s, err := n.JetStream().Stream(context.Background(), queue.StreamName)
 		if err != nil {
 			return err
 		}
@@ -97,7 +97,7 @@ func waitApplied(tb testing.TB, n *queue.Node, within time.Duration) {
 			return err
 		}
 		var top uint64
-		for _, p := range n.Parts {
+		for _, p := range n.Parts() {
 			top = max(top, p.AppliedSeq())
 		}
 		if top < info.State.LastSeq {
@@ -112,10 +112,10 @@ func waitApplied(tb testing.TB, n *queue.Node, within time.Duration) {
 // until they are applied.
 func publishHistory(ctx context.Context, b *testing.B, n *queue.Node, bookings, history int, bookingsDone string) error {
 	if _, err := os.Stat(bookingsDone); err != nil {
-		if err := publishAll(ctx, n.JS, benchCalendars, func(i int) actor.Command { return upsert(fmt.Sprintf("cal-%05d", i)) }); err != nil {
+		if err := publishAll(ctx, n.JetStream(), benchCalendars, func(i int) actor.Command { return upsert(fmt.Sprintf("cal-%05d", i)) }); err != nil {
 			return err
 		}
-		if err := publishAll(ctx, n.JS, bookings, func(i int) actor.Command {
+		if err := publishAll(ctx, n.JetStream(), bookings, func(i int) actor.Command {
 			return benchBooking(fmt.Sprintf("cal-%05d", i%benchCalendars), "b-"+strconv.Itoa(i), i/benchCalendars)
 		}); err != nil {
 			return err
@@ -128,7 +128,7 @@ func publishHistory(ctx context.Context, b *testing.B, n *queue.Node, bookings, 
 	// History that leaves nothing behind: attempts on taken slots of 100
 	// calendars, whose request records expire a second of log time later.
 	perCal := max((bookings+benchCalendars-1)/benchCalendars, 1)
-	if err := publishAll(ctx, n.JS, history, func(i int) actor.Command {
+	if err := publishAll(ctx, n.JetStream(), history, func(i int) actor.Command {
 		c := benchBooking(fmt.Sprintf("cal-%05d", i%100), "", (i/100)%perCal)
 		c.RequestID = "h-" + strconv.Itoa(i)
 		c.RecordTTLSeconds = 1
@@ -192,7 +192,7 @@ func recoveryData(b *testing.B) string {
 				return err
 			}
 			fmt.Fprintf(os.Stderr, "recovery bench: snapshot %s, %d bytes, took %s\n", si.Name, si.Size, time.Since(si.TakenAt).Round(time.Millisecond))
-			if err := publishAll(ctx, n.JS, tail, func(i int) actor.Command {
+			if err := publishAll(ctx, n.JetStream(), tail, func(i int) actor.Command {
 				return benchBooking(fmt.Sprintf("cal-%05d", i%benchCalendars), "t-"+strconv.Itoa(i), perCal+1+i/benchCalendars)
 			}); err != nil {
 				return err

@@ -85,7 +85,7 @@ func TestRefilledTailIsRebuilt(t *testing.T) {
 		t.Fatalf("index reset on an intact stream:\n%s", logs.String())
 	}
 	workload(t, n, "after", 20) // lost with the stream's tail
-	applied := digestOf(t, n.Store).Applied[0]
+	applied := digestOf(t, n.Store()).Applied[0]
 	stopNode(t, n)
 	if err := os.RemoveAll(queue.StoreDirFor(dir)); err != nil {
 		t.Fatal(err)
@@ -121,7 +121,7 @@ func TestRefilledTailIsRebuilt(t *testing.T) {
 	if !bytes.Contains([]byte(logs.String()), []byte("INDEX AHEAD OF STREAM")) {
 		t.Fatalf("no loud rebuild message in logs:\n%s", logs.String())
 	}
-	if err := n.Store.View(func(tx *data.Tx) error {
+	if err := n.Store().View(func(tx *data.Tx) error {
 		if !tx.CalendarExists("refill") {
 			return fmt.Errorf("the refilled calendar.upsert was skipped")
 		}
@@ -137,8 +137,8 @@ func TestRefilledTailIsRebuilt(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	live := digestOf(t, n.Store)
-	if got := replayInto(t, n.JS, queue.ReplayOptions{}); got.Total != live.Total {
+	live := digestOf(t, n.Store())
+	if got := replayInto(t, n.JetStream(), queue.ReplayOptions{}); got.Total != live.Total {
 		cal, _ := data.FirstDifference(live, got)
 		t.Fatalf("rebuilt index differs from the stream, first at %q", cal)
 	}
@@ -173,7 +173,7 @@ func TestCommandStreamDeniesDeleteAndPurge(t *testing.T) {
 	check := func(n *queue.Node) {
 		t.Helper()
 		ctx := context.Background()
-		s, err := n.JS.Stream(ctx, queue.StreamName)
+		s, err := n.JetStream().Stream(ctx, queue.StreamName)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -223,7 +223,7 @@ func TestHistoryGapIsRefused(t *testing.T) {
 	for i := 0; i < 5; i++ {
 		submit(t, n, book(busy, fmt.Sprintf("b-%d", i), i, 1))
 	}
-	first := truncateStream(t, n.JS, 5)
+	first := truncateStream(t, n.JetStream(), 5)
 	// Still served, both partitions.
 	r := submit(t, n, book(quiet, "q-0", 0, 1))
 	if r.Outcome != actor.OutcomeAccepted {
@@ -249,7 +249,7 @@ func TestHistoryGapIsRefused(t *testing.T) {
 	if r := submit(t, n, book(busy, "b-after-restart", 30, 1)); r.Outcome != actor.OutcomeAccepted {
 		t.Fatalf("the busy partition after its writer started over: %+v", r)
 	}
-	s, err := n.JS.Stream(context.Background(), queue.StreamName)
+	s, err := n.JetStream().Stream(context.Background(), queue.StreamName)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -260,7 +260,7 @@ func TestHistoryGapIsRefused(t *testing.T) {
 	if first = info.State.FirstSeq; first <= quietApplied+1 {
 		t.Fatalf("stream starts at %d, the quiet partition applied %d: no gap", first, quietApplied)
 	}
-	want := digestOf(t, n.Store)
+	want := digestOf(t, n.Store())
 	stopNode(t, n)
 
 	start := func() error {
@@ -331,7 +331,7 @@ func TestRecreatedStreamWithOtherPartitionCount(t *testing.T) {
 	})
 	logs := &queuetest.SyncBuffer{}
 	n = startNodeWith(t, queue.NodeConfig{DataDir: dir, Partitions: 2}, logs)
-	if err := n.Store.View(func(tx *data.Tx) error {
+	if err := n.Store().View(func(tx *data.Tx) error {
 		if ids := tx.CalendarIDs(); len(ids) > 0 {
 			return fmt.Errorf("calendars of the deleted stream are still served: %v", ids)
 		}

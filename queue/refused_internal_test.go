@@ -17,7 +17,7 @@ import (
 // catching up to the calendar's last logged command, which this node
 // without a stream cannot do.
 func TestRefusedNeedsAnAuthoritativeIndex(t *testing.T) {
-	n := &Node{Store: datatest.MustOpen(t), Parts: []*Partition{{ID: 0}, {ID: 1}}}
+	n := &Node{store: datatest.MustOpen(t), parts: []*Partition{{ID: 0}, {ID: 1}}}
 	start := time.Now().Add(time.Hour)
 	cmd := &actor.Command{V: actor.SchemaVersion, Type: actor.TypeBookingCreate, RequestID: "r.1", CalendarID: "nowhere",
 		Booking: &actor.BookingSpec{Start: start, End: start.Add(time.Hour), Customer: "c"}}
@@ -32,7 +32,7 @@ func TestRefusedNeedsAnAuthoritativeIndex(t *testing.T) {
 	if code := refused(); code != "" {
 		t.Fatalf("catching up: refused %q", code)
 	}
-	for _, p := range n.Parts {
+	for _, p := range n.Parts() {
 		p.caughtUp.Store(true)
 	}
 	if code := refused(); code != actor.CodeCalendarNotFound {
@@ -48,9 +48,9 @@ func TestRefusedNeedsAnAuthoritativeIndex(t *testing.T) {
 // before the process started: while the partition catches up it waits, and
 // gives up with ErrUnavailable when the caller's time runs out.
 func TestRecordedForWaitsForCatchUp(t *testing.T) {
-	n := &Node{Store: datatest.MustOpen(t), Parts: []*Partition{{ID: 0}}}
+	n := &Node{store: datatest.MustOpen(t), parts: []*Partition{{ID: 0}}}
 	cmd := &actor.Command{V: actor.SchemaVersion, Type: actor.TypeHoldExpire, RequestID: "k.new", CalendarID: "cal"}
-	err := n.Store.Commit(func(tx *data.Tx) error {
+	err := n.Store().Commit(func(tx *data.Tx) error {
 		return tx.PutRequest("cal", "k.old", data.RequestRecord{Fingerprint: cmd.Fingerprint(), Seq: 1,
 			Reply: actor.AppendRecordReply(nil, &actor.Reply{V: 1, RequestID: "k.old", CalendarID: "cal", Outcome: actor.OutcomeAccepted, Seq: 1})})
 	})
@@ -62,7 +62,7 @@ func TestRecordedForWaitsForCatchUp(t *testing.T) {
 	if _, _, err := n.RecordedFor(ctx, cmd, "k.old", cmd.Fingerprint()); !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("while catching up: %v, want ErrUnavailable", err)
 	}
-	n.Parts[0].caughtUp.Store(true)
+	n.Parts()[0].caughtUp.Store(true)
 	reply, ok, err := n.RecordedFor(context.Background(), cmd, "k.old", cmd.Fingerprint())
 	if err != nil || !ok || !strings.Contains(string(reply), `"request_id":"k.old"`) {
 		t.Fatalf("caught up: %s, %v, %v", reply, ok, err)

@@ -34,12 +34,12 @@ func TestMemoryReleasedAfterBulkLoad(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := n.JS.PublishAsync(queue.CommandSubject("c"), body); err != nil {
+			if _, err := n.JetStream().PublishAsync(queue.CommandSubject("c"), body); err != nil {
 				t.Fatal(err)
 			}
 		}
 		select {
-		case <-n.JS.PublishAsyncComplete():
+		case <-n.JetStream().PublishAsyncComplete():
 		case <-time.After(10 * time.Second):
 			t.Fatal("publish did not complete")
 		}
@@ -55,7 +55,7 @@ func TestMemoryReleasedAfterBulkLoad(t *testing.T) {
 	// The events of the backlog may end in a release of their own; then
 	// nothing more without new work.
 	queuetest.CheckFor(t, 20*time.Second, func() error {
-		s, err := n.JS.Stream(context.Background(), queue.EventStreamName)
+		s, err := n.JetStream().Stream(context.Background(), queue.EventStreamName)
 		if err != nil {
 			return err
 		}

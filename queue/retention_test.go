@@ -30,7 +30,7 @@ func TestRecordRetentionLiveEqualsReplay(t *testing.T) {
 	if held.Outcome != actor.OutcomeAccepted {
 		t.Fatalf("hold: %+v", held)
 	}
-	mid := digestOf(t, n.Store)
+	mid := digestOf(t, n.Store())
 	var midSeq uint64
 	for _, s := range mid.Applied {
 		midSeq = max(midSeq, s)
@@ -45,7 +45,7 @@ func TestRecordRetentionLiveEqualsReplay(t *testing.T) {
 		c := actor.Command{Type: actor.TypeBookingCancel, RequestID: fmt.Sprintf("tick-%d", tick), CalendarID: "a",
 			BookingID: actor.BookingID("a", "none"), RecordTTLSeconds: 1}
 		submit(t, n, c)
-		return n.Store.View(func(tx *data.Tx) error {
+		return n.Store().View(func(tx *data.Tx) error {
 			if _, ok, _ := tx.Request("a", "r.short"); ok {
 				return fmt.Errorf("r.short is still recorded")
 			}
@@ -60,18 +60,18 @@ func TestRecordRetentionLiveEqualsReplay(t *testing.T) {
 			})
 		})
 	})
-	_ = n.Store.View(func(tx *data.Tx) error {
+	_ = n.Store().View(func(tx *data.Tx) error {
 		if rec, ok, _ := tx.Request("a", "kept"); !ok || !rec.Expires.IsZero() {
 			t.Errorf("a record without retention: %+v, %v", rec, ok)
 		}
 		return nil
 	})
-	live := digestOf(t, n.Store)
-	if got := replayInto(t, n.JS, queue.ReplayOptions{}); got.Total != live.Total {
+	live := digestOf(t, n.Store())
+	if got := replayInto(t, n.JetStream(), queue.ReplayOptions{}); got.Total != live.Total {
 		cal, _ := data.FirstDifference(live, got)
 		t.Fatalf("replay differs from live index, first at calendar %q", cal)
 	}
-	if got := replayInto(t, n.JS, queue.ReplayOptions{ToSeq: midSeq}); got.Total != mid.Total {
+	if got := replayInto(t, n.JetStream(), queue.ReplayOptions{ToSeq: midSeq}); got.Total != mid.Total {
 		cal, _ := data.FirstDifference(mid, got)
 		t.Fatalf("--to-seq %d differs from the index at that point, first at %q", midSeq, cal)
 	}

@@ -79,10 +79,10 @@ func TestNewerSchemaStopsPartition(t *testing.T) {
 	logs := &queuetest.SyncBuffer{}
 	n := startNode(t, dir, logs)
 	const cal = "upgrade-a"
-	pa := queue.PartitionOf(cal, len(n.Parts))
+	pa := queue.PartitionOf(cal, len(n.Parts()))
 	other := ""
 	for i := 0; other == ""; i++ {
-		if c := fmt.Sprintf("other-%d", i); queue.PartitionOf(c, len(n.Parts)) != pa {
+		if c := fmt.Sprintf("other-%d", i); queue.PartitionOf(c, len(n.Parts())) != pa {
 			other = c
 		}
 	}
@@ -90,13 +90,13 @@ func TestNewerSchemaStopsPartition(t *testing.T) {
 	submit(t, n, upsert(other))
 
 	inbox := nats.NewInbox()
-	replies, err := n.NC.SubscribeSync(inbox + ".*")
+	replies, err := n.Conn().SubscribeSync(inbox + ".*")
 	if err != nil {
 		t.Fatal(err)
 	}
-	before := publishRaw(t, n.JS, cal, mustMarshal(t, book(cal, "before", 0, 4)), actor.SchemaVersion, inbox+".before")
-	newer := publishRaw(t, n.JS, cal, newerBody(cal, "newer"), actor.KnownSchemaVersion+1, inbox+".newer")
-	after := publishRaw(t, n.JS, cal, mustMarshal(t, book(cal, "after", 8, 4)), actor.SchemaVersion, inbox+".after")
+	before := publishRaw(t, n.JetStream(), cal, mustMarshal(t, book(cal, "before", 0, 4)), actor.SchemaVersion, inbox+".before")
+	newer := publishRaw(t, n.JetStream(), cal, newerBody(cal, "newer"), actor.KnownSchemaVersion+1, inbox+".newer")
+	after := publishRaw(t, n.JetStream(), cal, mustMarshal(t, book(cal, "after", 8, 4)), actor.SchemaVersion, inbox+".after")
 	waitStopped(t, n, pa)
 
 	// The other partitions go on.
@@ -105,7 +105,7 @@ func TestNewerSchemaStopsPartition(t *testing.T) {
 	}
 	checkStopped := func(n *queue.Node) {
 		t.Helper()
-		if err := n.Store.View(func(tx *data.Tx) error {
+		if err := n.Store().View(func(tx *data.Tx) error {
 			if got := tx.AppliedSeq(pa); got < before || got >= newer {
 				return fmt.Errorf("applied seq %d, want from %d to before %d", got, before, newer)
 			}
@@ -118,7 +118,7 @@ func TestNewerSchemaStopsPartition(t *testing.T) {
 		}); err != nil {
 			t.Fatal(err)
 		}
-		cons, err := n.JS.Consumer(context.Background(), queue.StreamName, queue.ConsumerPrefix+strconv.Itoa(pa))
+		cons, err := n.JetStream().Consumer(context.Background(), queue.StreamName, queue.ConsumerPrefix+strconv.Itoa(pa))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -173,7 +173,7 @@ func TestNewerSchemaStopsPartition(t *testing.T) {
 	checkStopped(n2)
 
 	// A replay by this build cannot pass it either.
-	if _, err := queue.Replay(context.Background(), n2.JS, datatest.MustOpen(t), queue.ReplayOptions{}); err == nil ||
+	if _, err := queue.Replay(context.Background(), n2.JetStream(), datatest.MustOpen(t), queue.ReplayOptions{}); err == nil ||
 		!strings.Contains(err.Error(), fmt.Sprintf("stream seq %d is a command of schema version %d", newer, actor.KnownSchemaVersion+1)) {
 		t.Fatalf("replay past a newer command: %v", err)
 	}
@@ -191,12 +191,12 @@ func TestClusterNewerSchemaStopsEveryInstance(t *testing.T) {
 	n1 := startInstance(t, url, "old-1", nil)
 	n2 := startInstance(t, url, "old-2", nil)
 	const cal = "rolling"
-	pa := queue.PartitionOf(cal, len(n1.Parts))
+	pa := queue.PartitionOf(cal, len(n1.Parts()))
 	submit(t, n1, upsert(cal))
 	inbox := nats.NewInbox()
-	publishRaw(t, n1.JS, cal, mustMarshal(t, book(cal, "before", 0, 4)), actor.SchemaVersion, inbox+".before")
-	newer := publishRaw(t, n1.JS, cal, newerBody(cal, "newer"), actor.KnownSchemaVersion+1, inbox+".newer")
-	publishRaw(t, n1.JS, cal, mustMarshal(t, book(cal, "after", 8, 4)), actor.SchemaVersion, inbox+".after")
+	publishRaw(t, n1.JetStream(), cal, mustMarshal(t, book(cal, "before", 0, 4)), actor.SchemaVersion, inbox+".before")
+	newer := publishRaw(t, n1.JetStream(), cal, newerBody(cal, "newer"), actor.KnownSchemaVersion+1, inbox+".newer")
+	publishRaw(t, n1.JetStream(), cal, mustMarshal(t, book(cal, "after", 8, 4)), actor.SchemaVersion, inbox+".after")
 	waitStopped(t, n1, pa)
 	waitStopped(t, n2, pa)
 	for _, n := range []*queue.Node{n1, n2} {
@@ -204,7 +204,7 @@ func TestClusterNewerSchemaStopsEveryInstance(t *testing.T) {
 		if !errors.Is(err, queue.ErrUnavailable) || !strings.Contains(err.Error(), fmt.Sprintf("stream seq %d is a command of schema version", newer)) {
 			t.Fatalf("%s: read of the stopped calendar: %v", n.InstanceID(), err)
 		}
-		if err := n.Store.View(func(tx *data.Tx) error {
+		if err := n.Store().View(func(tx *data.Tx) error {
 			for req, want := range map[string]bool{"before": true, "newer": false, "after": false} {
 				if _, ok, _ := tx.Request(cal, req); ok != want {
 					return fmt.Errorf("%s: request %s recorded: %v", n.InstanceID(), req, ok)

@@ -22,8 +22,8 @@ import (
 // rulesLevels reads every partition's rules level from n's index.
 func rulesLevels(t *testing.T, n *queue.Node) []int {
 	t.Helper()
-	out := make([]int, len(n.Parts))
-	if err := n.Store.View(func(tx *data.Tx) error {
+	out := make([]int, len(n.Parts()))
+	if err := n.Store().View(func(tx *data.Tx) error {
 		for p := range out {
 			out[p] = tx.RulesLevel(p)
 		}
@@ -56,16 +56,16 @@ func TestEmbeddedStartRaisesRulesLevel(t *testing.T) {
 	dir := t.TempDir()
 	n := startNode(t, dir, nil)
 	waitLevel2(t, n)
-	info, err := n.JS.Stream(context.Background(), queue.StreamName)
+	info, err := n.JetStream().Stream(context.Background(), queue.StreamName)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := info.CachedInfo().State.Msgs; got != uint64(len(n.Parts)) {
-		t.Fatalf("%d messages after start, want one marker per partition (%d)", got, len(n.Parts))
+	if got := info.CachedInfo().State.Msgs; got != uint64(len(n.Parts())) {
+		t.Fatalf("%d messages after start, want one marker per partition (%d)", got, len(n.Parts()))
 	}
-	for p := range n.Parts {
-		tok := queue.SystemToken(p, len(n.Parts))
-		if !strings.HasPrefix(tok, queue.SystemTokenPrefix) || queue.PartitionOf(tok, len(n.Parts)) != p {
+	for p := range n.Parts() {
+		tok := queue.SystemToken(p, len(n.Parts()))
+		if !strings.HasPrefix(tok, queue.SystemTokenPrefix) || queue.PartitionOf(tok, len(n.Parts())) != p {
 			t.Fatalf("partition %d: system token %q", p, tok)
 		}
 	}
@@ -74,7 +74,7 @@ func TestEmbeddedStartRaisesRulesLevel(t *testing.T) {
 	const cal = "strict"
 	submit(t, n, upsert(cal))
 	inbox := nats.NewInbox()
-	sub, err := n.NC.SubscribeSync(inbox + ".*")
+	sub, err := n.Conn().SubscribeSync(inbox + ".*")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +82,7 @@ func TestEmbeddedStartRaisesRulesLevel(t *testing.T) {
 	blank.Booking.Customer = "  "
 	blank.V = actor.SchemaVersion
 	body, _ := json.Marshal(blank)
-	publishRaw(t, n.JS, cal, body, actor.SchemaVersion, inbox+".blank")
+	publishRaw(t, n.JetStream(), cal, body, actor.SchemaVersion, inbox+".blank")
 	m, err := sub.NextMsg(10 * time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -93,11 +93,11 @@ func TestEmbeddedStartRaisesRulesLevel(t *testing.T) {
 	}
 	stopNode(t, n)
 	n = startNode(t, dir, nil)
-	s, err := n.JS.Stream(context.Background(), queue.StreamName)
+	s, err := n.JetStream().Stream(context.Background(), queue.StreamName)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := s.CachedInfo().State.Msgs; got != uint64(len(n.Parts))+2 {
+	if got := s.CachedInfo().State.Msgs; got != uint64(len(n.Parts()))+2 {
 		t.Fatalf("%d messages after a restart: markers published again", got)
 	}
 }
@@ -114,16 +114,16 @@ func TestSkipResumesStoppedPartition(t *testing.T) {
 	n := startNode(t, t.TempDir(), logs)
 	waitLevel2(t, n)
 	const cal = "skip-a"
-	pa := queue.PartitionOf(cal, len(n.Parts))
+	pa := queue.PartitionOf(cal, len(n.Parts()))
 	submit(t, n, upsert(cal))
 	inbox := nats.NewInbox()
-	replies, err := n.NC.SubscribeSync(inbox + ".*")
+	replies, err := n.Conn().SubscribeSync(inbox + ".*")
 	if err != nil {
 		t.Fatal(err)
 	}
-	publishRaw(t, n.JS, cal, mustMarshal(t, book(cal, "before", 0, 4)), actor.SchemaVersion, inbox+".before")
-	newer := publishRaw(t, n.JS, cal, newerBody(cal, "newer"), actor.KnownSchemaVersion+1, inbox+".newer")
-	publishRaw(t, n.JS, cal, mustMarshal(t, book(cal, "after", 8, 4)), actor.SchemaVersion, inbox+".after")
+	publishRaw(t, n.JetStream(), cal, mustMarshal(t, book(cal, "before", 0, 4)), actor.SchemaVersion, inbox+".before")
+	newer := publishRaw(t, n.JetStream(), cal, newerBody(cal, "newer"), actor.KnownSchemaVersion+1, inbox+".newer")
+	publishRaw(t, n.JetStream(), cal, mustMarshal(t, book(cal, "after", 8, 4)), actor.SchemaVersion, inbox+".after")
 	waitStopped(t, n, pa)
 
 	ctx := context.Background()
@@ -131,8 +131,8 @@ func TestSkipResumesStoppedPartition(t *testing.T) {
 		p    int
 		seq  uint64
 		want error
-	}{{pa, newer + 1, actor.ErrNotStopped}, {pa, newer - 1, actor.ErrNotStopped}, {(pa + 1) % len(n.Parts), newer, actor.ErrNotStopped},
-		{len(n.Parts), newer, actor.ErrNoPartition}, {-1, newer, actor.ErrNoPartition}} {
+	}{{pa, newer + 1, queue.ErrNotStopped}, {pa, newer - 1, queue.ErrNotStopped}, {(pa + 1) % len(n.Parts()), newer, queue.ErrNotStopped},
+		{len(n.Parts()), newer, queue.ErrNoPartition}, {-1, newer, queue.ErrNoPartition}} {
 		if _, err := n.Skip(ctx, c.p, c.seq); !errors.Is(err, c.want) {
 			t.Fatalf("skip of partition %d seq %d: %v, want %v", c.p, c.seq, err, c.want)
 		}
@@ -181,18 +181,18 @@ func TestSkipResumesStoppedPartition(t *testing.T) {
 		}
 	}
 	// The same skip again: answered from its record.
-	if again, err := n.Skip(ctx, pa, newer); !errors.Is(err, actor.ErrNotStopped) {
+	if again, err := n.Skip(ctx, pa, newer); !errors.Is(err, queue.ErrNotStopped) {
 		t.Fatalf("skip again: %s %v", again, err)
 	}
 
-	live := digestOf(t, n.Store)
-	if got := replayInto(t, n.JS, queue.ReplayOptions{}); got.Total != live.Total {
+	live := digestOf(t, n.Store())
+	if got := replayInto(t, n.JetStream(), queue.ReplayOptions{}); got.Total != live.Total {
 		cal, _ := data.FirstDifference(live, got)
 		t.Fatalf("replay differs from the live index, first at %q", cal)
 	}
 	restore := actor.SetKnownSchemaVersionForTest(actor.KnownSchemaVersion + 1)
 	defer restore()
-	if got := replayInto(t, n.JS, queue.ReplayOptions{}); got.Total != live.Total {
+	if got := replayInto(t, n.JetStream(), queue.ReplayOptions{}); got.Total != live.Total {
 		cal, _ := data.FirstDifference(live, got)
 		t.Fatalf("replay by a build that knows the skipped version differs from the live index, first at %q", cal)
 	}
@@ -261,9 +261,9 @@ func TestClusterMarkersWaitForEveryMember(t *testing.T) {
 	// A partition stopped at a command of version 3: no skip while a
 	// live member knows version 3.
 	const cal = "skip-c"
-	pa := queue.PartitionOf(cal, len(n1.Parts))
+	pa := queue.PartitionOf(cal, len(n1.Parts()))
 	submit(t, n1, upsert(cal))
-	newer := publishRaw(t, n1.JS, cal, newerBody(cal, "newer"), actor.KnownSchemaVersion+1, "")
+	newer := publishRaw(t, n1.JetStream(), cal, newerBody(cal, "newer"), actor.KnownSchemaVersion+1, "")
 	waitStopped(t, n1, pa)
 	v3Ctx, stopV3 := context.WithCancel(context.Background())
 	v3Done := make(chan struct{})
@@ -279,7 +279,7 @@ func TestClusterMarkersWaitForEveryMember(t *testing.T) {
 		}
 		return nil
 	})
-	if _, err := n1.Skip(context.Background(), pa, newer); !errors.Is(err, actor.ErrNotStopped) || !strings.Contains(err.Error(), "v3-build") {
+	if _, err := n1.Skip(context.Background(), pa, newer); !errors.Is(err, queue.ErrNotStopped) || !strings.Contains(err.Error(), "v3-build") {
 		t.Fatalf("skip while v3-build is alive: %v", err)
 	}
 	stopV3()

@@ -382,7 +382,7 @@ func (s *snapshotter) write(ctx context.Context) (SnapshotInfo, string, error) {
 		return SnapshotInfo{}, path, err
 	}
 	at := time.Now()
-	st, err := s.n.Store.WriteSnapshot(w)
+	st, err := s.n.store.WriteSnapshot(w)
 	if err == nil {
 		err = w.Close()
 	}
@@ -402,8 +402,8 @@ func (s *snapshotter) write(ctx context.Context) (SnapshotInfo, string, error) {
 		return SnapshotInfo{}, path, fmt.Errorf("queue: write snapshot: %w", err)
 	}
 	si := SnapshotInfo{Name: snapshotName(at), TakenAt: at.UTC(), Instance: s.n.InstanceID(), StreamLast: info.State.LastSeq,
-		Partitions: len(s.n.Parts), SnapshotState: st, Compression: "s2", Stored: stored}
-	if si.Horizon, err = horizons(ctx, s.n.stream, st, len(s.n.Parts), info.State.LastSeq); err != nil {
+		Partitions: len(s.n.parts), SnapshotState: st, Compression: "s2", Stored: stored}
+	if si.Horizon, err = horizons(ctx, s.n.stream, st, len(s.n.parts), info.State.LastSeq); err != nil {
 		return si, path, err
 	}
 	if si.StreamLast > 0 {
@@ -523,7 +523,7 @@ func (n *Node) catchUpAll(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	for _, p := range n.Parts {
+	for _, p := range n.parts {
 		if p.applied.Load() >= info.State.LastSeq {
 			continue
 		}

@@ -82,16 +82,16 @@ func TestSnapshotRestoreAndTrim(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := n.Store.WriteSnapshot(f); err != nil {
+	if _, err := n.Store().WriteSnapshot(f); err != nil {
 		t.Fatal(err)
 	}
 	f.Close()
 	first := takeSnapshot(t, n)
-	if d := digestOf(t, n.Store); first.Digest != d.Total || fmt.Sprint(first.Applied) != fmt.Sprint(d.Applied) {
+	if d := digestOf(t, n.Store()); first.Digest != d.Total || fmt.Sprint(first.Applied) != fmt.Sprint(d.Applied) {
 		t.Fatalf("snapshot %+v, live digest %s applied %v", first, d.Total, d.Applied)
 	}
 	// One snapshot: everything it covers may go, nothing after it.
-	if got, want := streamFirst(t, n.JS), first.StreamLast+1; got > want || got < 2 {
+	if got, want := streamFirst(t, n.JetStream()), first.StreamLast+1; got > want || got < 2 {
 		t.Fatalf("stream starts at %d after the first snapshot (covers through %d)", got, first.StreamLast)
 	}
 	workload(t, n, "v", 30)
@@ -106,12 +106,12 @@ func TestSnapshotRestoreAndTrim(t *testing.T) {
 	if len(list) != 2 || list[0].Name != second.Name || list[1].Name != third.Name {
 		t.Fatalf("kept %v, want the newest two", list)
 	}
-	if got := streamFirst(t, n.JS); got > second.StreamLast+1 || got <= first.StreamLast {
+	if got := streamFirst(t, n.JetStream()); got > second.StreamLast+1 || got <= first.StreamLast {
 		t.Fatalf("stream starts at %d; the oldest kept snapshot covers through %d", got, second.StreamLast)
 	}
 	// A tail after the newest snapshot.
 	workload(t, n, "tail", 15)
-	want := digestOf(t, n.Store)
+	want := digestOf(t, n.Store())
 	stopNode(t, n)
 
 	// A full replay cannot build from the trimmed stream.
@@ -146,7 +146,7 @@ func TestSnapshotRestoreAndTrim(t *testing.T) {
 	if !strings.Contains(logs.String(), "index restored from a snapshot") || !strings.Contains(logs.String(), third.Name) {
 		t.Fatalf("no restore logged:\n%s", logs)
 	}
-	if got := digestOf(t, n.Store); got.Total != want.Total {
+	if got := digestOf(t, n.Store()); got.Total != want.Total {
 		t.Fatalf("restored + tail digest %s, live %s", got.Total, want.Total)
 	}
 	if r := submit(t, n, book("a", "after-restore", 60, 1)); r.Outcome != actor.OutcomeAccepted {
@@ -164,11 +164,11 @@ func TestSnapshotRestoreAndTrim(t *testing.T) {
 	if r := submit(t, n, book("b", "on-busy", 90, 1)); r.Code != actor.CodeExternalBusy {
 		t.Fatalf("booking on busy time from before the snapshots: %+v", r)
 	}
-	want = digestOf(t, n.Store)
+	want = digestOf(t, n.Store())
 
 	// Damage the newest snapshot: the restore falls back to the older
 	// one, loudly, and still reaches the same state from the tail.
-	obs, err := n.JS.ObjectStore(context.Background(), queue.SnapshotBucket)
+	obs, err := n.JetStream().ObjectStore(context.Background(), queue.SnapshotBucket)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -187,7 +187,7 @@ func TestSnapshotRestoreAndTrim(t *testing.T) {
 	if !strings.Contains(logs.String(), "SNAPSHOT NOT USABLE") || !strings.Contains(logs.String(), second.Name) {
 		t.Fatalf("no fallback logged:\n%s", logs)
 	}
-	if got := digestOf(t, n.Store); got.Total != want.Total {
+	if got := digestOf(t, n.Store()); got.Total != want.Total {
 		t.Fatalf("older snapshot + tail digest %s, live %s", got.Total, want.Total)
 	}
 
@@ -203,7 +203,7 @@ func TestSnapshotRestoreAndTrim(t *testing.T) {
 	if !strings.Contains(logs.String(), "INDEX BEHIND THE TRIMMED COMMAND STREAM") {
 		t.Fatalf("no restore of an index behind the stream logged:\n%s", logs)
 	}
-	if got := digestOf(t, n.Store); got.Total != want.Total {
+	if got := digestOf(t, n.Store()); got.Total != want.Total {
 		t.Fatalf("index behind, restored: digest %s, live %s", got.Total, want.Total)
 	}
 	if _, err := os.Stat(queue.IndexFile(dir) + ".behind"); err != nil {
@@ -272,7 +272,7 @@ func TestClusterFollowsAndRestoresBehindTrimmedStream(t *testing.T) {
 	workload(t, a, "w", 30)
 	waitApplied(t, b, 20*time.Second) // without a single read on b
 	sameIndexNow := func() error {
-		if got, want := digestOf(t, b.Store).Total, digestOf(t, a.Store).Total; got != want {
+		if got, want := digestOf(t, b.Store()).Total, digestOf(t, a.Store()).Total; got != want {
 			return fmt.Errorf("b's index %s, a's %s", got, want)
 		}
 		return nil
@@ -288,7 +288,7 @@ func TestClusterFollowsAndRestoresBehindTrimmedStream(t *testing.T) {
 		t.Helper()
 		queuetest.CheckFor(t, 20*time.Second, func() error {
 			takeSnapshot(t, a)
-			if got := streamFirst(t, a.JS); got <= seq {
+			if got := streamFirst(t, a.JetStream()); got <= seq {
 				return fmt.Errorf("stream starts at %d, want past %d", got, seq)
 			}
 			return nil
@@ -304,7 +304,7 @@ func TestClusterFollowsAndRestoresBehindTrimmedStream(t *testing.T) {
 
 	// b stops; the stream is trimmed past its index meanwhile.
 	var bTop uint64
-	for _, p := range b.Parts {
+	for _, p := range b.Parts() {
 		bTop = max(bTop, p.AppliedSeq())
 	}
 	stopNode(t, b)
@@ -321,7 +321,7 @@ func TestClusterFollowsAndRestoresBehindTrimmedStream(t *testing.T) {
 		// b follows every partition, not only the one that holds the
 		// stream's last message, within a few follow rounds.
 		queuetest.CheckFor(t, 20*time.Second, func() error {
-			if got, want := digestOf(t, b.Store).Total, digestOf(t, a.Store).Total; got != want {
+			if got, want := digestOf(t, b.Store()).Total, digestOf(t, a.Store()).Total; got != want {
 				return fmt.Errorf("%s: b's index %s, a's %s", what, got, want)
 			}
 			return nil

@@ -30,7 +30,7 @@ func TestStoreLimitIsReportedAndSettable(t *testing.T) {
 	junk := bytes.Repeat([]byte("x"), queue.MaxMessageBytes-4096)
 	refused := false
 	for i := 0; i < 8 && !refused; i++ {
-		m, err := n.NC.Request(queue.CommandSubject("lim-junk"), junk, 10*time.Second)
+		m, err := n.Conn().Request(queue.CommandSubject("lim-junk"), junk, 10*time.Second)
 		if err != nil {
 			t.Fatalf("junk %d: %v", i, err)
 		}

@@ -75,7 +75,7 @@ func TestClusterStartTogether(t *testing.T) {
 	ctx := context.Background()
 	for _, name := range []string{queue.StreamName, queue.EventStreamName, "KV_" + queue.MembersBucket, "KV_" + queue.ProgressBucket,
 		"KV_BOOKLINE_WEBHOOKS", "OBJ_" + queue.SnapshotBucket} {
-		s, err := nodes[0].JS.Stream(ctx, name)
+		s, err := nodes[0].JetStream().Stream(ctx, name)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}

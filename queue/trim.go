@@ -90,9 +90,9 @@ func (n *Node) trimStream(ctx context.Context, obs jetstream.ObjectStore, cfg Sn
 	// partitions has applied at least what the snapshot did (the snapshot
 	// says the partition has no message between that and its horizon).
 	var lacking []int
-	err = n.Store.Commit(func(tx *data.Tx) error {
+	err = n.store.Commit(func(tx *data.Tx) error {
 		lacking = lacking[:0]
-		for p := range n.Parts {
+		for p := range n.parts {
 			if tx.Covered(p) < oldest.Applied[p] {
 				lacking = append(lacking, p)
 				continue
@@ -111,7 +111,7 @@ func (n *Node) trimStream(ctx context.Context, obs jetstream.ObjectStore, cfg Sn
 	if err != nil {
 		return err
 	}
-	for _, p := range n.Parts {
+	for _, p := range n.parts {
 		if !slices.Contains(lacking, p.ID) && p.horizon.Load() < purgeTo-1 {
 			p.horizon.Store(purgeTo - 1)
 		}
@@ -134,7 +134,7 @@ func (n *Node) trimStream(ctx context.Context, obs jetstream.ObjectStore, cfg Sn
 // still need (their covered sequence + 1).
 func (n *Node) lowestNeeded(parts []int) uint64 {
 	need := uint64(0)
-	_ = n.Store.View(func(tx *data.Tx) error {
+	_ = n.store.View(func(tx *data.Tx) error {
 		for _, p := range parts {
 			if c := tx.Covered(p) + 1; need == 0 || c < need {
 				need = c

@@ -69,8 +69,8 @@ func (n *Node) upgradeRules(ctx context.Context) {
 // publishMarkers publishes the markers still missing; done once every
 // partition is at level 2 or has its marker in the stream.
 func (n *Node) publishMarkers(ctx context.Context) (done bool, err error) {
-	levels := make([]int, len(n.Parts))
-	if err := n.Store.View(func(tx *data.Tx) error {
+	levels := make([]int, len(n.parts))
+	if err := n.store.View(func(tx *data.Tx) error {
 		for i := range levels {
 			levels[i] = tx.RulesLevel(i)
 		}
@@ -79,7 +79,7 @@ func (n *Node) publishMarkers(ctx context.Context) (done bool, err error) {
 		return false, err
 	}
 	done = true
-	for _, p := range n.Parts {
+	for _, p := range n.parts {
 		if levels[p.ID] >= 2 {
 			continue
 		}
@@ -96,7 +96,7 @@ func (n *Node) publishMarkers(ctx context.Context) (done bool, err error) {
 			return false, err
 		}
 		msg.Header.Del(HeaderReplyTo)
-		if _, err := n.JS.PublishMsg(ctx, msg); err != nil {
+		if _, err := n.js.PublishMsg(ctx, msg); err != nil {
 			return false, fmt.Errorf("partition %d: %w", p.ID, err)
 		}
 		n.log.Info("partition rules: publishing the schema version 2 marker (the strict rules apply after it)",
@@ -110,24 +110,24 @@ func (n *Node) publishMarkers(ctx context.Context) (done bool, err error) {
 // version this build does not know), and waits for its answer, which
 // comes once the partition has answered the skipped command
 // command_skipped and decided everything up to the skip (the JSON reply;
-// actor.ErrPending when ctx ends first). It refuses (actor.ErrNotStopped)
+// ErrPending when ctx ends first). It refuses (ErrNotStopped)
 // unless this instance reports the partition stopped at exactly seq, and,
 // in cluster mode, while another live instance knows the command's version
 // (it would decide the command: skipping it would race with it).
 func (n *Node) Skip(ctx context.Context, part int, seq uint64) ([]byte, error) {
-	if part < 0 || part >= len(n.Parts) {
-		return nil, fmt.Errorf("%w: partition %d (the stream has %d)", actor.ErrNoPartition, part, len(n.Parts))
+	if part < 0 || part >= len(n.parts) {
+		return nil, fmt.Errorf("%w: partition %d (the stream has %d)", ErrNoPartition, part, len(n.parts))
 	}
-	p := n.Parts[part]
+	p := n.parts[part]
 	switch e := p.Stalled(); {
 	case e == nil:
-		return nil, fmt.Errorf("%w: partition %d is not stopped", actor.ErrNotStopped, part)
+		return nil, fmt.Errorf("%w: partition %d is not stopped", ErrNotStopped, part)
 	case e.Seq != seq:
-		return nil, fmt.Errorf("%w: partition %d is stopped at stream seq %d, not %d", actor.ErrNotStopped, part, e.Seq, seq)
+		return nil, fmt.Errorf("%w: partition %d is stopped at stream seq %d, not %d", ErrNotStopped, part, e.Seq, seq)
 	case n.members != nil:
 		if ids := n.members.knowing(e.Version); len(ids) > 0 {
 			return nil, fmt.Errorf("%w: instances %s know schema version %d and decide the command; stop them first",
-				actor.ErrNotStopped, strings.Join(ids, ", "), e.Version)
+				ErrNotStopped, strings.Join(ids, ", "), e.Version)
 		}
 	}
 	cmd := &actor.Command{V: 2, Type: actor.TypePartitionSkip, RequestID: skipRequestIDPre + strconv.FormatUint(seq, 10),
@@ -137,7 +137,7 @@ func (n *Node) Skip(ctx context.Context, part int, seq uint64) ([]byte, error) {
 	}
 	n.log.Warn("SKIP REQUESTED: publishing a partition.skip of the command the partition stopped at", "partition", part,
 		"seq", seq, "subject", CommandSubject(cmd.CalendarID), "request_id", cmd.RequestID)
-	return n.Client.Submit(ctx, cmd, cmd.Fingerprint())
+	return n.client.Submit(ctx, cmd, cmd.Fingerprint())
 }
 
 // stallReport is how often a stopped partition says so again; skipPoll

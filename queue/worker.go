@@ -54,7 +54,7 @@ type Partition struct {
 	committed func()
 	// observe, when set, is told about every committed batch (metrics; see
 	// Observer in observe.go).
-	observe func(actor.AppliedBatch)
+	observe func(partition int, in []actor.Decoded, out []actor.Output, done time.Time)
 	// logSync, when set, makes the stream's messages durable before the
 	// batch that decided them is answered or shown (see logsync.go).
 	logSync *logSync
@@ -686,8 +686,8 @@ func (p *Partition) finish(b *inFlight) error {
 	p.finished++
 	p.storage.clear(p.storageSrc, "") // it committed
 	if p.observe != nil {
-		// Last, so that Done covers the replies and the acknowledgement.
-		p.observe(actor.AppliedBatch{Partition: p.ID, In: in, Out: out, Done: time.Now()})
+		// Last, so that its time covers the replies and the acknowledgement.
+		p.observe(p.ID, in, out, time.Now())
 	}
 	return actor.Held(out, in)
 }

@@ -85,7 +85,7 @@ func TestVerifyNamesTheFirstDifferingSequence(t *testing.T) {
 			Booking: &actor.BookingSpec{Start: start, End: start.Add(time.Hour), Customer: "someone"}})
 	}
 	var seq uint64
-	if err := n.Store.View(func(tx *data.Tx) error {
+	if err := n.Store().View(func(tx *data.Tx) error {
 		rec, ok, err := tx.Request("hist", "r-5")
 		if !ok || err != nil {
 			return fmt.Errorf("r-5 not recorded: %v", err)

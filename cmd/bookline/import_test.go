@@ -137,7 +137,7 @@ func runImportMain(tb testing.TB, node *queue.Node, args ...string) importResult
 func confirmed(tb testing.TB, node *queue.Node, cal string) []data.Booking {
 	tb.Helper()
 	var out []data.Booking
-	err := node.Store.View(func(tx *data.Tx) error {
+	err := node.Store().View(func(tx *data.Tx) error {
 		var err error
 		out, _, err = tx.ListBookings(cal, time.Unix(0, 0), time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC), 0, nil)
 		return err
@@ -270,7 +270,7 @@ func TestImportRerunAfterDedupeWindow(t *testing.T) {
 	}
 	last := rows[len(rows)-1]
 	body, _ := json.Marshal(&last.Cmd)
-	js, err := jetstream.New(node.NC)
+	js, err := jetstream.New(node.Conn())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -320,7 +320,7 @@ func TestImportICSCreateCalendars(t *testing.T) {
 		"events.ics:49: DTSTART: floating time",
 	)
 	var ids []string
-	_ = node.Store.View(func(tx *data.Tx) error { ids = tx.CalendarIDs(); return nil })
+	_ = node.Store().View(func(tx *data.Tx) error { ids = tx.CalendarIDs(); return nil })
 	if strings.Join(ids, ",") != "room1" {
 		t.Errorf("calendars %v, want [room1]", ids)
 	}
@@ -397,7 +397,7 @@ func countBookings(tb testing.TB, node *queue.Node) int {
 	tb.Helper()
 	total := 0
 	var ids []string
-	_ = node.Store.View(func(tx *data.Tx) error { ids = tx.CalendarIDs(); return nil })
+	_ = node.Store().View(func(tx *data.Tx) error { ids = tx.CalendarIDs(); return nil })
 	for _, id := range ids {
 		total += len(confirmed(tb, node, id))
 	}

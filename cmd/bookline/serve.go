@@ -331,7 +331,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			log.Error("close", "err", err)
 		}
 	}()
-	metrics.AttachNode(node)
+	metrics.AttachNode(sampledNode{node})
 	if u := node.ClientURL(); u != "" {
 		log.Info("embedded nats listening", "url", u)
 	}
@@ -354,6 +354,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		ReplyTimeout: c.replyTimeout,
 		BodyLimit:    c.maxBodyBytes,
 		Logger:       log,
+		WithTraceID:  queue.WithTraceID,
 		Keys:         keys,
 		Metrics:      metrics,
 		HeaderLimit:  c.maxHeaderBytes,
@@ -389,7 +390,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	log.Info("http listening", "addr", ln.Addr().String(), "partitions", len(node.Parts), "data_dir", c.dataDir)
+	log.Info("http listening", "addr", ln.Addr().String(), "partitions", len(node.Parts()), "data_dir", c.dataDir)
 	served := make(chan error, 1)
 	go func() { served <- api.App().Listener(ln) }()
 

@@ -46,7 +46,7 @@ func googleFollower(cfg calendarsync.Config, made **calendarsync.Syncer) func(*q
 		if cfg.CatchUp == nil {
 			cfg.CatchUp = n.SyncCalendar
 		}
-		*made = calendarsync.New(cfg, n.Store, n.SubmitInternal)
+		*made = calendarsync.New(cfg, n.Store(), n.SubmitInternal)
 		return *made
 	}
 }
@@ -72,7 +72,6 @@ func apiPorts(n *queue.Node, google *calendarsync.Syncer, hooks *webhook.Manager
 // a renamed method fails the build instead of switching a feature off.
 var (
 	_ httpapi.Backend            = (*queue.Node)(nil)
-	_ httpapi.NodeSampler        = (*queue.Node)(nil)
 	_ httpapi.Refuser            = (*queue.Node)(nil)
 	_ httpapi.Answerer           = (*queue.Node)(nil)
 	_ httpapi.OutcomeReader      = (*queue.Node)(nil)
@@ -94,7 +93,7 @@ var (
 // startWebhooks opens the webhook endpoints' store on the node's NATS and
 // delivers from its event stream until stop is called.
 func startWebhooks(n *queue.Node, cfg webhook.Config) (m *webhook.Manager, stop func(), err error) {
-	cfg.JS, cfg.Stream, cfg.SubjectPrefix = n.JS, queue.EventStreamName, queue.EventSubjectPrefix
+	cfg.JS, cfg.Stream, cfg.SubjectPrefix = n.JetStream(), queue.EventStreamName, queue.EventSubjectPrefix
 	// The bucket's replicas are the node's (--replicas resolved), and it is
 	// created the way the node's own are: retried while a fresh cluster
 	// settles, an existing one with fewer replicas refused.
