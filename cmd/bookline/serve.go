@@ -332,6 +332,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 	}()
 	metrics.AttachNode(node)
+	registerInvariantMetrics(metrics.Registry())
 	if u := node.ClientURL(); u != "" {
 		log.Info("embedded nats listening", "url", u)
 	}
