@@ -241,8 +241,8 @@ var (
 )
 
 func apply(tx *data.Tx, partition int, batch []Decoded, effects sideEffects) ([]Output, error) {
-	applied, count0, chained0 := tx.AppliedCount(partition)
-	seq0 := applied
+	before := readApplied(tx, partition)
+	applied := before.seq
 	// "Now" is the stream timestamp, the stream leader's wall clock, which
 	// can step back (a new leader, a clock correction). The partition's
 	// now is the latest timestamp it decided with, kept in the index with
@@ -333,10 +333,7 @@ func apply(tx *data.Tx, partition int, batch []Decoded, effects sideEffects) ([]
 			return nil, err
 		}
 	}
-	if err := tx.ExtendApplied(partition, links); err != nil {
-		return nil, err
-	}
-	if err := checkApplied(tx, partition, seq0, count0, chained0, applied, len(links)); err != nil {
+	if err := extendApplied(tx, partition, before, applied, links); err != nil {
 		return nil, err
 	}
 	if !now.Equal(lastNow) {

@@ -84,6 +84,29 @@ func violated(e *InvariantError) error {
 	return e
 }
 
+// appliedState is a partition's applied sequence and chain length
+// (data.Tx.AppliedCount) before a batch.
+type appliedState struct {
+	seq, count uint64
+	chained    bool
+}
+
+func readApplied(tx *data.Tx, partition int) appliedState {
+	var a appliedState
+	a.seq, a.count, a.chained = tx.AppliedCount(partition)
+	return a
+}
+
+// extendApplied records the batch's links (data.Tx.ExtendApplied), last
+// being the last one's sequence, and asserts that they advanced the
+// partition from before by exactly those messages (checkApplied).
+func extendApplied(tx *data.Tx, partition int, before appliedState, last uint64, links []data.Link) error {
+	if err := tx.ExtendApplied(partition, links); err != nil {
+		return err
+	}
+	return checkApplied(tx, partition, before.seq, before.count, before.chained, last, len(links))
+}
+
 // checkApplied asserts that ExtendApplied advanced partition's applied
 // sequence to last and its chain by exactly links messages, from seq0 and
 // count0 (chained0: the partition had a chain) read before the batch.
