@@ -94,3 +94,71 @@ func TestPeakOverlap(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkCheckTaken measures the slot assertion after a booking.create
+// on a calendar of capacity 1 with a day of half-hour bookings around it
+// (the entries a scan near the new one walks), and, for scale, the
+// decision's own check of the same interval (decideInterval). cpu-ns/op
+// is the process's CPU time per check, which other load on the machine
+// disturbs less than the wall clock.
+func BenchmarkCheckTaken(b *testing.B) {
+	s := datatest.MustOpen(b)
+	t0 := time.Date(2026, 3, 2, 0, 0, 0, 0, time.UTC)
+	cal := data.Calendar{ID: "cal", Timezone: "UTC", CreatedAt: t0, UpdatedAt: t0}
+	bk := data.Booking{ID: "new", CalendarID: "cal", Start: t0.Add(12 * time.Hour), End: t0.Add(12*time.Hour + 30*time.Minute),
+		Status: data.StatusConfirmed, CreatedAt: t0}
+	err := s.Commit(func(tx *data.Tx) error {
+		if err := tx.PutCalendar(cal); err != nil {
+			return err
+		}
+		for i := range 48 {
+			if i == 24 {
+				continue // the new booking's slot
+			}
+			start := t0.Add(time.Duration(i) * 30 * time.Minute)
+			if err := tx.PutBooking(data.Booking{ID: fmt.Sprintf("b%02d", i), CalendarID: "cal", Start: start, End: start.Add(30 * time.Minute),
+				Status: data.StatusConfirmed, CreatedAt: t0}); err != nil {
+				return err
+			}
+		}
+		return tx.PutBooking(bk)
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	d := &Decoded{Seq: 1, At: t0}
+	loc := time.UTC
+	iv := data.Interval{Start: bk.Start, End: bk.End}
+	for _, bc := range []struct {
+		name string
+		fn   func(tx *data.Tx) error
+	}{
+		{"checkTaken", func(tx *data.Tx) error { return checkTaken(tx, 0, d, &cal, &bk) }},
+		{"decideInterval", func(tx *data.Tx) error {
+			if v := decideInterval(tx, &cal, loc, iv, t0, "new"); v.code != "" {
+				return fmt.Errorf("refused: %s", v.code)
+			}
+			return nil
+		}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			var cpu0 time.Duration
+			n := 0
+			err := s.View(func(tx *data.Tx) error {
+				b.ReportAllocs()
+				cpu0 = processCPU()
+				for b.Loop() {
+					n++
+					if err := bc.fn(tx); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportMetric(float64(processCPU()-cpu0)/float64(n), "cpu-ns/op")
+		})
+	}
+}
