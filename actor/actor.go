@@ -86,6 +86,9 @@ type Decoded struct {
 	// mirror is set by apply when decisions may queue Google sync
 	// operations (live writers yes, replay no).
 	mirror bool
+	// partition is set by apply: the partition deciding the command, for
+	// the invariants it asserts (invariants.go).
+	partition int
 	// msg is the message as delivered, for MessageHash.
 	msg Input
 }
@@ -238,7 +241,8 @@ var (
 )
 
 func apply(tx *data.Tx, partition int, batch []Decoded, effects sideEffects) ([]Output, error) {
-	applied := tx.AppliedSeq(partition)
+	before := readApplied(tx, partition)
+	applied := before.seq
 	// "Now" is the stream timestamp, the stream leader's wall clock, which
 	// can step back (a new leader, a clock correction). The partition's
 	// now is the latest timestamp it decided with, kept in the index with
@@ -291,7 +295,7 @@ func apply(tx *data.Tx, partition int, batch []Decoded, effects sideEffects) ([]
 			now = d.At
 		}
 		// Decided on a copy: d.At stays the message's own timestamp.
-		dn.At, dn.mirror = now, effects.mirror
+		dn.At, dn.mirror, dn.partition = now, effects.mirror, partition
 		// Request records whose retention ended by this command's log
 		// time go first, a few per command: which ones depends on the
 		// log alone, never on how it was cut into batches.
@@ -329,7 +333,7 @@ func apply(tx *data.Tx, partition int, batch []Decoded, effects sideEffects) ([]
 			return nil, err
 		}
 	}
-	if err := tx.ExtendApplied(partition, links); err != nil {
+	if err := extendApplied(tx, partition, before, applied, links); err != nil {
 		return nil, err
 	}
 	if !now.Equal(lastNow) {

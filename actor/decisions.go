@@ -117,6 +117,9 @@ func createBooking(tx *data.Tx, d *Decoded) (Reply, error) {
 	if err := tx.CreateBooking(bk, d.creation()); err != nil {
 		return Reply{}, err
 	}
+	if err := checkTaken(tx, d.partition, d, &cal, &bk); err != nil {
+		return Reply{}, err
+	}
 	if err := mirror(tx, d, cal.Google, data.SyncCreate, &bk); err != nil {
 		return Reply{}, err
 	}
@@ -166,6 +169,9 @@ func createHold(tx *data.Tx, d *Decoded) (Reply, error) {
 	exp := d.At.Add(ttl)
 	bk.ExpiresAt = &exp
 	if err := tx.CreateBooking(bk, d.creation()); err != nil {
+		return Reply{}, err
+	}
+	if err := checkTaken(tx, d.partition, d, &cal, &bk); err != nil {
 		return Reply{}, err
 	}
 	r := d.accept()
@@ -351,6 +357,9 @@ func rescheduleBooking(tx *data.Tx, d *Decoded) (Reply, error) {
 	bk.BufferBefore = time.Duration(cal.BufferBeforeMinutes) * time.Minute
 	bk.BufferAfter = time.Duration(cal.BufferAfterMinutes) * time.Minute
 	if err := tx.PutBooking(bk); err != nil {
+		return Reply{}, err
+	}
+	if err := checkTaken(tx, d.partition, d, &cal, &bk); err != nil {
 		return Reply{}, err
 	}
 	if err := mirror(tx, d, cal.Google, data.SyncUpdate, &bk); err != nil {

@@ -27,6 +27,12 @@
 //     sequence) changes nothing and gets its recorded answer.
 //   - An invalid command is answered and not recorded: it does not consume
 //     its request id.
+//   - apply asserts, after its writes and in the same transaction, that the
+//     applied sequence and hash chain advanced by exactly the messages it
+//     decided, and that a decided interval breaks neither the calendar's
+//     capacity nor its busy time (invariants.go). A violation panics in a
+//     test binary and is an *InvariantError otherwise: the transaction is
+//     rolled back and the partition stops.
 //
 // actor is pure: it reads no clock and does no I/O besides the data.Tx it
 // is given, its one port to the index. It opens no files (migrating an

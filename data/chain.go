@@ -130,6 +130,21 @@ func (t *Tx) ChainHead(p int) ChainHead {
 	return h
 }
 
+// AppliedCount is partition p's applied sequence and the number of
+// messages its chain covers (chained is false while it has none), read
+// without allocating: the writer asserts with it, after every batch, that
+// the batch advanced both by exactly the messages it decided.
+func (t *Tx) AppliedCount(p int) (seq, count uint64, chained bool) {
+	v := t.tx.Bucket(bucketApplied).Get(partitionKey(p))
+	if len(v) >= 8 {
+		seq = binary.BigEndian.Uint64(v)
+	}
+	if len(v) >= appliedLen {
+		count, chained = binary.BigEndian.Uint64(v[40:48]), true
+	}
+	return seq, count, chained
+}
+
 // ExtendApplied records links, the messages partition p applied after its
 // applied sequence (in stream order), in the same transaction as the
 // changes they caused: the applied sequence becomes the last one's, the

@@ -144,15 +144,25 @@ func (p *Partition) halt(err error) {
 		if errors.Is(err, ErrHistoryDiffers) {
 			what = "HISTORY DIFFERS"
 		}
+		if e, ok := actor.AsInvariantError(err); ok {
+			what = "INVARIANT VIOLATED"
+			countViolation(e.Invariant)
+		}
 		p.log.Error(what+": this instance stops serving the partition; the others go on", "err", err)
 	})
 }
 
 // stopsForGood reports whether err stops a partition's writer for good:
 // the stream lacks history the partition needs, or has another history
-// than the one it applied. Starting over cannot change either.
+// than the one it applied, or deciding its next messages breaks one of
+// the writer's invariants (actor.InvariantError: a bug or a damaged index,
+// whose batch was rolled back). Starting over cannot change any of them.
 func stopsForGood(err error) bool {
-	return errors.Is(err, ErrHistoryMissing) || errors.Is(err, ErrHistoryDiffers)
+	if errors.Is(err, ErrHistoryMissing) || errors.Is(err, ErrHistoryDiffers) {
+		return true
+	}
+	_, ok := actor.AsInvariantError(err)
+	return ok
 }
 
 // CaughtUp reports whether the partition has applied everything that was in

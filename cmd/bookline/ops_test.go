@@ -216,6 +216,9 @@ func TestServeWithKeysMetricsPprof(t *testing.T) {
 	if st != 200 || !strings.Contains(string(b), `bookline_commands_total{outcome="accepted",reason="none",type="booking.create"} 1`) {
 		t.Fatalf("metrics: %d\n%s", st, b)
 	}
+	if !strings.Contains(string(b), `bookline_invariant_violations_total{invariant="slot_overlap"} 0`) {
+		t.Fatalf("metrics without the invariant violations:\n%s", b)
+	}
 	m := regexp.MustCompile(`msg="pprof listening" addr=(\S+)`).FindStringSubmatch(p.output())
 	if m == nil {
 		t.Fatalf("no pprof address in the log:\n%s", p.output())

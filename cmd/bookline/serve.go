@@ -324,6 +324,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 	}()
 	metrics.AttachNode(sampledNode{node})
+	registerInvariantMetrics(metrics.Registry())
 	if u := node.ClientURL(); u != "" {
 		log.Info("embedded nats listening", "url", u)
 	}
