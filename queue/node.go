@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -17,7 +16,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/bookline/bookline/actor"
-	"github.com/bookline/bookline/actor/zones"
 	"github.com/bookline/bookline/data"
 )
 
@@ -190,7 +188,63 @@ func IndexFile(dataDir string) string { return filepath.Join(dataDir, "index.db"
 // StartNode starts NATS (or connects), opens the index, ensures the stream
 // and starts one writer goroutine per partition. Partitions catch up in the
 // background; Ready reports when they have.
+//
+// It runs in phases, one function each: settle the configuration
+// (newNode), connect (connect), open the index (openIndex), make the
+// streams and buckets (ensureResources), bring the index to the stream
+// (recoverIndex), then make the writers and what serves them
+// (startLogSyncs, build) and start them.
 func StartNode(cfg NodeConfig) (_ *Node, err error) {
+	n, err := newNode(&cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			n.Close()
+			err = storeStartProblem(err, cfg.DataDir, cfg.NATSMaxStore > 0)
+		}
+	}()
+	nsOpts, err := n.connect(&cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err = n.openIndex(cfg); err != nil {
+		return nil, err
+	}
+	stream, obs, fresh, err := n.ensureResources(&cfg)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.NATSAuth != nil && n.ns != nil {
+		if nsOpts, err = cfg.NATSAuth.admitRoles(n.ns, nsOpts, cfg.Partitions); err != nil {
+			return nil, err
+		}
+	}
+	refused, err := n.recoverIndex(cfg, stream, obs, fresh)
+	if err != nil {
+		return nil, err
+	}
+	if err = n.startLogSyncs(cfg); err != nil {
+		return nil, err
+	}
+	if err = n.build(cfg, stream, refused); err != nil {
+		return nil, err
+	}
+	if n.ns != nil {
+		// Checked once before anything is answered, so that a store
+		// that is full already (or over its limit) says so at start.
+		n.watch = newStoreWatch(n, n.ns, nsOpts, cfg.NATSMaxStore > 0, StoreDirFor(cfg.DataDir))
+		n.watch.checkOnce()
+		go n.watch.run()
+	}
+	n.StartWriters()
+	return n, nil
+}
+
+// newNode checks cfg, settles its defaults (in place) and makes the node
+// with what needs no I/O yet.
+func newNode(cfg *NodeConfig) (*Node, error) {
 	if cfg.Partitions < 0 || cfg.Partitions > 1024 {
 		return nil, fmt.Errorf("queue: partitions must be 1..1024 (or 0: the stream's), got %d", cfg.Partitions)
 	}
@@ -240,13 +294,13 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 		cfg.Logger = cfg.Logger.With("instance", cfg.InstanceID)
 		n.log = cfg.Logger
 	}
-	defer func() {
-		if err != nil {
-			n.Close()
-			err = storeStartProblem(err, cfg.DataDir, cfg.NATSMaxStore > 0)
-		}
-	}()
-	var nsOpts *server.Options
+	return n, nil
+}
+
+// connect starts the embedded NATS server and connects to it, or, in
+// cluster mode, checks the servers' settings and connects to them. It
+// returns the embedded server's options (nil in cluster mode).
+func (n *Node) connect(cfg *NodeConfig) (nsOpts *server.Options, err error) {
 	if cfg.NATSURL == "" {
 		n.durability = durability{detail: "ok: embedded NATS server; every answer waits for an fdatasync of its command (--sync always)"}
 		if cfg.SyncInterval {
@@ -273,7 +327,7 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 		}
 		n.nc, err = ConnectEmbedded(n.ns, "bookline", opts...)
 	} else {
-		if err = n.checkServers(&cfg); err != nil {
+		if err = n.checkServers(cfg); err != nil {
 			return nil, err
 		}
 		n.nc, err = Connect(cfg.NATSURL, "bookline "+cfg.InstanceID, cfg.NATSOptions...)
@@ -284,94 +338,20 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 	if n.js, err = jetstream.New(n.nc); err != nil {
 		return nil, err
 	}
-	// The index is never fsynced per commit. The command stream is the
-	// durable record: with the embedded server its new messages are
-	// synced once per group commit before anything decided from them is
-	// answered or shown (logsync.go, data.Store.CommitDurable); in cluster
-	// mode the servers sync and replicate every message before they
-	// acknowledge it (queue.CheckServers, at start), so it is durable
-	// before a writer even reads it. Either way the index can be rebuilt
-	// from the stream, and decisions are a function of the stream, so a
-	// rebuilt index decides and answers as the lost one did. The index
-	// survives kill -9 through the page cache; after a power loss it may
-	// be torn, and it is discarded and rebuilt from the stream (from the
-	// newest snapshot, then the stream; data.Options.NoSync). In cluster
-	// mode another instance takes the partitions over meanwhile.
-	n.store, err = data.OpenWith(IndexFile(cfg.DataDir), indexOptions)
-	if errors.Is(err, data.ErrSchema) {
-		n.store, err = convertIndex(IndexFile(cfg.DataDir), err, cfg.Logger)
-	}
-	if err != nil {
-		return nil, err
-	}
-	if why := n.store.Discarded(); why != "" {
-		cfg.Logger.Error("INDEX DISCARDED: rebuilding it from the stream before serving", "reason", why,
-			"moved_to", IndexFile(cfg.DataDir)+".discarded")
-	}
-	stream, obs, fresh, err := n.ensureResources(&cfg)
-	if err != nil {
-		return nil, err
-	}
-	if cfg.NATSAuth != nil && n.ns != nil {
-		if nsOpts, err = cfg.NATSAuth.admitRoles(n.ns, nsOpts, cfg.Partitions); err != nil {
-			return nil, err
-		}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	n.snaps = &snapshotter{n: n, cfg: cfg.Snapshots, obs: obs, dir: cfg.DataDir, log: cfg.Logger.With("component", "snapshots"),
-		taken: cfg.SnapshotTaken, busy: make(chan struct{}, 1)}
-	// Copies left by a snapshot that a crash interrupted.
-	if stale, _ := filepath.Glob(IndexFile(cfg.DataDir) + ".snapshot-*"); len(stale) > 0 {
-		for _, f := range stale {
-			_ = os.Remove(f)
-		}
-	}
-	began := time.Now()
-	// A bucket created just now holds no snapshot: no need to list it
-	// (on a JetStream cluster under load, listing a new bucket can take
-	// a good part of the start-up time).
-	if err = n.restoreIfEmpty(ctx, cfg, !fresh); err != nil {
-		return nil, err
-	}
-	if time.Since(began) > time.Second {
-		// A restore takes as long as the snapshot is large: what follows
-		// gets its own time.
-		ctx, cancel = context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-	}
-	var refused map[int]*HistoryMismatchError
-	if _, refused, err = reconcileIndex(ctx, stream, n.store, cfg.Partitions, cfg.Logger, n.history); err != nil {
-		if !errors.Is(err, ErrHistoryMissing) {
-			return nil, err
-		}
-		// The stream was trimmed past what this index holds (it was
-		// stopped, or cut off, for longer than the stream keeps): a
-		// snapshot may cover what is gone.
-		if err = n.restoreBehind(ctx, cfg, err); err != nil {
-			return nil, err
-		}
-		ctx, cancel = context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if _, refused, err = reconcileIndex(ctx, stream, n.store, cfg.Partitions, cfg.Logger, n.history); err != nil {
-			return nil, err
-		}
-	}
-	// After reconcileIndex, whose refusal of a history already lost
-	// names the missing range.
-	if err = checkStreamBounds(stream.CachedInfo().Config, cfg.Snapshots); err != nil {
-		return nil, err
-	}
-	if err = noteTzdata(n.store, cfg.DataDir, cfg.Logger); err != nil {
-		return nil, err
-	}
+	return nsOpts, nil
+}
+
+// startLogSyncs makes the embedded streams' writes durable per group
+// commit (default --sync always): none with --sync interval or in cluster
+// mode, where the servers sync.
+func (n *Node) startLogSyncs(cfg NodeConfig) error {
 	if cfg.NATSURL == "" && !cfg.SyncInterval {
 		// What earlier sessions (maybe with --sync interval) and the
 		// stream creation wrote is made durable once, before anything is
 		// answered; from here on each group commit syncs what is new.
 		store := StoreDirFor(cfg.DataDir)
-		if err = syncTree(filepath.Join(store, server.JetStreamStoreDir), filepath.Clean(cfg.DataDir)); err != nil {
-			return nil, fmt.Errorf("queue: sync the stream store: %w", err)
+		if err := syncTree(filepath.Join(store, server.JetStreamStoreDir), filepath.Clean(cfg.DataDir)); err != nil {
+			return fmt.Errorf("queue: sync the stream store: %w", err)
 		}
 		observe := func(stream string) func(time.Duration) {
 			if cfg.Observer == nil {
@@ -390,6 +370,13 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 			nil, embeddedLastSeq(n.ns, obj))
 		n.snaps.sync = n.snapSync.Request
 	}
+	return nil
+}
+
+// build makes the node's parts around the index and the stream: the
+// event publisher, the hold expirer, the submit client, the followers and
+// one writer per partition (halted from the start when refused names it).
+func (n *Node) build(cfg NodeConfig, stream jetstream.Stream, refused map[int]*HistoryMismatchError) (err error) {
 	n.events = newEventPublisher(n.js, n.store, cfg.Logger)
 	n.events.logSync = n.evtSync
 	n.memory = newMemoryReleaser(cfg.MemoryRelease, cfg.Logger)
@@ -405,7 +392,7 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 		n.events.failed = cfg.Observer.EventPublishFailed
 	}
 	if n.client, err = NewClient(n.nc, n.recorded); err != nil {
-		return nil, err
+		return err
 	}
 	for _, mk := range cfg.Followers {
 		n.followers = append(n.followers, mk(n))
@@ -445,168 +432,6 @@ func StartNode(cfg NodeConfig) (_ *Node, err error) {
 		n.events.cluster = &eventsCluster{parts: n.parts, progress: n.progress}
 	}
 	n.events.storage = n.storage
-	if n.ns != nil {
-		// Checked once before anything is answered, so that a store
-		// that is full already (or over its limit) says so at start.
-		n.watch = newStoreWatch(n, n.ns, nsOpts, cfg.NATSMaxStore > 0, StoreDirFor(cfg.DataDir))
-		n.watch.checkOnce()
-		go n.watch.run()
-	}
-	n.StartWriters()
-	return n, nil
-}
-
-// indexOptions opens the index wherever the node opens it: never
-// fsynced per commit (see StartNode).
-var indexOptions = data.Options{NoSync: true}
-
-// convertIndex replaces an index another version laid out (why says
-// how): one of the layout before this one is migrated record by record
-// (a trimmed stream no longer holds the history to rebuild it from);
-// any other is left empty, to be rebuilt from a snapshot of this layout
-// and the stream's tail, or the whole stream. The old file is kept as
-// index.db.old-schema either way, for a downgrade.
-func convertIndex(path string, why error, log *slog.Logger) (*data.Store, error) {
-	if v, err := data.IndexSchema(path); err == nil && v == "4" {
-		log.Error("INDEX LAYOUT CHANGED: migrating the index to this version's layout before serving",
-			"reason", why.Error(), "kept_as", path+".old-schema")
-		began := time.Now()
-		tmp := path + ".migrating"
-		if err := data.RemoveIndex(tmp); err != nil {
-			return nil, err
-		}
-		// The files are data's, the conversion of each request record's
-		// reply the actor's: actor itself opens no files.
-		if err := data.Migrate(path, tmp, actor.MigrateRecord); err != nil {
-			return nil, fmt.Errorf("queue: migrate the index: %w", err)
-		}
-		if err := data.SetAside(path, ".old-schema"); err != nil {
-			return nil, err
-		}
-		if err := os.Rename(tmp, path); err != nil {
-			return nil, err
-		}
-		if err := data.SyncDir(filepath.Dir(path)); err != nil {
-			return nil, err
-		}
-		log.Info("index migrated", "took", time.Since(began).Round(time.Millisecond))
-		return data.OpenWith(path, indexOptions)
-	}
-	log.Error("INDEX LAYOUT CHANGED: rebuilding the index from the stream before serving",
-		"reason", why.Error(), "kept_as", path+".old-schema")
-	if err := data.SetAside(path, ".old-schema"); err != nil {
-		return nil, err
-	}
-	return data.OpenWith(path, indexOptions)
-}
-
-// restoreIfEmpty replaces an empty index (new, or discarded after a power
-// loss) with the newest snapshot the command stream can continue, so that
-// the writers apply only the stream's tail after it. Without a usable
-// snapshot the index stays empty and is rebuilt from the whole stream.
-func (n *Node) restoreIfEmpty(ctx context.Context, cfg NodeConfig, look bool) error {
-	if !look {
-		return nil
-	}
-	empty := false
-	if err := n.store.View(func(tx *data.Tx) error {
-		empty = len(tx.Applied()) == 0 && tx.StreamIdentity() == "" && len(tx.CalendarIDs()) == 0
-		return nil
-	}); err != nil || !empty {
-		return err
-	}
-	list, err := listSnapshots(ctx, n.snaps.obs)
-	if err != nil || len(list) == 0 {
-		return err
-	}
-	path := IndexFile(cfg.DataDir)
-	if err := n.store.Close(); err != nil {
-		return err
-	}
-	n.store = nil
-	if err := data.RemoveIndex(path); err != nil {
-		return err
-	}
-	began := time.Now()
-	// Restoring a large index takes longer than the start-up timeout's
-	// share; it has its own.
-	rctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	si, ok, err := restoreNewest(rctx, n.js, path, n.log, func(SnapshotInfo) bool { return true }, n.history)
-	if err != nil {
-		return fmt.Errorf("queue: restore a snapshot: %w", err)
-	}
-	if ok {
-		n.log.Info("index restored from a snapshot; applying the stream after it", "snapshot", si.Name, "bytes", si.Size,
-			"stream_seq", si.StreamLast, "took", time.Since(began).Round(time.Millisecond))
-	} else {
-		n.log.Error("NO USABLE SNAPSHOT: rebuilding the index from the whole command stream", "snapshots", len(list))
-	}
-	if n.store, err = data.OpenWith(path, indexOptions); err != nil || !ok {
-		return err
-	}
-	return n.store.Commit(func(tx *data.Tx) error { return tx.AdoptRestored(si.Horizon) })
-}
-
-// restoreBehind replaces an index whose history the command stream no
-// longer has (gap) with the newest snapshot the stream can continue; the
-// old index is kept as index.db.behind. Without such a snapshot it
-// returns gap and leaves the index alone.
-func (n *Node) restoreBehind(ctx context.Context, cfg NodeConfig, gap error) error {
-	list, err := listSnapshots(ctx, n.snaps.obs)
-	if err != nil {
-		return errors.Join(gap, err)
-	}
-	stream, err := n.stream.Info(ctx)
-	if err != nil {
-		return errors.Join(gap, err)
-	}
-	usable := false
-	for _, si := range list {
-		if why, mismatch, err := restoreCandidate(ctx, n.stream, stream, si); err == nil && why == "" && mismatch == nil {
-			usable = true
-		}
-	}
-	if !usable {
-		return gap
-	}
-	path := IndexFile(cfg.DataDir)
-	n.log.Error("INDEX BEHIND THE TRIMMED COMMAND STREAM: restoring the newest snapshot instead (the old index is kept)",
-		"reason", gap.Error(), "kept_as", path+".behind")
-	if err := n.store.Close(); err != nil {
-		return err
-	}
-	n.store = nil
-	if err := data.SetAside(path, ".behind"); err != nil {
-		return err
-	}
-	if n.store, err = data.OpenWith(path, indexOptions); err != nil {
-		return err
-	}
-	return n.restoreIfEmpty(ctx, cfg, true)
-}
-
-// noteTzdata records in the index that this build's time zone data decides
-// from now on, and reports loudly when the index was (also) decided with
-// other data: decisions about calendars whose zone rules differ between the
-// releases may then differ from what a replay by this build gives.
-func noteTzdata(store *data.Store, dataDir string, log *slog.Logger) error {
-	var versions string
-	if err := store.Commit(func(tx *data.Tx) (err error) {
-		versions, err = tx.NoteTzdata(zones.Version)
-		return err
-	}); err != nil {
-		return fmt.Errorf("queue: record the time zone data: %w", err)
-	}
-	if versions == zones.Version {
-		return nil
-	}
-	log.Error("INDEX DECIDED WITH OTHER TIME ZONE DATA: decisions in this index were made with time zone rules "+
-		"(index_tzdata) other than this build's (build_tzdata); for calendars whose zones changed between those "+
-		"releases they may differ from a replay of the log, and bookline verify reports the index as different. "+
-		"To rebuild it from the log with this build's rules: stop bookline, move "+IndexFile(dataDir)+" aside and "+
-		"start again (the index is rebuilt from the stream before it serves), or build a new one with bookline replay",
-		"index_tzdata", versions, "build_tzdata", zones.Version)
 	return nil
 }
 
@@ -703,120 +528,6 @@ func (n *Node) StopWriters() {
 	}
 	cancel()
 	n.wg.Wait()
-}
-
-func (n *Node) recorded(cmd *actor.Command, fingerprint string) (reply []byte, ok bool, err error) {
-	if n.cluster != nil {
-		// The first copy may have been decided by another instance.
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		_ = n.SyncCalendar(ctx, cmd.CalendarID) // on failure: read what we have, the caller polls again
-		cancel()
-	}
-	err = n.store.View(func(tx *data.Tx) error {
-		reply, ok, err = actor.Recorded(tx, cmd, fingerprint)
-		return err
-	})
-	return reply, ok, err
-}
-
-// Refused answers a valid booking.create or hold.create from the index alone
-// when the committed state refuses it now (see actor.Refused): the rejection and its
-// code; code is "" when only the writer can decide it. The caller must only
-// ask for a command that cannot be asked about again (one without an
-// idempotency key). It never refuses on a partition that is still catching
-// up, whose index may lack what was answered before a restart. In cluster
-// mode, where another instance may have decided more than this index
-// holds, it first brings the index up to the calendar's last logged
-// command, as a read does (SyncCalendar, one stream request shared by the
-// requests waiting for the calendar), so that the refusal is true of a
-// moment after the request arrived; when that fails it does not refuse.
-// When the newest commit is still waiting for its log sync it does not
-// wait (see data.Store.ViewIfVisible): the writer decides instead.
-func (n *Node) Refused(ctx context.Context, cmd *actor.Command) (reply []byte, code string, err error) {
-	if len(n.parts) == 0 || !actor.ValidCalendarID(cmd.CalendarID) {
-		return nil, "", nil
-	}
-	p := PartitionOf(cmd.CalendarID, len(n.parts))
-	if n.parts[p].Stalled() != nil || n.parts[p].Halted() != nil {
-		return nil, "", nil
-	}
-	check := func() (reply []byte, code string, err error) {
-		now := time.Now()
-		_, err = n.store.ViewIfVisible(func(tx *data.Tx) error {
-			reply, code, err = actor.Refused(tx, p, cmd, now)
-			return err
-		})
-		return reply, code, err
-	}
-	if n.cluster == nil {
-		if !n.parts[p].CaughtUp() {
-			return nil, "", nil
-		}
-		return check()
-	}
-	// Cluster mode: the index as it is first, which costs nothing. What it
-	// does not refuse goes to the log at once (most bookings: a sync
-	// first would cost every one of them a stream request). What it
-	// refuses may be stale (a booking cancelled on another instance), so
-	// it is asked again once the index has caught up to the calendar.
-	if _, code, err := check(); err != nil || code == "" {
-		return nil, "", err
-	}
-	if err := n.SyncCalendar(ctx, cmd.CalendarID); err != nil {
-		return nil, "", nil // the writer decides
-	}
-	return check()
-}
-
-// RecordedFor answers cmd from the record of another request id, reqID,
-// when that record was made for the same request (same fingerprint): the
-// recorded reply as JSON, with ok. Before reading it brings the index up to
-// the calendar's last logged command, like a read (SyncCalendar in cluster
-// mode; on one instance, until the calendar's partition caught up after a
-// start), so a request stored before this process started is seen; it
-// fails with ErrUnavailable when ctx ends first.
-func (n *Node) RecordedFor(ctx context.Context, cmd *actor.Command, reqID, fingerprint string) (reply []byte, ok bool, err error) {
-	if !actor.ValidCalendarID(cmd.CalendarID) || !actor.ValidRequestID(reqID) {
-		return nil, false, nil
-	}
-	if n.cluster != nil {
-		if err := n.SyncCalendar(ctx, cmd.CalendarID); err != nil {
-			return nil, false, err
-		}
-	} else if len(n.parts) > 0 {
-		p := n.parts[PartitionOf(cmd.CalendarID, len(n.parts))]
-		for wait := time.Millisecond; !p.CaughtUp(); wait = min(2*wait, 50*time.Millisecond) {
-			select {
-			case <-ctx.Done():
-				return nil, false, fmt.Errorf("%w: partition %d is catching up", ErrUnavailable, p.ID)
-			case <-time.After(wait):
-			}
-		}
-	}
-	err = n.store.View(func(tx *data.Tx) error {
-		rec, found, err := tx.Request(cmd.CalendarID, reqID)
-		if !found || err != nil || rec.Fingerprint != fingerprint {
-			return err
-		}
-		reply, err = actor.RecordJSON(rec)
-		ok = err == nil
-		return err
-	})
-	return reply, ok, err
-}
-
-// Lookup reads the recorded reply of a request id, if it was decided.
-func (n *Node) Lookup(calID, reqID string) (reply []byte, ok bool, err error) {
-	err = n.store.View(func(tx *data.Tx) error {
-		rec, found, err := tx.Request(calID, reqID)
-		if !found || err != nil {
-			return err
-		}
-		reply, err = actor.RecordJSON(rec)
-		ok = err == nil
-		return err
-	})
-	return reply, ok, err
 }
 
 // ErrNotReady is returned by Ready while the node cannot serve.
