@@ -294,6 +294,22 @@ const (
 	storageRetryMax = time.Second
 )
 
+// maxInFlight is how many batches the writer keeps submitted and not yet
+// answered. In embedded mode it decodes and submits the next batch while
+// the previous one waits for its log sync, so the shared commit loop always
+// has work. In cluster mode it applies one at a time: closing gaps and
+// catch-up reads need the applied sequence of everything before them.
+func (p *Partition) maxInFlight() int {
+	if p.cluster != nil {
+		return 1
+	}
+	return maxBatchesInFlight
+}
+
+// run is one life of the writer: it opens the partition's consumer and,
+// until ctx ends or a write fails, takes the messages in batches, submits
+// them to the store and answers them in order, catches up for reads and
+// follows the membership map (cluster mode).
 func (p *Partition) run(ctx context.Context) error {
 	p.idle.Store(false)
 	defer p.idle.Store(true)
@@ -325,45 +341,8 @@ func (p *Partition) run(ctx context.Context) error {
 		}
 	}()
 
-	var seen uint64 // messages handled since start, for catch-up
-	// Batches submitted to the store and not yet answered, oldest first.
-	// In embedded mode a partition keeps up to maxInFlight of them: it
-	// decodes and submits the next batch while the previous one waits
-	// for its log sync, so the shared commit loop always has work. In
-	// cluster mode it applies one at a time: closing gaps and catch-up
-	// reads need the applied sequence of everything before them.
-	maxInFlight := maxBatchesInFlight
-	if p.cluster != nil {
-		maxInFlight = 1
-	}
-	var flight []*inFlight
-	finishHead := func(err error) error {
-		b := flight[0]
-		flight[0] = nil
-		flight = flight[1:]
-		if err != nil {
-			return err
-		}
-		if err := p.finish(b); err != nil {
-			return err
-		}
-		seen += uint64(len(b.msgs))
-		if !p.caughtUp.Load() && seen >= backlog {
-			p.caughtUp.Store(true)
-			p.log.Info("partition caught up", "applied_seq", p.applied.Load(), "replayed", seen)
-		}
-		return nil
-	}
-	// drain answers every batch in flight (on the way out or before a
-	// catch-up); the first error stops it.
-	drain := func() error {
-		for len(flight) > 0 {
-			if err := finishHead(p.store.Await(flight[0].done)); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
+	maxInFlight := p.maxInFlight()
+	q := &flightQueue{p: p, backlog: backlog}
 	// The backlog counts what the stream holds for the partition, and
 	// the server passes over a message it cannot read (a damaged block
 	// file) without delivering it: such a catch-up would never count up
@@ -377,101 +356,102 @@ func (p *Partition) run(ctx context.Context) error {
 	}
 	for {
 		var headDone <-chan error
-		if len(flight) > 0 {
-			headDone = flight[0].done
+		if len(q.flight) > 0 {
+			headDone = q.flight[0].done
 		}
 		var in, msgs chan jetstream.Msg
 		if sess != nil {
 			in, msgs = sess.msgs, sess.msgs
 		}
-		if len(flight) >= maxInFlight {
+		if len(q.flight) >= maxInFlight {
 			in = nil // wait for the oldest batch first
 		}
 		// Idle: nothing in flight and nothing received that waits (the
 		// memory releaser's sign that a bulk load ended).
-		p.idle.Store(len(flight) == 0 && len(msgs) == 0)
-		var batch []jetstream.Msg
+		p.idle.Store(len(q.flight) == 0 && len(msgs) == 0)
 		select {
 		case <-ctx.Done():
 			// Batches already submitted are committed by now or soon:
 			// answer and ack them rather than leave them to redelivery.
-			if err := drain(); err != nil && !errors.Is(err, data.ErrClosed) {
+			if err := q.drain(); err != nil && !errors.Is(err, data.ErrClosed) {
 				p.log.Warn("finishing the batches in flight", "err", err)
 			}
 			return nil
 		case <-p.store.Done():
 			return data.ErrClosed
 		case r := <-p.reads: // cluster mode only (nil channel otherwise)
-			if err := drain(); err != nil {
+			if err := p.serveRead(ctx, r, q); err != nil {
 				return err
 			}
-			err := p.catchUp(ctx, r.to, "read")
-			r.done <- err
-			if _, newer := errors.AsType[*actor.NewerSchemaError](err); newer || errors.Is(err, data.ErrClosed) || stopsForGood(err) {
-				return err
-			}
-			continue
 		case err := <-headDone:
-			if err := finishHead(err); err != nil {
+			if err := q.finishHead(err); err != nil {
 				return err
 			}
-			continue
 		case <-pendingCheck:
 			if p.caughtUp.Load() {
 				pendingCheck = nil
-			} else if len(flight) == 0 && len(msgs) == 0 {
-				if info, err := cons.Info(ctx); err == nil && info.NumPending == 0 && info.NumAckPending == 0 {
-					p.caughtUp.Store(true)
-					p.log.Warn("partition caught up; the stream counted messages the server did not deliver (unreadable?)",
-						"applied_seq", p.applied.Load(), "replayed", seen, "backlog", backlog)
-				}
+			} else if len(q.flight) == 0 && len(msgs) == 0 {
+				p.caughtUpUnread(ctx, cons, q)
 			}
-			continue
 		case <-p.assignKick: // cluster mode only
-			switch want := p.assigned.Load(); {
-			case want && sess == nil:
-				if sess, err = p.startConsume(ctx, cons); err != nil {
-					return err
-				}
-			case !want && sess != nil:
-				err := p.handOver(ctx, sess, drain, func(batch []jetstream.Msg) error {
-					b, err := p.submit(batch)
-					if err != nil {
-						return err
-					}
-					flight = append(flight, b)
-					return drain()
-				})
-				sess = nil
-				if err != nil {
-					return err
-				}
+			if sess, err = p.reassign(ctx, cons, sess, q); err != nil {
+				return err
 			}
-			continue
 		case m := <-in:
-			batch = make([]jetstream.Msg, 1, min(MaxBatch, len(msgs)+1))
-			batch[0] = m
-		}
-	fill:
-		for len(batch) < MaxBatch {
-			select {
-			case m := <-msgs:
-				batch = append(batch, m)
-			default:
-				break fill
-			}
-		}
-		if p.cluster != nil {
-			if err := p.closeGaps(ctx, batch); err != nil {
+			if err := p.submitBatch(ctx, m, msgs, q); err != nil {
 				return err
 			}
 		}
-		b, err := p.submit(batch)
-		if err != nil {
-			return err
-		}
-		flight = append(flight, b)
 	}
+}
+
+// serveRead catches the partition up for a read (cluster mode) once the
+// batches in flight are answered, and tells the reader how it went. It
+// returns an error only when the writer must stop.
+func (p *Partition) serveRead(ctx context.Context, r catchRequest, q *flightQueue) error {
+	if err := q.drain(); err != nil {
+		return err
+	}
+	err := p.catchUp(ctx, r.to, "read")
+	r.done <- err
+	if _, newer := errors.AsType[*actor.NewerSchemaError](err); newer || errors.Is(err, data.ErrClosed) || stopsForGood(err) {
+		return err
+	}
+	return nil
+}
+
+// caughtUpUnread marks the partition caught up when its consumer has
+// nothing left to deliver or to be acknowledged although fewer messages
+// than the backlog arrived: the server passed over messages it cannot
+// read.
+func (p *Partition) caughtUpUnread(ctx context.Context, cons jetstream.Consumer, q *flightQueue) {
+	if info, err := cons.Info(ctx); err == nil && info.NumPending == 0 && info.NumAckPending == 0 {
+		p.caughtUp.Store(true)
+		p.log.Warn("partition caught up; the stream counted messages the server did not deliver (unreadable?)",
+			"applied_seq", p.applied.Load(), "replayed", q.seen, "backlog", q.backlog)
+	}
+}
+
+// reassign follows the membership map (cluster mode): it starts pulling
+// the partition when it is assigned here and hands it over, after
+// answering what it took, when it no longer is. It returns the session
+// now running (nil when none).
+func (p *Partition) reassign(ctx context.Context, cons jetstream.Consumer, sess *consumeSession, q *flightQueue) (*consumeSession, error) {
+	switch want := p.assigned.Load(); {
+	case want && sess == nil:
+		return p.startConsume(ctx, cons)
+	case !want && sess != nil:
+		err := p.handOver(ctx, sess, q.drain, func(batch []jetstream.Msg) error {
+			b, err := p.submit(batch)
+			if err != nil {
+				return err
+			}
+			q.flight = append(q.flight, b)
+			return q.drain()
+		})
+		return nil, err
+	}
+	return sess, nil
 }
 
 // consumeSession is one stretch of pulling the partition's consumer.
@@ -568,155 +548,4 @@ func (p *Partition) handOver(ctx context.Context, s *consumeSession, drain func(
 	p.release()
 	p.log.Info("partition handed over (assigned to another instance)")
 	return nil
-}
-
-// maxBatchesInFlight bounds the batches one partition has submitted to the
-// store and not yet answered (embedded mode).
-const maxBatchesInFlight = 4
-
-// inFlight is a batch submitted to the store's group commit.
-type inFlight struct {
-	msgs []jetstream.Msg
-	in   []actor.Decoded
-	out  *[]actor.Output // set by the commit function
-	done <-chan error    // the commit's answer
-}
-
-// errPredecessorLost is what a batch's commit function returns when the
-// batch submitted before it was not applied (its commit failed): the
-// partition starts over from the index's applied sequence.
-var errPredecessorLost = errors.New("queue: the previous batch of the partition was not applied")
-
-// submit decodes the batch (in this goroutine, in parallel with the other
-// partitions) and hands it to the store's next group commit without waiting
-// for it. Its messages are in the stream's files already (see logsync.go):
-// the sync that covers them is requested first, runs while the batch is
-// decoded and decided, and the batch is answered only once it returned.
-func (p *Partition) submit(batch []jetstream.Msg) (*inFlight, error) {
-	var durable func() error
-	if p.logSync != nil {
-		// The newest message of the batch is all a sync must cover: the
-		// stream holds every earlier one in its files before it.
-		var newest uint64
-		if meta, err := batch[len(batch)-1].Metadata(); err == nil {
-			newest = meta.Sequence.Stream
-		}
-		durable = p.logSync.RequestSeq(newest)
-	}
-	in := make([]actor.Decoded, len(batch))
-	var last uint64
-	for i, m := range batch {
-		meta, err := m.Metadata()
-		if err != nil {
-			return nil, fmt.Errorf("queue: message metadata: %w", err)
-		}
-		seq := meta.Sequence.Stream
-		last = seq
-		in[i] = actor.Decode(actor.Input{
-			Seq:             seq,
-			At:              meta.Timestamp,
-			SubjectCalendar: calendarOfStoredSubject(m.Subject()),
-			Schema:          m.Headers().Get(HeaderSchema),
-			Data:            m.Data(),
-		})
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	err := p.sys.mark(ctx, in, storeLevel(p.store, p.ID))
-	cancel()
-	if err != nil {
-		return nil, err
-	}
-	// The batch before this one ended at p.submitted; if its commit
-	// failed, this one must not be applied on top of the gap.
-	prev := p.submitted
-	p.submitted = max(p.submitted, last)
-	out := new([]actor.Output)
-	done := p.store.CommitDurableAsync(durable, func(tx *data.Tx) error {
-		if prev > 0 && tx.AppliedSeq(p.ID) < prev {
-			return errPredecessorLost
-		}
-		var err error
-		*out, err = actor.ApplyDeferred(tx, p.ID, in)
-		return err
-	})
-	return &inFlight{msgs: batch, in: in, out: out, done: done}, nil
-}
-
-// finish answers a committed batch: replies to every command that asked for
-// one, then acks the batch up to its last applied message. A batch that
-// apply held at a command of a newer schema returns its
-// *actor.NewerSchemaError once the messages before it are answered.
-func (p *Partition) finish(b *inFlight) error {
-	batch, in, out := b.msgs, b.in, *b.out
-	// JSON for the replies is encoded here, after the commit, in this
-	// partition's goroutine: not inside the transaction all partitions share.
-	if err := actor.Render(out); err != nil {
-		return err
-	}
-	if p.committed != nil {
-		p.committed()
-	}
-	last := -1 // the last message applied or skipped: acknowledged
-	for i, o := range out {
-		if o.Held {
-			break
-		}
-		last = i
-		if !o.Skipped {
-			p.applied.Store(o.Seq)
-		}
-		if in[i].Reject != nil {
-			p.log.Info("command rejected", "seq", o.Seq, "code", in[i].Reject.Code, "message", in[i].Reject.Message,
-				"request_id", batch[i].Headers().Get(HeaderRequestID), "trace_id", batch[i].Headers().Get(HeaderTraceID))
-		}
-		if !o.Skipped && o.OperatorSkip != nil {
-			p.auditSkip(o, batch[i].Subject(), batch[i].Headers())
-		}
-		hdr := batch[i].Headers()
-		to := hdr.Get(HeaderReplyTo)
-		if o.Reply == nil || !ValidReplySubject(to) {
-			continue
-		}
-		if p.local != nil && p.local(to, o.Reply) {
-			continue
-		}
-		p.sendReply(hdr, to, o)
-	}
-	p.flushReplies()
-	// AckAll: acknowledging the last message acknowledges the batch. A
-	// held message and those after it are not acknowledged.
-	if last >= 0 {
-		if err := batch[last].Ack(); err != nil {
-			p.log.Warn("ack", "err", err)
-		}
-	}
-	if p.work != nil {
-		p.work.Add(uint64(last + 1))
-	}
-	p.finished++
-	p.storage.clear(p.storageSrc, "") // it committed
-	if p.observe != nil {
-		// Last, so that its time covers the replies and the acknowledgement.
-		p.observe(p.ID, in, out, time.Now())
-	}
-	return actor.Held(out, in)
-}
-
-// sendReply answers a decided command at to: in a reply batch when the
-// command asked for one (sent by flushReplies), else in a message of its
-// own.
-func (p *Partition) sendReply(hdr nats.Header, to string, o actor.Output) {
-	if bulk := hdr.Get(HeaderReplyBatch); bulk != "" && p.replies.add(p.nc, bulk, to, o.Reply) {
-		return
-	}
-	if err := p.nc.Publish(to, o.Reply); err != nil {
-		p.log.Warn("reply", "seq", o.Seq, "err", err)
-	}
-}
-
-// flushReplies sends the reply batches sendReply filled.
-func (p *Partition) flushReplies() {
-	if err := p.replies.flush(p.nc); err != nil {
-		p.log.Warn("replies", "err", err)
-	}
 }
