@@ -2,15 +2,21 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/netip"
 	"net/url"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/bookline/bookline/calendarsync"
+	"github.com/bookline/bookline/data/secretkey"
 	"github.com/bookline/bookline/httpapi"
 	"github.com/bookline/bookline/httpapi/webhook"
 	"github.com/bookline/bookline/queue"
@@ -130,6 +136,215 @@ Without keys the API is open, which is allowed only on a loopback
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var c serveConfig
 	fs := newFlagSet("serve", stderr, serveSummary)
+	c.defineFlags(fs)
+	if err := parseFlagsWithConfig(fs, args, "config"); err != nil {
+		return err
+	}
+	log, err := newLogger(stderr, c.logFormat, c.logLevel)
+	if err != nil {
+		return err
+	}
+	acceptHistory, err := c.check()
+	if err != nil {
+		return err
+	}
+	guard, err := c.webhookGuard()
+	if err != nil {
+		return err
+	}
+	keys, err := c.keyring()
+	if err != nil {
+		return err
+	}
+	if keys.Open() {
+		if !httpapi.IsLoopback(c.httpAddr) {
+			return fmt.Errorf("--http-addr %s: %w", c.httpAddr, httpapi.ErrOpenNonLoopback)
+		}
+		log.Warn("no API keys configured: the HTTP API is open to every local process", "addr", c.httpAddr)
+	} else {
+		log.Info("api keys loaded", "keys", keys.Len())
+	}
+	natsOpts, err := c.natsOptions()
+	if err != nil {
+		return err
+	}
+	servers, err := c.serverCheck()
+	if err != nil {
+		return err
+	}
+	natsAuth, natsTLS, err := c.embeddedNATSSecurity(keys, log)
+	if err != nil {
+		return err
+	}
+	secrets, err := c.secretsKey()
+	if err != nil {
+		return err
+	}
+	log.Info("memory limit", "limit", c.memoryLimit.apply())
+
+	metrics := httpapi.NewMetrics()
+	google := c.googleConfig()
+	google.OnFailure = metrics.CalendarSyncFailed
+	google.Key = secrets // seals the push channels' tokens
+	var syncer *calendarsync.Syncer
+	node, err := queue.StartNode(c.nodeConfig(nodeSetup{log: log, metrics: metrics, natsOpts: natsOpts, natsAuth: natsAuth,
+		natsTLS: natsTLS, servers: servers, acceptHistory: acceptHistory,
+		followers: []func(*queue.Node) queue.Follower{googleFollower(google, &syncer)}}))
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := node.Close(); err != nil {
+			log.Error("close", "err", err)
+		}
+	}()
+	metrics.AttachNode(sampledNode{node})
+	registerInvariantMetrics(metrics.Registry())
+	if u := node.ClientURL(); u != "" {
+		log.Info("embedded nats listening", "url", u)
+	}
+
+	if syncer == nil {
+		return errors.New("serve: the node did not build the Google sync")
+	}
+	hookCfg := c.webhookConfig(guard, node.Logger())
+	hookCfg.Key = secrets
+	hooks, stopHooks, err := startWebhooks(node, hookCfg)
+	if err != nil {
+		return err
+	}
+	// Before the node closes (deferred earlier, so it runs later): an
+	// event being delivered is handed back to NATS while it is still up.
+	defer stopHooks()
+	metrics.AttachWebhooks(hooks)
+	metrics.AttachGoogle(syncer.DeadLetterCount)
+	api := httpapi.New(node, c.apiConfig(log, keys, metrics, secrets, apiPorts(node, syncer, hooks)))
+	if c.pprofAddr != "" {
+		stopPprof, err := startPprof(c.pprofAddr, log)
+		if err != nil {
+			return err
+		}
+		defer stopPprof()
+	}
+	return c.listenAndServe(ctx, api, len(node.Parts()), log)
+}
+
+// listenAndServe serves api on --http-addr until ctx ends or the server
+// fails, then drains: readiness answers 503 for --shutdown-delay while
+// requests are still served, and requests in flight get
+// --shutdown-timeout.
+func (c *serveConfig) listenAndServe(ctx context.Context, api *httpapi.Server, partitions int, log *slog.Logger) error {
+	ln, err := net.Listen("tcp", c.httpAddr)
+	if err != nil {
+		return err
+	}
+	log.Info("http listening", "addr", ln.Addr().String(), "partitions", partitions, "data_dir", c.dataDir)
+	served := make(chan error, 1)
+	go func() { served <- api.App().Listener(ln) }()
+
+	select {
+	case err := <-served:
+		return fmt.Errorf("http server: %w", err)
+	case <-ctx.Done():
+	}
+	log.Info("shutting down: no new requests; finishing the batches in flight")
+	api.SetDraining()
+	if c.shutdownDelay > 0 {
+		time.Sleep(c.shutdownDelay) // readiness answers 503 meanwhile; requests are still served
+	}
+	if err := api.App().ShutdownWithTimeout(c.shutdownTimeout); err != nil {
+		log.Warn("http shutdown", "err", err)
+	}
+	return nil
+}
+
+// nodeSetup is what serve made before the node, for nodeConfig.
+type nodeSetup struct {
+	log           *slog.Logger
+	metrics       *httpapi.Metrics
+	natsOpts      []nats.Option
+	natsAuth      *queue.Credentials
+	natsTLS       *tls.Config
+	servers       queue.ServerCheck
+	acceptHistory map[int]uint64
+	followers     []func(*queue.Node) queue.Follower
+}
+
+// nodeConfig is the queue side's configuration from serve's flags and n.
+func (c *serveConfig) nodeConfig(n nodeSetup) queue.NodeConfig {
+	return queue.NodeConfig{
+		DataDir:      c.dataDir,
+		NATSURL:      c.natsURL,
+		NATSListen:   c.natsListen,
+		NATSAuth:     n.natsAuth,
+		NATSTLS:      n.natsTLS,
+		SyncInterval: c.sync == "interval",
+		Partitions:   c.partitions,
+		Replicas:     c.replicas,
+		NATSOptions:  n.natsOpts,
+		Logger:       n.log,
+		Observer:     n.metrics,
+		Followers:    n.followers,
+
+		Servers:            n.servers,
+		AllowLazySync:      c.allowLazyNATSSync,
+		AllowFewerReplicas: c.allowFewerReplicas,
+
+		InstanceID:      c.instanceID,
+		TakeoverTimeout: c.takeoverTimeout,
+
+		NATSMaxStore:  c.natsMaxStore.bytes,
+		NATSMaxMemory: c.natsMaxMem.bytes,
+
+		InternalRecordRetention: c.keylessRetention,
+
+		Snapshots: queue.SnapshotConfig{Every: c.snapshotEvery, Interval: c.snapshotInterval, Keep: c.snapshotKeep,
+			StreamMaxAge: c.streamMaxAge, StreamMaxBytes: c.streamMaxBytes.bytes, TrimGrace: c.streamTrimGrace},
+		SnapshotTaken: n.metrics.SnapshotTaken,
+		EventsMaxAge:  eventsMaxAge(c.eventsMaxAge),
+
+		AcceptHistory: n.acceptHistory,
+	}
+}
+
+// apiConfig is the HTTP API's configuration from serve's flags.
+func (c *serveConfig) apiConfig(log *slog.Logger, keys *httpapi.Keyring, metrics *httpapi.Metrics, secrets *secretkey.Key,
+	ports httpapi.Ports) httpapi.Config {
+	return httpapi.Config{
+		ReplyTimeout: c.replyTimeout,
+		BodyLimit:    c.maxBodyBytes,
+		Logger:       log,
+		WithTraceID:  queue.WithTraceID,
+		Keys:         keys,
+		Metrics:      metrics,
+		HeaderLimit:  c.maxHeaderBytes,
+		ReadTimeout:  c.readTimeout,
+		WriteTimeout: c.writeTimeout,
+		IdleTimeout:  c.idleTimeout,
+		MaxListRange: c.maxListRange,
+		MaxListLimit: c.maxListLimit,
+		RateLimit:    c.rateLimit,
+		RateBurst:    c.rateBurst,
+
+		PageRateLimit:  c.pageRateLimit,
+		PageRateBurst:  c.pageRateBurst,
+		TrustedProxies: c.proxies,
+
+		LogEveryBooking: c.logEvery,
+
+		KeylessRecordRetention: c.keylessRetention,
+		KeyedRecordRetention:   c.keyedRetention,
+
+		Secrets: secrets,
+
+		Ports: ports,
+	}
+}
+
+// defineFlags defines serve's flags on fs, each setting a field of c (and,
+// through parseFlagsWithConfig, also read from BOOKLINE_<NAME> and the
+// --config file).
+func (c *serveConfig) defineFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.config, "config", "", "optional JSON config file of flag values (keys = flag names); lower precedence than flags and environment")
 	fs.StringVar(&c.dataDir, "data-dir", "./bookline-data", "directory for the index and the embedded NATS store")
 	fs.StringVar(&c.httpAddr, "http-addr", "127.0.0.1:8080", "HTTP listen address")
@@ -207,198 +422,39 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.DurationVar(&c.webhookRetryCap, "webhook-retry-cap", webhook.DefaultRetryCap, "longest wait between two attempts to deliver a webhook event")
 	fs.IntVar(&c.webhookMaxAttempts, "webhook-max-attempts", webhook.DefaultMaxAttempts, "failed attempts at one event after which a webhook endpoint is disabled (the defaults spread 15 attempts over about 3.1 days)")
 	fs.DurationVar(&c.webhookGrace, "webhook-rotation-grace", webhook.DefaultRotationGrace, "how long a webhook endpoint's replaced secret keeps signing after a rotation")
-	if err := parseFlagsWithConfig(fs, args, "config"); err != nil {
-		return err
-	}
-	log, err := newLogger(stderr, c.logFormat, c.logLevel)
-	if err != nil {
-		return err
-	}
+}
+
+// check refuses settings that cannot work together before anything
+// starts, and returns the parsed --accept-stream-history.
+func (c *serveConfig) check() (map[int]uint64, error) {
 	if c.snapshotKeep < 1 {
-		return fmt.Errorf("--snapshot-keep %d: keep at least 1", c.snapshotKeep)
+		return nil, fmt.Errorf("--snapshot-keep %d: keep at least 1", c.snapshotKeep)
 	}
 	if (c.streamMaxAge > 0 || c.streamMaxBytes.bytes > 0) && c.snapshotInterval <= 0 && c.snapshotEvery == 0 {
-		return errors.New("--stream-max-age / --stream-max-bytes need snapshots (--snapshot-interval or --snapshot-every): " +
+		return nil, errors.New("--stream-max-age / --stream-max-bytes need snapshots (--snapshot-interval or --snapshot-every): " +
 			"a trimmed stream cannot rebuild an index on its own")
 	}
 	if c.sync != "interval" && c.sync != "always" {
-		return fmt.Errorf("--sync %q: want interval or always", c.sync)
+		return nil, fmt.Errorf("--sync %q: want interval or always", c.sync)
 	}
 	if c.replyTimeout <= 0 {
-		return fmt.Errorf("--reply-timeout must be positive")
+		return nil, fmt.Errorf("--reply-timeout must be positive")
 	}
 	acceptHistory, err := queue.ParseAcceptHistory(c.acceptHistory)
 	if err != nil {
-		return fmt.Errorf("--accept-stream-history: %w", err)
+		return nil, fmt.Errorf("--accept-stream-history: %w", err)
 	}
 	if err := c.checkLimits(); err != nil {
-		return err
+		return nil, err
 	}
 	if err := c.checkCluster(); err != nil {
-		return err
+		return nil, err
 	}
 	if u := c.googleWebhookURL; u != "" {
 		// Google delivers notifications to https addresses only.
 		if pu, err := url.Parse(u); err != nil || pu.Scheme != "https" || pu.Host == "" {
-			return fmt.Errorf("--google-webhook-url %q: want an https URL of POST /v1/google/notifications", u)
+			return nil, fmt.Errorf("--google-webhook-url %q: want an https URL of POST /v1/google/notifications", u)
 		}
 	}
-	guard, err := c.webhookGuard()
-	if err != nil {
-		return err
-	}
-	keys, err := c.keyring()
-	if err != nil {
-		return err
-	}
-	if keys.Open() {
-		if !httpapi.IsLoopback(c.httpAddr) {
-			return fmt.Errorf("--http-addr %s: %w", c.httpAddr, httpapi.ErrOpenNonLoopback)
-		}
-		log.Warn("no API keys configured: the HTTP API is open to every local process", "addr", c.httpAddr)
-	} else {
-		log.Info("api keys loaded", "keys", keys.Len())
-	}
-	natsOpts, err := c.natsOptions()
-	if err != nil {
-		return err
-	}
-	servers, err := c.serverCheck()
-	if err != nil {
-		return err
-	}
-	natsAuth, natsTLS, err := c.embeddedNATSSecurity(keys, log)
-	if err != nil {
-		return err
-	}
-	secrets, err := c.secretsKey()
-	if err != nil {
-		return err
-	}
-	log.Info("memory limit", "limit", c.memoryLimit.apply())
-
-	metrics := httpapi.NewMetrics()
-	google := c.googleConfig()
-	google.OnFailure = metrics.CalendarSyncFailed
-	google.Key = secrets // seals the push channels' tokens
-	var syncer *calendarsync.Syncer
-	node, err := queue.StartNode(queue.NodeConfig{
-		DataDir:      c.dataDir,
-		NATSURL:      c.natsURL,
-		NATSListen:   c.natsListen,
-		NATSAuth:     natsAuth,
-		NATSTLS:      natsTLS,
-		SyncInterval: c.sync == "interval",
-		Partitions:   c.partitions,
-		Replicas:     c.replicas,
-		NATSOptions:  natsOpts,
-		Logger:       log,
-		Observer:     metrics,
-		Followers:    []func(*queue.Node) queue.Follower{googleFollower(google, &syncer)},
-
-		Servers:            servers,
-		AllowLazySync:      c.allowLazyNATSSync,
-		AllowFewerReplicas: c.allowFewerReplicas,
-
-		InstanceID:      c.instanceID,
-		TakeoverTimeout: c.takeoverTimeout,
-
-		NATSMaxStore:  c.natsMaxStore.bytes,
-		NATSMaxMemory: c.natsMaxMem.bytes,
-
-		InternalRecordRetention: c.keylessRetention,
-
-		Snapshots: queue.SnapshotConfig{Every: c.snapshotEvery, Interval: c.snapshotInterval, Keep: c.snapshotKeep,
-			StreamMaxAge: c.streamMaxAge, StreamMaxBytes: c.streamMaxBytes.bytes, TrimGrace: c.streamTrimGrace},
-		SnapshotTaken: metrics.SnapshotTaken,
-		EventsMaxAge:  eventsMaxAge(c.eventsMaxAge),
-
-		AcceptHistory: acceptHistory,
-	})
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err := node.Close(); err != nil {
-			log.Error("close", "err", err)
-		}
-	}()
-	metrics.AttachNode(sampledNode{node})
-	registerInvariantMetrics(metrics.Registry())
-	if u := node.ClientURL(); u != "" {
-		log.Info("embedded nats listening", "url", u)
-	}
-
-	if syncer == nil {
-		return errors.New("serve: the node did not build the Google sync")
-	}
-	hookCfg := c.webhookConfig(guard, node.Logger())
-	hookCfg.Key = secrets
-	hooks, stopHooks, err := startWebhooks(node, hookCfg)
-	if err != nil {
-		return err
-	}
-	// Before the node closes (deferred earlier, so it runs later): an
-	// event being delivered is handed back to NATS while it is still up.
-	defer stopHooks()
-	metrics.AttachWebhooks(hooks)
-	metrics.AttachGoogle(syncer.DeadLetterCount)
-	api := httpapi.New(node, httpapi.Config{
-		ReplyTimeout: c.replyTimeout,
-		BodyLimit:    c.maxBodyBytes,
-		Logger:       log,
-		WithTraceID:  queue.WithTraceID,
-		Keys:         keys,
-		Metrics:      metrics,
-		HeaderLimit:  c.maxHeaderBytes,
-		ReadTimeout:  c.readTimeout,
-		WriteTimeout: c.writeTimeout,
-		IdleTimeout:  c.idleTimeout,
-		MaxListRange: c.maxListRange,
-		MaxListLimit: c.maxListLimit,
-		RateLimit:    c.rateLimit,
-		RateBurst:    c.rateBurst,
-
-		PageRateLimit:  c.pageRateLimit,
-		PageRateBurst:  c.pageRateBurst,
-		TrustedProxies: c.proxies,
-
-		LogEveryBooking: c.logEvery,
-
-		KeylessRecordRetention: c.keylessRetention,
-		KeyedRecordRetention:   c.keyedRetention,
-
-		Secrets: secrets,
-
-		Ports: apiPorts(node, syncer, hooks),
-	})
-	if c.pprofAddr != "" {
-		stopPprof, err := startPprof(c.pprofAddr, log)
-		if err != nil {
-			return err
-		}
-		defer stopPprof()
-	}
-	ln, err := net.Listen("tcp", c.httpAddr)
-	if err != nil {
-		return err
-	}
-	log.Info("http listening", "addr", ln.Addr().String(), "partitions", len(node.Parts()), "data_dir", c.dataDir)
-	served := make(chan error, 1)
-	go func() { served <- api.App().Listener(ln) }()
-
-	select {
-	case err := <-served:
-		return fmt.Errorf("http server: %w", err)
-	case <-ctx.Done():
-	}
-	log.Info("shutting down: no new requests; finishing the batches in flight")
-	api.SetDraining()
-	if c.shutdownDelay > 0 {
-		time.Sleep(c.shutdownDelay) // readiness answers 503 meanwhile; requests are still served
-	}
-	if err := api.App().ShutdownWithTimeout(c.shutdownTimeout); err != nil {
-		log.Warn("http shutdown", "err", err)
-	}
-	return nil
+	return acceptHistory, nil
 }
