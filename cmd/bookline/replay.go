@@ -248,34 +248,9 @@ func runVerify(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if (url == "") == (dataDir == "") {
 		return errors.New("give exactly one of --url and --data-dir")
 	}
-	var live data.Digest
-	if url != "" {
-		// The digest has an entry per calendar and is computed over the
-		// whole index: it may be large and slow, so neither is bounded
-		// tightly.
-		status, body, err := adminCall(ctx, http.MethodGet, url, "/v1/admin/digest", apiKey, nil, time.Hour, 1<<34)
-		if err != nil {
-			return err
-		}
-		if status != 200 {
-			return fmt.Errorf("digest from %s: %d %s", url, status, body)
-		}
-		if err := json.Unmarshal(body, &live); err != nil {
-			return err
-		}
-	} else {
-		if _, err := os.Stat(queue.IndexFile(dataDir)); err != nil {
-			return fmt.Errorf("--data-dir: no index: %w", err)
-		}
-		store, err := data.Open(queue.IndexFile(dataDir))
-		if err != nil {
-			return err
-		}
-		err = store.View(func(tx *data.Tx) (err error) { live, err = tx.Digest(); return err })
-		store.Close()
-		if err != nil {
-			return err
-		}
+	live, err := liveDigest(ctx, url, apiKey, dataDir)
+	if err != nil {
+		return err
 	}
 	tmp, err := os.MkdirTemp("", "bookline-verify-")
 	if err != nil {
@@ -347,6 +322,47 @@ func runVerify(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
+	return reportDifferences(stdout, live, fresh, histories)
+}
+
+// liveDigest is the digest of the live index: asked of a running bookline
+// at url, or read from the index in a stopped one's dataDir.
+func liveDigest(ctx context.Context, url, apiKey, dataDir string) (live data.Digest, err error) {
+	if url != "" {
+		// The digest has an entry per calendar and is computed over the
+		// whole index: it may be large and slow, so neither is bounded
+		// tightly.
+		status, body, err := adminCall(ctx, http.MethodGet, url, "/v1/admin/digest", apiKey, nil, time.Hour, 1<<34)
+		if err != nil {
+			return live, err
+		}
+		if status != 200 {
+			return live, fmt.Errorf("digest from %s: %d %s", url, status, body)
+		}
+		if err := json.Unmarshal(body, &live); err != nil {
+			return live, err
+		}
+	} else {
+		if _, err := os.Stat(queue.IndexFile(dataDir)); err != nil {
+			return live, fmt.Errorf("--data-dir: no index: %w", err)
+		}
+		store, err := data.Open(queue.IndexFile(dataDir))
+		if err != nil {
+			return live, err
+		}
+		err = store.View(func(tx *data.Tx) (err error) { live, err = tx.Digest(); return err })
+		store.Close()
+		if err != nil {
+			return live, err
+		}
+	}
+	return live, nil
+}
+
+// reportDifferences prints what differs between the live index's digest
+// and the replay's (and the recorded histories' differences), and returns
+// errVerifyFailed unless nothing does.
+func reportDifferences(stdout io.Writer, live, fresh data.Digest, histories []string) error {
 	cal, differs := data.FirstDifference(live, fresh)
 	if !differs && len(histories) == 0 {
 		fmt.Fprintf(stdout, "ok: live index equals a replay of the stream (digest %s, %d calendars)\n", live.Total, len(live.Calendars))
