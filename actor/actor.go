@@ -240,6 +240,12 @@ var (
 	withoutSideEffects = sideEffects{}
 )
 
+// apply decides batch, the partition's next messages in stream order, in
+// tx: each message above the applied sequence is decided at the
+// partition's log time and rules level, extends its hash chain and (with
+// effects) leaves its outcome event; one at or below it is answered from
+// its record (redelivered); from a command this build cannot decide on,
+// the rest is held.
 func apply(tx *data.Tx, partition int, batch []Decoded, effects sideEffects) ([]Output, error) {
 	before := readApplied(tx, partition)
 	applied := before.seq
@@ -321,15 +327,7 @@ func apply(tx *data.Tx, partition int, batch []Decoded, effects sideEffects) ([]
 		} else if d.Declared > level {
 			level = d.Declared
 		}
-		// Every decided command leaves its outcome event in the outbox,
-		// in this same transaction (see queue's event publisher), but
-		// for the partition's own commands: they are about no calendar,
-		// and their answers are recorded.
-		if !effects.events || d.Seq <= effects.eventsAfter || dn.Skip == nil && isSystemCommand(&dn.Cmd) {
-			continue
-		}
-		buf = AppendReply(buf[:0], reply)
-		if err := tx.PutEvent(data.Event{Seq: d.Seq, Calendar: eventCalendar(dn), Payload: buf}); err != nil {
+		if buf, err = putOutcome(tx, effects, d, dn, reply, buf); err != nil {
 			return nil, err
 		}
 	}
@@ -347,6 +345,19 @@ func apply(tx *data.Tx, partition int, batch []Decoded, effects sideEffects) ([]
 		}
 	}
 	return out, nil
+}
+
+// putOutcome leaves the outcome event of decided command d (decided as dn)
+// in the outbox, in the same transaction (see queue's event publisher),
+// unless effects leave events out or the command is the partition's own:
+// those are about no calendar, and their answers are recorded. buf is a
+// buffer to reuse; it returns it.
+func putOutcome(tx *data.Tx, effects sideEffects, d, dn *Decoded, reply *Reply, buf []byte) ([]byte, error) {
+	if !effects.events || d.Seq <= effects.eventsAfter || dn.Skip == nil && isSystemCommand(&dn.Cmd) {
+		return buf, nil
+	}
+	buf = AppendReply(buf[:0], reply)
+	return buf, tx.PutEvent(data.Event{Seq: d.Seq, Calendar: eventCalendar(dn), Payload: buf})
 }
 
 // atLevel is how d is decided at rules level: a copy of d, with the strict
