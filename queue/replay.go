@@ -85,28 +85,9 @@ func Replay(ctx context.Context, js jetstream.JetStream, store *data.Store, opt 
 	if err != nil {
 		return st, err
 	}
-	var (
-		empty   bool
-		known   string
-		covered = map[int]uint64{}
-	)
-	if err := store.View(func(tx *data.Tx) error {
-		empty = len(tx.Applied()) == 0 && len(tx.CalendarIDs()) == 0
-		known = tx.StreamIdentity()
-		for p := 0; p < partitions; p++ {
-			covered[p] = tx.Covered(p)
-		}
-		return nil
-	}); err != nil {
+	covered, err := replayCovered(store, partitions, identity, opt.Continue)
+	if err != nil {
 		return st, err
-	}
-	switch {
-	case opt.Continue && known != identity:
-		return st, fmt.Errorf("%w: the index to continue was built from stream %q, the stream is %q", ErrIndexNotEmpty, known, identity)
-	case !opt.Continue && !empty:
-		return st, ErrIndexNotEmpty
-	case !opt.Continue:
-		clear(covered)
 	}
 	if !opt.Continue {
 		// Nearly every lookup of a replay is of a request id or booking id
@@ -126,27 +107,9 @@ func Replay(ctx context.Context, js jetstream.JetStream, store *data.Store, opt 
 	if opt.ToSeq > 0 && opt.ToSeq < last {
 		last = opt.ToSeq
 	}
-	// An index from a stream whose start is gone would lack those
-	// commands' bookings and request records: refuse rather than build
-	// it. (Ordered consumers start at the first message there is, without
-	// a word.)
-	from := uint64(0) // the lowest sequence any partition still needs, - 1
-	if opt.Continue {
-		from = covered[0]
-		for p := 0; p < partitions; p++ {
-			if err := historyGap(p, covered[p], firstSeq(info)); err != nil {
-				return st, err
-			}
-			from = min(from, covered[p])
-		}
-	} else if err := historyGap(-1, 0, firstSeq(info)); err != nil {
+	from, err := replayFrom(ctx, s, info, store, partitions, covered, opt.Continue)
+	if err != nil {
 		return st, err
-	}
-	if opt.Continue {
-		// The restored index's recorded history must be the stream's.
-		if err := checkRestoredHistory(ctx, s, info, store, partitions); err != nil {
-			return st, err
-		}
 	}
 	if last == 0 || last < info.State.FirstSeq || last <= from {
 		return st, store.Commit(func(tx *data.Tx) error { return tx.SetStreamIdentity(identity) })
@@ -168,75 +131,27 @@ func Replay(ctx context.Context, js jetstream.JetStream, store *data.Store, opt 
 	defer it.Stop()
 
 	// Reading and decoding (here) overlap with applying and committing the
-	// previous chunk (the committer goroutine below): a two-stage pipeline.
-	type job struct {
-		chunk   [][]actor.Decoded // by partition
-		n       int
-		lastSeq uint64
-		last    uint64 // the replay's end, for progress
-		final   bool
-	}
-	jobs := make(chan job, 1)
+	// previous chunk (commitReplay's goroutine): a two-stage pipeline.
+	jobs := make(chan replayJob, 1)
 	committed := make(chan error, 1)
-	kept := data.NewPending()
-	go func() {
-		var err error
-		for j := range jobs {
-			if err == nil {
-				apply := func(tx *data.Tx) error {
-					for p, batch := range j.chunk {
-						if len(batch) == 0 {
-							continue
-						}
-						out, err := actor.ApplyReplay(tx, p, batch)
-						if err != nil {
-							return err
-						}
-						if err := actor.Held(out, batch); err != nil {
-							// Only a build that knows the command's
-							// schema can replay the stream past it.
-							return fmt.Errorf("queue: replay partition %d: %w", p, err)
-						}
-					}
-					return nil
-				}
-				// A chunk is decided in one transaction, its tree writes
-				// kept aside, then written in transactions of
-				// ReplayFlushKeys keys (see data.Pending). All of them
-				// are committed without fsync: the index is new and a
-				// replay that does not finish is started again from
-				// scratch, never resumed. After the final chunk one
-				// commit with fsync (which flushes every earlier page
-				// before it writes its meta page) records the stream
-				// identity: an index without one is not a finished
-				// replay.
-				err = store.CommitPending(kept, apply)
-				if err == nil {
-					err = store.FlushPending(kept, ReplayFlushKeys)
-				}
-				if err == nil && j.final {
-					err = store.Commit(func(tx *data.Tx) error { return tx.SetStreamIdentity(identity) })
-				}
-				if err == nil {
-					st.Applied += uint64(j.n)
-					if opt.Progress != nil {
-						opt.Progress(st.Applied, j.lastSeq, j.last)
-					}
-				}
-			}
-		}
-		committed <- err
-	}()
-	finish := func(readErr error) (ReplayStats, error) {
-		close(jobs)
-		err := <-committed
-		if readErr != nil {
-			return st, readErr
-		}
-		st.Elapsed = time.Since(began)
-		return st, err
+	go func() { committed <- commitReplay(store, identity, opt.Progress, jobs, &st) }()
+	readErr := feedReplay(ctx, it, s, info, partitions, from, last, covered, opt, jobs, &st)
+	close(jobs)
+	err = <-committed
+	if readErr != nil {
+		return st, readErr
 	}
+	st.Elapsed = time.Since(began)
+	return st, err
+}
 
+// feedReplay reads the stream from from+1 to last (or opt's end), decodes
+// each partition's commands into chunks (doubling from firstReplayChunk up
+// to ReplayChunk) and hands them to the committer on jobs, the last one
+// marked final once the read is complete. It counts what it read in
+// st.LastSeq.
+func feedReplay(ctx context.Context, it jetstream.MessagesContext, s jetstream.Stream, info *jetstream.StreamInfo, partitions int,
+	from, last uint64, covered map[int]uint64, opt ReplayOptions, jobs chan<- replayJob, st *ReplayStats) error {
 	// The skips every writer looked up before it decided a command that
 	// may have been skipped: the system tokens as they are now.
 	sys := make([]*systemLog, partitions)
@@ -252,15 +167,15 @@ func Replay(ctx context.Context, js jetstream.JetStream, store *data.Store, opt 
 	skipped := &skippedSeqs{next: max(from+1, firstSeq(info))}
 	for st.LastSeq < last {
 		if err := ctx.Err(); err != nil {
-			return finish(err)
+			return err
 		}
 		m, err := it.Next()
 		if err != nil {
-			return finish(fmt.Errorf("queue: replay read: %w", err))
+			return fmt.Errorf("queue: replay read: %w", err)
 		}
 		meta, err := m.Metadata()
 		if err != nil {
-			return finish(err)
+			return err
 		}
 		seq := meta.Sequence.Stream
 		if seq > last || (!opt.ToTime.IsZero() && meta.Timestamp.After(opt.ToTime)) {
@@ -282,19 +197,133 @@ func Replay(ctx context.Context, js jetstream.JetStream, store *data.Store, opt 
 			Schema: m.Headers().Get(HeaderSchema), Data: m.Data()}))
 		if p < len(sys) {
 			if err := sys[p].mark(ctx, chunk[p][len(chunk[p])-1:], never); err != nil {
-				return finish(err)
+				return err
 			}
 		}
 		if pending++; pending >= size {
-			jobs <- job{chunk: chunk, n: pending, lastSeq: seq, last: last}
+			jobs <- replayJob{chunk: chunk, n: pending, lastSeq: seq, last: last}
 			chunk, pending, size = nil, 0, min(2*size, ReplayChunk)
 		}
 	}
 	if err := skipped.check(ctx, s); err != nil {
-		return finish(err)
+		return err
 	}
-	jobs <- job{chunk: chunk, n: pending, lastSeq: st.LastSeq, last: last, final: true}
-	return finish(nil)
+	jobs <- replayJob{chunk: chunk, n: pending, lastSeq: st.LastSeq, last: last, final: true}
+	return nil
+}
+
+// replayCovered reads how far each partition's history is in the index:
+// nothing for a new replay, which needs an empty index; what a restored
+// snapshot applied when the replay continues it, which needs the index to
+// come from this stream.
+func replayCovered(store *data.Store, partitions int, identity string, cont bool) (map[int]uint64, error) {
+	var (
+		empty   bool
+		known   string
+		covered = map[int]uint64{}
+	)
+	if err := store.View(func(tx *data.Tx) error {
+		empty = len(tx.Applied()) == 0 && len(tx.CalendarIDs()) == 0
+		known = tx.StreamIdentity()
+		for p := 0; p < partitions; p++ {
+			covered[p] = tx.Covered(p)
+		}
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	switch {
+	case cont && known != identity:
+		return nil, fmt.Errorf("%w: the index to continue was built from stream %q, the stream is %q", ErrIndexNotEmpty, known, identity)
+	case !cont && !empty:
+		return nil, ErrIndexNotEmpty
+	case !cont:
+		clear(covered)
+	}
+	return covered, nil
+}
+
+// replayFrom is the lowest sequence any partition still needs, - 1. An
+// index from a stream whose start is gone would lack those commands'
+// bookings and request records: it refuses rather than build it (ordered
+// consumers start at the first message there is, without a word). A
+// continued replay also needs the restored index's recorded history to be
+// the stream's.
+func replayFrom(ctx context.Context, s jetstream.Stream, info *jetstream.StreamInfo, store *data.Store, partitions int,
+	covered map[int]uint64, cont bool) (uint64, error) {
+	if !cont {
+		return 0, historyGap(-1, 0, firstSeq(info))
+	}
+	from := covered[0]
+	for p := 0; p < partitions; p++ {
+		if err := historyGap(p, covered[p], firstSeq(info)); err != nil {
+			return 0, err
+		}
+		from = min(from, covered[p])
+	}
+	return from, checkRestoredHistory(ctx, s, info, store, partitions)
+}
+
+// replayJob is a chunk of a replay, decoded and grouped by partition.
+type replayJob struct {
+	chunk   [][]actor.Decoded // by partition
+	n       int
+	lastSeq uint64
+	last    uint64 // the replay's end, for progress
+	final   bool
+}
+
+// commitReplay applies and commits the replay's chunks as they come, until
+// jobs is closed, and returns the first error (it keeps receiving after
+// one, so that the reader never blocks). It counts what it applied in
+// st.Applied.
+func commitReplay(store *data.Store, identity string, progress func(applied, seq, last uint64), jobs <-chan replayJob, st *ReplayStats) error {
+	kept := data.NewPending()
+	var err error
+	for j := range jobs {
+		if err != nil {
+			continue
+		}
+		apply := func(tx *data.Tx) error {
+			for p, batch := range j.chunk {
+				if len(batch) == 0 {
+					continue
+				}
+				out, err := actor.ApplyReplay(tx, p, batch)
+				if err != nil {
+					return err
+				}
+				if err := actor.Held(out, batch); err != nil {
+					// Only a build that knows the command's
+					// schema can replay the stream past it.
+					return fmt.Errorf("queue: replay partition %d: %w", p, err)
+				}
+			}
+			return nil
+		}
+		// A chunk is decided in one transaction, its tree writes kept
+		// aside, then written in transactions of ReplayFlushKeys keys
+		// (see data.Pending). All of them are committed without fsync:
+		// the index is new and a replay that does not finish is started
+		// again from scratch, never resumed. After the final chunk one
+		// commit with fsync (which flushes every earlier page before it
+		// writes its meta page) records the stream identity: an index
+		// without one is not a finished replay.
+		err = store.CommitPending(kept, apply)
+		if err == nil {
+			err = store.FlushPending(kept, ReplayFlushKeys)
+		}
+		if err == nil && j.final {
+			err = store.Commit(func(tx *data.Tx) error { return tx.SetStreamIdentity(identity) })
+		}
+		if err == nil {
+			st.Applied += uint64(j.n)
+			if progress != nil {
+				progress(st.Applied, j.lastSeq, j.last)
+			}
+		}
+	}
+	return err
 }
 
 // checkRestoredHistory compares every partition's recorded history in
