@@ -110,6 +110,34 @@ func reconcileIndex(ctx context.Context, s jetstream.Stream, store *data.Store, 
 	}
 	// Whatever is rebuilt or continued must find its history in the
 	// stream; otherwise the index would silently lack commands.
+	if err := historyGaps(partitions, firstSeq(info), applied, horizon, reasons, refused); err != nil {
+		return nil, nil, err
+	}
+	if info.State.NumDeleted > 0 {
+		log.Warn("the command stream has deleted messages inside its history: an index rebuilt from it lacks them",
+			"deleted", info.State.NumDeleted, "first_seq", info.State.FirstSeq, "last_seq", info.State.LastSeq)
+	}
+	rc := reconciled{info: info, known: known, recreated: recreated, partitions: partitions,
+		applied: applied, horizon: horizon, reasons: reasons, refused: refused}
+	reset, aside, err := rc.commit(store)
+	if err != nil {
+		return nil, nil, err
+	}
+	slices.Sort(reset)
+	if aside > 0 {
+		log.Warn("outcome events of the previous command stream were not published yet; publishing them under its identity",
+			"events", aside, "previous_stream", known)
+	}
+	logReconciled(log, reset, reasons, refused)
+	return reset, refused, nil
+}
+
+// historyGaps refuses the start (ErrHistoryMissing) when a partition that
+// is served needs messages the stream no longer holds (it starts at
+// first): those after its applied sequence, or all of them for one that is
+// rebuilt from the start (reasons names it).
+func historyGaps(partitions int, first uint64, applied, horizon map[int]uint64, reasons map[int]string,
+	refused map[int]*HistoryMismatchError) error {
 	var gaps []error
 	for p := 0; p < partitions; p++ {
 		if refused[p] != nil {
@@ -119,7 +147,7 @@ func reconcileIndex(ctx context.Context, s jetstream.Stream, store *data.Store, 
 		if reasons[p] != "" {
 			from = 0 // rebuilt from the start
 		}
-		if err := historyGap(p, from, firstSeq(info)); err != nil {
+		if err := historyGap(p, from, first); err != nil {
 			gaps = append(gaps, err)
 		}
 	}
@@ -127,39 +155,53 @@ func reconcileIndex(ctx context.Context, s jetstream.Stream, store *data.Store, 
 		for _, p := range slices.Sorted(maps.Keys(reasons)) {
 			gaps = append(gaps, fmt.Errorf("(partition %d would have been rebuilt from the start: %s)", p, reasons[p]))
 		}
-		return nil, nil, errors.Join(gaps...)
+		return errors.Join(gaps...)
 	}
-	if info.State.NumDeleted > 0 {
-		log.Warn("the command stream has deleted messages inside its history: an index rebuilt from it lacks them",
-			"deleted", info.State.NumDeleted, "first_seq", info.State.FirstSeq, "last_seq", info.State.LastSeq)
-	}
-	var (
-		reset []int
-		aside int
-	)
+	return nil
+}
+
+// reconciled is what reconcileIndex found: the stream, what the index
+// applied, and the partitions to reset (reasons) or refuse.
+type reconciled struct {
+	info             *jetstream.StreamInfo
+	known            string // the stream identity the index was built from
+	recreated        bool
+	partitions       int
+	applied, horizon map[int]uint64
+	reasons          map[int]string
+	refused          map[int]*HistoryMismatchError
+}
+
+// commit records the reconciliation in one transaction: the old stream's
+// unpublished events set aside, horizons past the stream's end dropped,
+// the partitions reset, checkpoints below the stream's start pruned, and
+// the stream's identity. It returns the partitions reset and how
+// many events were set aside.
+func (rc reconciled) commit(store *data.Store) (reset []int, aside int, err error) {
+	identity := streamIdentity(rc.info)
 	err = store.Commit(func(tx *data.Tx) error {
 		reset = reset[:0]
-		if recreated {
+		if rc.recreated {
 			// Unpublished outcome events of the old stream keep its
 			// identity; the new stream's sequences start at 1 again.
 			var err error
-			if aside, err = tx.SetAsideEvents(known); err != nil {
+			if aside, err = tx.SetAsideEvents(rc.known); err != nil {
 				return err
 			}
 		}
 		// A horizon past the stream's end was read from a stream that
 		// has since lost its tail: what refills it is unknown.
-		for p, h := range horizon {
-			if h > info.State.LastSeq && reasons[p] == "" && refused[p] == nil {
+		for p, h := range rc.horizon {
+			if h > rc.info.State.LastSeq && rc.reasons[p] == "" && rc.refused[p] == nil {
 				if err := tx.DropHorizon(p); err != nil {
 					return err
 				}
 			}
 		}
-		all := recreated // the first reset drops every calendar at once
-		for p := range reasons {
-			belongs := func(cal string) bool { return PartitionOf(cal, partitions) == p }
-			if recreated {
+		all := rc.recreated // the first reset drops every calendar at once
+		for p := range rc.reasons {
+			belongs := func(cal string) bool { return PartitionOf(cal, rc.partitions) == p }
+			if rc.recreated {
 				drop := all
 				belongs = func(string) bool { return drop }
 				all = false
@@ -171,25 +213,16 @@ func reconcileIndex(ctx context.Context, s jetstream.Stream, store *data.Store, 
 		}
 		// Checkpoints of messages the stream no longer holds (trimmed
 		// below a snapshot) can no longer be compared.
-		for p := range applied {
-			if refused[p] == nil {
-				if err := tx.PruneCheckpoints(p, firstSeq(info)); err != nil {
+		for p := range rc.applied {
+			if rc.refused[p] == nil {
+				if err := tx.PruneCheckpoints(p, firstSeq(rc.info)); err != nil {
 					return err
 				}
 			}
 		}
 		return tx.SetStreamIdentity(identity)
 	})
-	if err != nil {
-		return nil, nil, err
-	}
-	slices.Sort(reset)
-	if aside > 0 {
-		log.Warn("outcome events of the previous command stream were not published yet; publishing them under its identity",
-			"events", aside, "previous_stream", known)
-	}
-	logReconciled(log, reset, reasons, refused)
-	return reset, refused, nil
+	return reset, aside, err
 }
 
 // logReconciled reports the partitions reconcileIndex reset and refused.
