@@ -289,23 +289,7 @@ func (e *eventPublisher) drainOnce(ctx context.Context) (int, error) {
 		evs      []data.Event
 		identity string
 	)
-	skip := e.published
-	if e.cluster != nil && len(e.held) > 0 {
-		// Held events come back once their partition is consumed here
-		// or their watermark passed them.
-		for seq, part := range e.held {
-			if e.cluster.parts[part].active.Load() || seq <= e.cluster.progress.eventsDone(part) {
-				delete(e.held, seq)
-			}
-		}
-		skip = make(map[uint64]struct{}, len(e.published)+len(e.held))
-		for seq := range e.published {
-			skip[seq] = struct{}{}
-		}
-		for seq := range e.held {
-			skip[seq] = struct{}{}
-		}
-	}
+	skip := e.skipped()
 	if err := e.store.View(func(tx *data.Tx) (err error) {
 		identity = tx.StreamIdentity()
 		evs, err = tx.PendingEventsExcept(eventBatch, skip)
@@ -314,19 +298,8 @@ func (e *eventPublisher) drainOnce(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	if e.cluster != nil {
-		keep := evs[:0]
-		for _, ev := range evs {
-			switch publish, drop, part := e.cluster.sort(ev); {
-			case publish:
-				keep = append(keep, ev)
-			case drop:
-				e.published[ev.Seq] = struct{}{} // deleted with the published ones
-			default:
-				e.held[ev.Seq] = part
-			}
-		}
 		n := len(evs)
-		if evs = keep; len(evs) == 0 {
+		if evs = e.sortForCluster(evs); len(evs) == 0 {
 			return n, nil
 		}
 	}
@@ -385,6 +358,48 @@ func (e *eventPublisher) drainOnce(ctx context.Context) (int, error) {
 		return len(done), fmt.Errorf("event stream: %w", firstErr)
 	}
 	return len(done), nil
+}
+
+// skipped is what drainOnce must not read from the outbox again: the
+// events published (and not yet deleted) and, in cluster mode, those held
+// for another instance. Held events come back once their partition is
+// consumed here or their watermark passed them.
+func (e *eventPublisher) skipped() map[uint64]struct{} {
+	if e.cluster == nil || len(e.held) == 0 {
+		return e.published
+	}
+	for seq, part := range e.held {
+		if e.cluster.parts[part].active.Load() || seq <= e.cluster.progress.eventsDone(part) {
+			delete(e.held, seq)
+		}
+	}
+	skip := make(map[uint64]struct{}, len(e.published)+len(e.held))
+	for seq := range e.published {
+		skip[seq] = struct{}{}
+	}
+	for seq := range e.held {
+		skip[seq] = struct{}{}
+	}
+	return skip
+}
+
+// sortForCluster keeps the events of evs this instance publishes now
+// (eventsCluster.sort): an event another instance published is dropped
+// (deleted with the published ones), and one not confirmed yet is held,
+// to be sent here if this instance comes to own its partition first.
+func (e *eventPublisher) sortForCluster(evs []data.Event) []data.Event {
+	keep := evs[:0]
+	for _, ev := range evs {
+		switch publish, drop, part := e.cluster.sort(ev); {
+		case publish:
+			keep = append(keep, ev)
+		case drop:
+			e.published[ev.Seq] = struct{}{} // deleted with the published ones
+		default:
+			e.held[ev.Seq] = part
+		}
+	}
+	return keep
 }
 
 // confirm raises the event watermark of each partition of evs (in
