@@ -17,6 +17,7 @@ import (
 	"github.com/bookline/bookline/calendarsync/googletest"
 	"github.com/bookline/bookline/calendarsync/memprovider"
 	"github.com/bookline/bookline/data"
+	"github.com/bookline/bookline/queue/queuetest"
 )
 
 // providerBackend is one calendar provider as the tests drive it: the
@@ -31,6 +32,8 @@ type providerBackend struct {
 	del func(cal, id string)
 	// events returns the calendar's events by id (cancelled ones too).
 	events func(cal string) map[string]calendarsync.Event
+	// channels counts the calendar's live push channels.
+	channels func(cal string) int
 }
 
 func googleBackend(t *testing.T) providerBackend {
@@ -50,7 +53,8 @@ func googleBackend(t *testing.T) providerBackend {
 			}
 			return fake.PutEvent(cal, ev)
 		},
-		del: fake.DeleteEvent,
+		del:      fake.DeleteEvent,
+		channels: func(cal string) int { return len(fake.Channels(cal)) },
 		events: func(cal string) map[string]calendarsync.Event {
 			out := map[string]calendarsync.Event{}
 			for id, ev := range fake.Events(cal) {
@@ -74,8 +78,9 @@ func memoryBackend(t *testing.T) providerBackend {
 				End: calendarsync.EventTime{At: end}, Transparent: transparent})
 			return id
 		},
-		del:    m.Delete,
-		events: m.Events,
+		del:      m.Delete,
+		events:   m.Events,
+		channels: func(cal string) int { return len(m.Channels(cal)) },
 	}
 }
 
@@ -220,18 +225,28 @@ func bookingAt(i int) data.Booking {
 // (one event per booking, cancelled ones cancelled); an event made by hand
 // becomes busy time that refuses an overlapping booking, and once deleted
 // by hand it no longer does; bookline's own mirrors never become busy time
-// of their calendar.
+// of their calendar; free/busy read before a booking refuses it; the
+// calendar gets a push channel.
 func TestMirrorAndBusyImportOnEveryProvider(t *testing.T) {
 	for _, b := range providerBackends {
 		t.Run(b.name, func(t *testing.T) {
 			p := b.make(t)
 			const g = "shared@example.com"
 			p.add(g, "UTC")
+			hook := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+			defer hook.Close()
 			gc := fastRetries(nil)
 			gc.Provider = p.provider
+			gc.WebhookURL, gc.WatchCheckEvery = hook.URL, 50*time.Millisecond
 			n := startNode(t, t.TempDir(), gc)
 			defer stopNode(t, n)
-			link(t, n, "pc", g, true)
+			upsert(t, n, "pc", actor.CalendarSpec{Timezone: "UTC", Link: &data.ExternalLink{CalendarID: g, SyncBusy: true, CheckFreeBusy: true}})
+			queuetest.CheckFor(t, 20*time.Second, func() error {
+				if k := p.channels(g); k != 1 {
+					return fmt.Errorf("%d push channels", k)
+				}
+				return nil
+			})
 
 			var ids []string
 			for i := range 4 {
@@ -294,6 +309,19 @@ func TestMirrorAndBusyImportOnEveryProvider(t *testing.T) {
 			}
 			if r := book(t, n, "pc", hs.Add(30*time.Minute), he.Add(30*time.Minute)); r.Outcome != actor.OutcomeAccepted {
 				t.Fatalf("booking after the busy time went: %+v", r)
+			}
+
+			// Free/busy before a booking: an event made by hand and not
+			// read yet enters the log before the booking does.
+			fs, fe := slot(30)
+			p.put(g, fs, fe, false)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := n.google.CheckBooking(ctx, "pc", data.Interval{Start: fs, End: fe}); err != nil {
+				t.Fatal(err)
+			}
+			if r := book(t, n, "pc", fs, fe); r.Outcome != actor.OutcomeRejected || r.Code != actor.CodeExternalBusy {
+				t.Fatalf("booking over free/busy: %+v", r)
 			}
 			waitDrained(t, n, "pc")
 		})
