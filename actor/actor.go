@@ -83,7 +83,7 @@ type Decoded struct {
 	// and up) where it differs from the one above, which is level 1's.
 	strict *Reply
 
-	// mirror is set by apply when decisions may queue Google sync
+	// mirror is set by apply when decisions may queue calendar sync
 	// operations (live writers yes, replay no).
 	mirror bool
 	// partition is set by apply: the partition deciding the command, for
@@ -196,14 +196,14 @@ func ApplyDeferred(tx *data.Tx, partition int, batch []Decoded) ([]Output, error
 
 // ApplyReplay is ApplyDeferred for rebuilding an index from the log: the
 // same decisions, but no side effects (replay must not announce history
-// again, nor write it to Google).
+// again, nor mirror it to an external calendar).
 func ApplyReplay(tx *data.Tx, partition int, batch []Decoded) ([]Output, error) {
 	return apply(tx, partition, batch, withoutSideEffects)
 }
 
 // ApplyTakeover is ApplyDeferred for commands another instance of a
 // cluster decided (and answered) already, applied by an instance that may
-// have to finish what followed from them: it queues their Google mirror
+// have to finish what followed from them: it queues their calendar mirror
 // operations, and the outcome events of the commands after stream
 // sequence eventsAfter (those before it are known to be published). The
 // decisions are the same as everywhere else; only the outbox differs.
@@ -227,7 +227,7 @@ func Render(out []Output) error {
 }
 
 // sideEffects says whether decisions queue what follows from them outside
-// the index: outcome events in the outbox and Google Calendar mirror
+// the index: outcome events in the outbox and external calendar mirror
 // operations. The live writer's do; a replay's do not.
 // eventsAfter, when set, leaves out the events of commands at or below it.
 type sideEffects struct {

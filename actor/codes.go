@@ -16,7 +16,7 @@ const (
 	CodeHoldConfirmed        = "hold_confirmed"
 	CodeBookingNotConfirmed  = "booking_not_confirmed"
 	// CodeExternalBusy: the interval overlaps time that is busy outside
-	// bookline (a busy block imported from a linked Google calendar).
+	// bookline (a busy block imported from a linked external calendar).
 	CodeExternalBusy = "external_busy"
 	// CodeCommandSkipped answers a command that stopped its partition and
 	// that an operator skipped (partition.skip): it was not decided.

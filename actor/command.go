@@ -38,7 +38,8 @@ const (
 	// TypeHoldExpire records the expiry of the calendar's due holds.
 	TypeHoldExpire = "hold.expire"
 	// TypeBusySet records (or moves) an external busy block (busy): no
-	// booking may overlap it. Published by calendarsync from Google.
+	// booking may overlap it. Published by calendarsync from the
+	// linked external calendar (the busy source).
 	TypeBusySet = "busy.set"
 	// TypeBusyClear removes an external busy block (busy.block_id).
 	TypeBusyClear = "busy.clear"
@@ -71,10 +72,10 @@ const (
 	MaxRecordTTLSeconds = 10 * 366 * 24 * 3600
 )
 
-// Limits of Google links and busy blocks.
+// Limits of external calendar links and busy blocks.
 const (
-	MaxGoogleCalendarIDLen = 1024
-	MaxBusyDuration        = 366 * 24 * time.Hour
+	MaxExternalCalendarIDLen = 1024
+	MaxBusyDuration          = 366 * 24 * time.Hour
 )
 
 // The id checks below are byte loops equal to the regular expressions in
@@ -177,8 +178,9 @@ type CalendarSpec struct {
 	Name     string `json:"name"`
 	Timezone string `json:"timezone"`
 	data.Rules
-	// Google links the calendar to a Google calendar (optional).
-	Google *data.GoogleLink `json:"google,omitempty"`
+	// Link links the calendar to an external calendar (optional). The
+	// wire name "google" is the command's since v1 and stays.
+	Link *data.ExternalLink `json:"google,omitempty"`
 }
 
 // IntervalSpec is the new interval of booking.reschedule.
@@ -204,8 +206,8 @@ type FieldError struct {
 }
 
 // BookingID derives the id of the booking created by request reqID on calID:
-// 26 characters of base32hex (lowercase), which is also a valid Google
-// Calendar event id.
+// 26 characters of base32hex (lowercase), which is also a valid
+// client-chosen event id of an external calendar (Google's base32hex).
 // The index finds a creation's request record from it (data.BookingID).
 func BookingID(calID, reqID string) string { return data.BookingID(calID, reqID) }
 
@@ -324,12 +326,12 @@ func ValidateCalendar(c *CalendarSpec) []FieldError {
 	if n := utf8.RuneCountInString(c.Name); n > MaxNameLen || !utf8.ValidString(c.Name) {
 		errs = append(errs, FieldError{Field: "name", Message: fmt.Sprintf("must be valid UTF-8, at most %d characters", MaxNameLen)})
 	}
-	if g := c.Google; g != nil {
+	if g := c.Link; g != nil {
 		switch id := strings.TrimSpace(g.CalendarID); {
 		case id == "":
 			errs = append(errs, FieldError{Field: "google.calendar_id", Message: "is required"})
-		case len(id) > MaxGoogleCalendarIDLen || !utf8.ValidString(id) || strings.ContainsAny(id, "/?#\x00"):
-			errs = append(errs, FieldError{Field: "google.calendar_id", Message: fmt.Sprintf("must be a Google calendar id (at most %d bytes, no '/', '?' or '#')", MaxGoogleCalendarIDLen)})
+		case len(id) > MaxExternalCalendarIDLen || !utf8.ValidString(id) || strings.ContainsAny(id, "/?#\x00"):
+			errs = append(errs, FieldError{Field: "google.calendar_id", Message: fmt.Sprintf("must be a Google calendar id (at most %d bytes, no '/', '?' or '#')", MaxExternalCalendarIDLen)})
 		default:
 			g.CalendarID = id
 		}
@@ -482,7 +484,7 @@ type fpCalendarV1 struct {
 	HorizonDays             int                        `json:"horizon_days,omitempty"`
 	Capacity                int                        `json:"capacity,omitempty"`
 	MaxHoldTTLSeconds       int                        `json:"max_hold_ttl_seconds,omitempty"`
-	Google                  *fpGoogleV1                `json:"google,omitempty"`
+	Link                    *fpLinkV1                  `json:"google,omitempty"`
 }
 
 type fpTimeRangeV1 struct {
@@ -496,7 +498,7 @@ type fpDateOverrideV1 struct {
 	Hours  []fpTimeRangeV1 `json:"hours,omitempty"`
 }
 
-type fpGoogleV1 struct {
+type fpLinkV1 struct {
 	CalendarID string `json:"calendar_id"`
 	SyncBusy   bool   `json:"sync_busy,omitempty"`
 }
@@ -550,8 +552,8 @@ func fingerprintBodyV1(c *Command) fpV1 {
 				f.Calendar.DateOverrides[i] = fpDateOverrideV1{Date: o.Date, Closed: o.Closed, Hours: fpRangesV1(o.Hours)}
 			}
 		}
-		if g := s.Google; g != nil {
-			f.Calendar.Google = &fpGoogleV1{CalendarID: g.CalendarID, SyncBusy: g.SyncBusy}
+		if g := s.Link; g != nil {
+			f.Calendar.Link = &fpLinkV1{CalendarID: g.CalendarID, SyncBusy: g.SyncBusy}
 		}
 	}
 	if b := c.Booking; b != nil {

@@ -26,12 +26,12 @@ func upsertCalendar(tx *data.Tx, d *Decoded) (Reply, error) {
 	}
 	// Rules apply to decisions from now on; existing bookings stay.
 	c.Name, c.Timezone, c.Rules, c.UpdatedAt = spec.Name, spec.Timezone, spec.Rules, d.At
-	old := c.Google
-	c.Google = spec.Google
+	old := c.Link
+	c.Link = spec.Link
 	if err := tx.PutCalendar(c); err != nil {
 		return Reply{}, err
 	}
-	if err := backfill(tx, d, old, c.Google); err != nil {
+	if err := backfill(tx, d, old, c.Link); err != nil {
 		return Reply{}, err
 	}
 	r := d.accept()
@@ -120,7 +120,7 @@ func createBooking(tx *data.Tx, d *Decoded) (Reply, error) {
 	if err := checkTaken(tx, d.partition, d, &cal, &bk); err != nil {
 		return Reply{}, err
 	}
-	if err := mirror(tx, d, cal.Google, data.SyncCreate, &bk); err != nil {
+	if err := mirror(tx, d, cal.Link, data.SyncCreate, &bk); err != nil {
 		return Reply{}, err
 	}
 	r := d.accept()
@@ -362,7 +362,7 @@ func rescheduleBooking(tx *data.Tx, d *Decoded) (Reply, error) {
 	if err := checkTaken(tx, d.partition, d, &cal, &bk); err != nil {
 		return Reply{}, err
 	}
-	if err := mirror(tx, d, cal.Google, data.SyncUpdate, &bk); err != nil {
+	if err := mirror(tx, d, cal.Link, data.SyncUpdate, &bk); err != nil {
 		return Reply{}, err
 	}
 	r := d.accept()

@@ -6,8 +6,8 @@
 // runs: Decode turns a stored message into a validated Command (or a
 // rejection; it never fails and needs no state), and Apply decides a batch
 // of decoded commands against a data.Tx and produces one Output per
-// message: the reply, the request record, the outcome event, the Google
-// mirror operation.
+// message: the reply, the request record, the outcome event, the external
+// calendar mirror operation.
 //
 // Invariants:
 //

@@ -599,7 +599,7 @@ func randCommand(r *rand.Rand) *Command {
 			c.Calendar.Rules = randRules(r)
 		}
 		if r.IntN(3) == 0 {
-			c.Calendar.Google = &data.GoogleLink{CalendarID: randString(r, 10), SyncBusy: r.IntN(2) == 0}
+			c.Calendar.Link = &data.ExternalLink{CalendarID: randString(r, 10), SyncBusy: r.IntN(2) == 0}
 		}
 	}
 	return c

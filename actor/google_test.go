@@ -30,8 +30,8 @@ func TestBusyBlocksRefuseOverlapsWholeCapacity(t *testing.T) {
 	h := newHarness(t)
 	_, r := h.send("c", linkedUpsertCmd("c", "u1", "team@example.com", true))
 	wantCode(t, r, "")
-	if r.Calendar.Google == nil || r.Calendar.Google.CalendarID != "team@example.com" || !r.Calendar.Google.SyncBusy {
-		t.Fatalf("link not stored: %+v", r.Calendar.Google)
+	if r.Calendar.Link == nil || r.Calendar.Link.CalendarID != "team@example.com" || !r.Calendar.Link.SyncBusy {
+		t.Fatalf("link not stored: %+v", r.Calendar.Link)
 	}
 	_, r = h.send("c", busySetCmd("c", "b1", "g.block1", at(60), at(120)))
 	wantCode(t, r, "")
@@ -135,8 +135,8 @@ func TestSyncOutboxFilledLiveNotOnReplay(t *testing.T) {
 		t.Fatalf("%d entries, want %d: %+v", len(got), len(want), got)
 	}
 	for i, w := range want {
-		if got[i].Op != w.op || got[i].Booking.ID != w.id || got[i].GoogleCalendar != "team@example.com" {
-			t.Fatalf("entry %d = op %d booking %s google %q, want op %d booking %s", i, got[i].Op, got[i].Booking.ID, got[i].GoogleCalendar, w.op, w.id)
+		if got[i].Op != w.op || got[i].Booking.ID != w.id || got[i].ExternalCalendar != "team@example.com" {
+			t.Fatalf("entry %d = op %d booking %s google %q, want op %d booking %s", i, got[i].Op, got[i].Booking.ID, got[i].ExternalCalendar, w.op, w.id)
 		}
 		if i > 0 && got[i].Seq <= got[i-1].Seq {
 			t.Fatalf("entries out of order")

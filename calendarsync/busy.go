@@ -10,8 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"google.golang.org/api/calendar/v3"
-
 	"github.com/bookline/bookline/actor"
 	"github.com/bookline/bookline/actor/zones"
 	"github.com/bookline/bookline/data"
@@ -35,7 +33,7 @@ func (s *Syncer) goBusyAll(ctx context.Context) {
 	var cals []data.Calendar
 	_ = s.store.View(func(tx *data.Tx) error {
 		for _, id := range tx.CalendarIDs() {
-			if c, err := tx.Calendar(id); err == nil && c.Google != nil && c.Google.SyncBusy && s.cfg.owns(id) {
+			if c, err := tx.Calendar(id); err == nil && c.Link != nil && c.Link.SyncBusy && s.cfg.owns(id) {
 				cals = append(cals, c)
 			}
 		}
@@ -68,7 +66,7 @@ func (s *Syncer) goBusyOne(ctx context.Context, c data.Calendar, l *linkState) {
 				return
 			}
 			if err := s.store.View(func(tx *data.Tx) (err error) { c, err = tx.Calendar(c.ID); return err }); err != nil ||
-				c.Google == nil || !c.Google.SyncBusy {
+				c.Link == nil || !c.Link.SyncBusy {
 				return
 			}
 		}
@@ -87,14 +85,14 @@ func (s *Syncer) SyncBusy(ctx context.Context, cal string) (data.BusySyncResult,
 	if err != nil {
 		return data.BusySyncResult{}, err
 	}
-	if c.Google == nil {
+	if c.Link == nil {
 		return data.BusySyncResult{}, data.ErrNotLinked
 	}
-	if s.cfg.Service == nil {
+	if s.cfg.Provider == nil {
 		return data.BusySyncResult{}, data.ErrNoCredentials
 	}
 	s.Wake(cal)
-	if !c.Google.SyncBusy {
+	if !c.Link.SyncBusy {
 		return data.BusySyncResult{}, nil
 	}
 	l := s.link(cal)
@@ -124,16 +122,16 @@ func (s *Syncer) busyLocked(ctx context.Context, c data.Calendar, l *linkState) 
 	if !s.waitThrottle(ctx) {
 		return res, ctx.Err()
 	}
-	svc, err := s.service(ctx)
+	svc, err := s.provider(ctx)
 	if err != nil {
 		return res, err
 	}
-	g := c.Google.CalendarID
+	g := c.Link.CalendarID
 	now := s.cfg.Now()
 	window := s.readWindow(&c, now)
 	res.Full = l.syncToken == "" || l.tokenFor != g || now.Sub(l.lastFull) > s.cfg.FullResyncEvery ||
 		l.windowEnd.Before(window.End)
-	var items []*calendar.Event
+	var items []*Event
 	var next, tz string
 	if !res.Full {
 		items, next, tz, err = s.listEvents(ctx, svc, g, l.syncToken, window)
@@ -177,7 +175,7 @@ func (s *Syncer) busyLocked(ctx context.Context, c data.Calendar, l *linkState) 
 			ivs = busyIntervals(ev, loc, window, pad)
 		}
 		for k := 0; k < maxChunks; k++ {
-			id := chunkID(g, ev.Id, k)
+			id := chunkID(g, ev.ID, k)
 			cur, known := have[id]
 			live := known && !cur.Cleared
 			if k < len(ivs) {
@@ -231,27 +229,18 @@ func busyCommand(cal, typ, id string, iv data.Interval, prevSeq uint64) *actor.C
 	return cmd
 }
 
-// listEvents reads every page of events.list: a full read over window when
-// token is empty (timeMin/timeMax are allowed only there), else the changes
-// since token. It returns the items and the next sync token.
-func (s *Syncer) listEvents(ctx context.Context, svc *calendar.Service, g, token string, window data.Interval) (items []*calendar.Event, next, tz string, err error) {
-	page := ""
+// listEvents reads every page of the calendar's events: a full read over
+// window when token is empty, else the changes since token. It returns
+// the items and the next sync token.
+func (s *Syncer) listEvents(ctx context.Context, svc Provider, g, token string, window data.Interval) (items []*Event, next, tz string, err error) {
+	// Recurring events are read as their instances, so that each
+	// instance, its exceptions and cancelled occurrences are blocks of
+	// their own.
+	q := ListQuery{SyncToken: token, Window: window}
 	for {
-		// Recurring events are read as their instances (singleEvents), so
-		// that each instance, its exceptions and cancelled occurrences are
-		// blocks of their own. 2500 is the largest page Google gives.
-		call := svc.Events.List(g).SingleEvents(true).MaxResults(2500)
-		if token != "" {
-			call = call.SyncToken(token)
-		} else {
-			call = call.TimeMin(window.Start.UTC().Format(time.RFC3339)).TimeMax(window.End.UTC().Format(time.RFC3339))
-		}
-		if page != "" {
-			call = call.PageToken(page)
-		}
-		var out *calendar.Events
+		var out *EventPage
 		err := retry(ctx, s, g, func(c context.Context) (err error) {
-			out, err = call.Context(c).Do()
+			out, err = svc.ListEvents(c, g, q)
 			return err
 		})
 		if err != nil {
@@ -264,7 +253,7 @@ func (s *Syncer) listEvents(ctx context.Context, svc *calendar.Service, g, token
 		if out.NextPageToken == "" {
 			return items, out.NextSyncToken, tz, nil
 		}
-		page = out.NextPageToken
+		q.PageToken = out.NextPageToken
 	}
 }
 
@@ -327,7 +316,7 @@ func (s *Syncer) readWindow(c *data.Calendar, now time.Time) data.Interval {
 // calendar c at now: a booking ending later cannot be checked against
 // Google. ok is false when c's busy time is not read.
 func (s *Syncer) BookableUntil(c *data.Calendar, now time.Time) (end time.Time, ok bool) {
-	if c.Google == nil || !c.Google.SyncBusy {
+	if c.Link == nil || !c.Link.SyncBusy {
 		return time.Time{}, false
 	}
 	return s.readWindow(c, now).End, true
@@ -338,48 +327,39 @@ func (s *Syncer) BookableUntil(c *data.Calendar, now time.Time) (end time.Time, 
 // forward by the buffer before one.
 type padding struct{ before, after time.Duration }
 
-// busyEvent is the policy of which Google events make calendar cal busy:
+// busyEvent is the policy of which external events make calendar cal
+// busy:
 //   - cancelled events (and cancelled instances of a series) never;
-//   - workingLocation and birthday events never (they say where or what,
-//     not that the time is taken);
-//   - outOfOffice and focusTime events always, whatever their
-//     transparency;
-//   - other events when opaque, unless the calendar's owner declined them
-//     (an attendee with self); tentative events, tentative answers and
-//     invitations not answered yet count as busy, as in Google's own
-//     free/busy;
+//   - KindInfo events never (Google's workingLocation and birthday: they
+//     say where or what, not that the time is taken);
+//   - KindAbsence events always, whatever their transparency (Google's
+//     outOfOffice and focusTime);
+//   - other events when opaque, unless the calendar's owner declined them;
+//     tentative events, tentative answers and invitations not answered
+//     yet count as busy, as in Google's own free/busy;
 //   - bookline's mirrors of cal's own bookings never (they are bookings
 //     already); mirrors of other bookline calendars linked to the same
-//     Google calendar are busy time like any event.
-func busyEvent(ev *calendar.Event, cal string) bool {
-	if ev.Status == "cancelled" {
+//     external calendar are busy time like any event.
+func busyEvent(ev *Event, cal string) bool {
+	if ev.Status == EventCancelled {
 		return false
 	}
-	if ev.ExtendedProperties != nil && ev.ExtendedProperties.Private[PropBookingID] != "" &&
-		ev.ExtendedProperties.Private[PropCalendarID] == cal {
+	if ev.BookingID != "" && ev.BookingCalendar == cal {
 		return false
 	}
-	switch ev.EventType {
-	case "workingLocation", "birthday":
+	switch ev.Kind {
+	case KindInfo:
 		return false
-	case "outOfOffice", "focusTime":
+	case KindAbsence:
 		return true
 	}
-	if ev.Transparency == "transparent" {
-		return false
-	}
-	for _, a := range ev.Attendees {
-		if a != nil && a.Self && a.ResponseStatus == "declined" {
-			return false
-		}
-	}
-	return true
+	return !ev.Transparent && !ev.Declined
 }
 
 // busyIntervals returns the busy blocks of a busy Google event: its span,
 // padded, clipped to window (an event that began long ago blocks what is
 // left of it), cut into parts of at most actor.MaxBusyDuration.
-func busyIntervals(ev *calendar.Event, loc *time.Location, window data.Interval, pad padding) []data.Interval {
+func busyIntervals(ev *Event, loc *time.Location, window data.Interval, pad padding) []data.Interval {
 	start, ok1 := eventTime(ev.Start, loc)
 	end, ok2 := eventTime(ev.End, loc)
 	if !ok1 || !ok2 || !start.Before(end) {
@@ -412,15 +392,11 @@ func minTime(a, b time.Time) time.Time {
 	return b
 }
 
-// eventTime reads a Google event time; all-day dates are midnight in loc,
-// the Google calendar's time zone.
-func eventTime(d *calendar.EventDateTime, loc *time.Location) (time.Time, bool) {
-	if d == nil {
-		return time.Time{}, false
-	}
-	if d.DateTime != "" {
-		t, err := time.Parse(time.RFC3339, d.DateTime)
-		return t, err == nil
+// eventTime reads an event time; all-day dates are midnight in loc, the
+// external calendar's time zone.
+func eventTime(d EventTime, loc *time.Location) (time.Time, bool) {
+	if !d.At.IsZero() {
+		return d.At, true
 	}
 	t, err := time.ParseInLocation(time.DateOnly, d.Date, loc)
 	return t, err == nil
@@ -474,7 +450,7 @@ func (s *Syncer) sweepOne(ctx context.Context, cal string) {
 		return
 	}
 	l := s.link(cal)
-	if c.Google != nil && c.Google.SyncBusy {
+	if c.Link != nil && c.Link.SyncBusy {
 		s.mu.Lock()
 		s.busyKnown[cal] = true // watched for an unlink from now on
 		s.mu.Unlock()
@@ -483,7 +459,7 @@ func (s *Syncer) sweepOne(ctx context.Context, cal string) {
 		}
 		// Linked to another Google calendar, or newly linked while
 		// polling is on: read it now rather than at the next poll.
-		moved := l.tokenFor != "" && l.tokenFor != c.Google.CalendarID || !l.attempted && s.cfg.BusyInterval > 0
+		moved := l.tokenFor != "" && l.tokenFor != c.Link.CalendarID || !l.attempted && s.cfg.BusyInterval > 0
 		l.busy.Unlock()
 		if moved {
 			s.goBusyOne(ctx, c, l)

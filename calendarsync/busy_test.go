@@ -100,7 +100,7 @@ func TestAllDayEventsInTheGoogleCalendarsZone(t *testing.T) {
 	fake.SetTimeZone(g, "America/Los_Angeles")
 	n := startNode(t, t.TempDir(), fastRetries(fake.Service))
 	defer stopNode(t, n)
-	upsert(t, n, "la", actor.CalendarSpec{Timezone: "UTC", Google: &data.GoogleLink{CalendarID: g, SyncBusy: true}})
+	upsert(t, n, "la", actor.CalendarSpec{Timezone: "UTC", Link: &data.ExternalLink{CalendarID: g, SyncBusy: true}})
 	day := day0.Add(24 * time.Hour)
 	fake.PutEvent(g, calendar.Event{Summary: "out of office", EventType: "outOfOffice",
 		Start: &calendar.EventDateTime{Date: day.Format(time.DateOnly)}, End: &calendar.EventDateTime{Date: day.Add(24 * time.Hour).Format(time.DateOnly)}})
@@ -129,7 +129,7 @@ func TestBuffersApplyAroundBusyTime(t *testing.T) {
 	n := startNode(t, t.TempDir(), fastRetries(fake.Service))
 	defer stopNode(t, n)
 	upsert(t, n, "buf", actor.CalendarSpec{Timezone: "UTC", Rules: data.Rules{BufferBeforeMinutes: 15, BufferAfterMinutes: 10},
-		Google: &data.GoogleLink{CalendarID: g, SyncBusy: true}})
+		Link: &data.ExternalLink{CalendarID: g, SyncBusy: true}})
 	s, e := slot(10)
 	fake.PutEvent(g, calendar.Event{Summary: "meeting", Start: dt(s), End: dt(e)})
 	syncBusy(t, n, "buf")

@@ -83,7 +83,7 @@ func TestPushChannelSurvivesRestart(t *testing.T) {
 	n := startNode(t, dir, gc)
 	stopAPI := serveOn(t, ln, n)
 	link(t, n, "push", g, true)
-	waitStatus(t, n, "push", g, func(st data.GoogleStatus) bool { return st.Push == calendarsync.PushActive })
+	waitStatus(t, n, "push", g, func(st data.LinkStatus) bool { return st.Push == calendarsync.PushActive })
 	var first string
 	queuetest.CheckFor(t, 20*time.Second, func() error {
 		if chs := fake.Channels(g); len(chs) != 1 {
@@ -108,7 +108,7 @@ func TestPushChannelSurvivesRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	serveOn(t, ln, n)
-	waitStatus(t, n, "push", g, func(st data.GoogleStatus) bool { return st.Push == calendarsync.PushActive })
+	waitStatus(t, n, "push", g, func(st data.LinkStatus) bool { return st.Push == calendarsync.PushActive })
 	if chs := fake.Channels(g); !slices.Equal(chs, []string{first}) {
 		t.Fatalf("channels after the restart %v, want the first one %s, taken up", chs, first)
 	}
@@ -269,7 +269,7 @@ func TestClusterPushNotificationOnAnyInstance(t *testing.T) {
 		if !other.OwnsCalendar(cal) {
 			return fmt.Errorf("%s does not own the calendar yet", other.InstanceID())
 		}
-		if st := other.google.Status(cal, &data.GoogleLink{CalendarID: g, SyncBusy: true}); st.Push != calendarsync.PushActive {
+		if st := other.google.Status(cal, &data.ExternalLink{CalendarID: g, SyncBusy: true}); st.Push != calendarsync.PushActive {
 			return fmt.Errorf("push %q on the new owner", st.Push)
 		}
 		return nil

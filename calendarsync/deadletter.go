@@ -36,14 +36,14 @@ func (s *Syncer) RetryDeadLetter(cal string, seq uint64, sub uint32) error {
 			return err
 		}
 		c, err := tx.Calendar(cal)
-		if err != nil || c.Google == nil {
+		if err != nil || c.Link == nil {
 			return err
 		}
 		e := d.Entry
 		if bk, err := tx.Booking(cal, e.Booking.ID); err == nil {
 			e.Booking = bk
 		}
-		e.Op, e.GoogleCalendar = data.SyncDelete, c.Google.CalendarID
+		e.Op, e.ExternalCalendar = data.SyncDelete, c.Link.CalendarID
 		if e.Booking.Status == data.StatusConfirmed {
 			e.Op = data.SyncUpdate
 		}

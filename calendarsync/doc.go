@@ -1,5 +1,15 @@
-// Package calendarsync connects bookline calendars to Google Calendar, in
-// both directions, without ever putting Google on a booking's path.
+// Package calendarsync connects bookline calendars to an external calendar
+// service, in both directions, without ever putting it on a booking's
+// path. The Syncer speaks to the service through one port, Provider
+// (provider.go): client-chosen event ids, conditional patches, sync-token
+// listing, free/busy and push channels, with errors as *CallError. Google
+// Calendar is one implementation (google.go, its credentials in creds.go:
+// the only files that import Google's API; Config.Service wires it); the
+// in-memory calendarsync/memprovider is another, and the tests run the
+// mirror and the busy import on both. A new provider (CalDAV, Microsoft
+// Graph) is a new package implementing Provider, wired through
+// Config.Provider. What follows describes the Syncer with Google, whose
+// semantics every provider keeps.
 //
 // Mirror (bookline -> Google): the partition writer queues one sync
 // operation per change of a confirmed booking of a linked calendar in the

@@ -48,7 +48,7 @@ type node struct {
 	google *calendarsync.Syncer
 }
 
-func (n node) GoogleStatus(calID string, link *data.GoogleLink) data.GoogleStatus {
+func (n node) GoogleStatus(calID string, link *data.ExternalLink) data.LinkStatus {
 	return n.google.Status(calID, link)
 }
 
@@ -123,7 +123,7 @@ func submit(t testing.TB, n node, cmd *actor.Command) actor.Reply {
 func link(t testing.TB, n node, cal, googleCal string, busy bool) {
 	t.Helper()
 	r := submit(t, n, &actor.Command{Type: actor.TypeCalendarUpsert, CalendarID: cal,
-		Calendar: &actor.CalendarSpec{Name: cal, Google: &data.GoogleLink{CalendarID: googleCal, SyncBusy: busy}}})
+		Calendar: &actor.CalendarSpec{Name: cal, Link: &data.ExternalLink{CalendarID: googleCal, SyncBusy: busy}}})
 	if r.Outcome != actor.OutcomeAccepted {
 		t.Fatalf("upsert: %+v", r)
 	}
@@ -405,7 +405,7 @@ func TestMirrorExactUnderFaultsAcrossRestart(t *testing.T) {
 	}
 	req, writes, injected := fake.Stats()
 	lateApplied, lateRefused, _ := fake.LateRequests()
-	st := n.GoogleStatus("alice", &data.GoogleLink{CalendarID: g})
+	st := n.GoogleStatus("alice", &data.ExternalLink{CalendarID: g})
 	t.Logf("%d confirmed, %d events; fake: %d requests, %d writes, %d injected faults, late calls %d applied and %d refused, %d changes refused by If-Match; status %+v",
 		confirmed, len(fake.Events(g)), req, writes, injected, lateApplied, lateRefused, fake.PreconditionFailures(), st)
 	if injected == 0 || len(st.Failures) == 0 {
@@ -568,7 +568,7 @@ func TestDegradedLinkPausesAndResumes(t *testing.T) {
 	if r := book(t, n, "ops", s, e); r.Outcome != actor.OutcomeAccepted {
 		t.Fatalf("booking must not depend on Google: %+v", r)
 	}
-	lk := &data.GoogleLink{CalendarID: g}
+	lk := &data.ExternalLink{CalendarID: g}
 	queuetest.CheckFor(t, 20*time.Second, func() error {
 		st := n.GoogleStatus("ops", lk)
 		if st.Status != calendarsync.StatusDegraded || !strings.HasPrefix(st.Reason, calendarsync.ReasonUnauthorized) || st.Pending != 1 {
@@ -597,7 +597,7 @@ func TestDegradedLinkPausesAndResumes(t *testing.T) {
 		t.Fatal(r)
 	}
 	queuetest.CheckFor(t, 20*time.Second, func() error {
-		st := n.GoogleStatus("ghost", &data.GoogleLink{CalendarID: "nobody@example.com"})
+		st := n.GoogleStatus("ghost", &data.ExternalLink{CalendarID: "nobody@example.com"})
 		if st.Status != calendarsync.StatusDegraded || !strings.HasPrefix(st.Reason, calendarsync.ReasonCalendarNotFound) {
 			return fmt.Errorf("status %+v", st)
 		}
@@ -615,7 +615,7 @@ func TestNoCredentials(t *testing.T) {
 	if r := book(t, n, "x", s, e); r.Outcome != actor.OutcomeAccepted {
 		t.Fatal(r)
 	}
-	st := n.GoogleStatus("x", &data.GoogleLink{CalendarID: "x@example.com"})
+	st := n.GoogleStatus("x", &data.ExternalLink{CalendarID: "x@example.com"})
 	if st.Status != calendarsync.StatusDegraded || st.Reason != "no credentials" || st.Pending != 1 {
 		t.Fatalf("status %+v", st)
 	}

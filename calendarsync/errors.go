@@ -7,7 +7,6 @@ import (
 	"net/http"
 
 	"golang.org/x/oauth2"
-	"google.golang.org/api/googleapi"
 )
 
 // What to do after a failed call.
@@ -45,18 +44,10 @@ const (
 	ReasonOther            = "other"
 )
 
-func googleReason(e *googleapi.Error) string {
-	for _, it := range e.Errors {
-		if it.Reason != "" {
-			return it.Reason
-		}
-	}
-	return ""
-}
-
-// classify decides what a failed call means.
+// classify decides what a failed call means: the provider's answer
+// (*CallError, with Google's reasons for rate and usage limits), a failed
+// OAuth2 token refresh, a timeout, else a network failure.
 func classify(err error) (action, string) {
-	var ge *googleapi.Error
 	var re *oauth2.RetrieveError
 	var ne net.Error
 	switch {
@@ -70,30 +61,31 @@ func classify(err error) (action, string) {
 			return actDegrade, ReasonInvalidGrant
 		}
 		return actDegrade, ReasonUnauthorized
-	case errors.As(err, &ge):
-		reason := googleReason(ge)
+	case isCallError(err):
+		ge, _ := callError(err)
+		reason := ge.Reason
 		switch {
-		case ge.Code == http.StatusUnauthorized:
+		case ge.Status == http.StatusUnauthorized:
 			return actDegrade, ReasonUnauthorized
 		case reason == "quotaExceeded" || reason == "dailyLimitExceeded":
 			return actThrottle, ReasonQuotaExceeded
-		case ge.Code == http.StatusTooManyRequests:
+		case ge.Status == http.StatusTooManyRequests:
 			return actRetry, ReasonRateLimited
-		case ge.Code == http.StatusForbidden && (reason == "rateLimitExceeded" || reason == "userRateLimitExceeded"):
+		case ge.Status == http.StatusForbidden && (reason == "rateLimitExceeded" || reason == "userRateLimitExceeded"):
 			return actRetry, ReasonRateLimited
-		case ge.Code == http.StatusForbidden:
+		case ge.Status == http.StatusForbidden:
 			return actDegrade, ReasonForbidden
-		case ge.Code == http.StatusNotFound:
+		case ge.Status == http.StatusNotFound:
 			return actNotFound, ReasonCalendarNotFound
-		case ge.Code == http.StatusConflict:
+		case ge.Status == http.StatusConflict:
 			return actConflict, ReasonOther
-		case ge.Code == http.StatusGone:
+		case ge.Status == http.StatusGone:
 			return actGone, ReasonOther
-		case ge.Code == http.StatusPreconditionFailed:
+		case ge.Status == http.StatusPreconditionFailed:
 			return actPrecondition, ReasonPrecondition
-		case ge.Code >= 500:
+		case ge.Status >= 500:
 			return actRetry, ReasonServerError
-		case ge.Code == http.StatusBadRequest:
+		case ge.Status == http.StatusBadRequest:
 			return actDrop, ReasonBadRequest
 		}
 		return actRetry, ReasonOther

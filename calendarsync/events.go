@@ -1,16 +1,13 @@
 package calendarsync
 
-// The event a booking is mirrored as, and the calls that write it to
-// Google (applyOnce and its helpers).
+// The event a booking is mirrored as, and the calls that write it to the
+// external calendar (applyOnce and its helpers), through the Provider.
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"strings"
-	"time"
-
-	"google.golang.org/api/calendar/v3"
 
 	"github.com/bookline/bookline/data"
 )
@@ -37,11 +34,12 @@ func EventTitle(tmpl string, bk *data.Booking) string {
 	return strings.NewReplacer("{customer}", bk.Customer, "{calendar}", bk.CalendarID, "{booking}", bk.ID).Replace(tmpl)
 }
 
-// EventFor is the Google event mirroring booking bk on link (its id is the
-// booking id: 26 characters of base32hex, a valid client-chosen event id).
-// Title and visibility are the link's (default: "Booked", private); the
-// description names the booking only.
-func EventFor(bk *data.Booking, link *data.GoogleLink) *calendar.Event {
+// MirrorEvent is the event mirroring booking bk on link (its id is the
+// booking id: 26 characters of base32hex, a valid client-chosen event id
+// for Google and a valid resource name elsewhere). Title and visibility
+// are the link's (default: "Booked", private); the description names the
+// booking only.
+func MirrorEvent(bk *data.Booking, link *data.ExternalLink) *Event {
 	vis := DefaultVisibility
 	var tmpl string
 	if link != nil {
@@ -50,18 +48,16 @@ func EventFor(bk *data.Booking, link *data.GoogleLink) *calendar.Event {
 			vis = link.Visibility
 		}
 	}
-	return &calendar.Event{
-		Id:           bk.ID,
-		Summary:      EventTitle(tmpl, bk),
-		Description:  "bookline booking " + bk.ID + " on calendar " + bk.CalendarID,
-		Start:        &calendar.EventDateTime{DateTime: bk.Start.UTC().Format(time.RFC3339), TimeZone: "UTC"},
-		End:          &calendar.EventDateTime{DateTime: bk.End.UTC().Format(time.RFC3339), TimeZone: "UTC"},
-		Status:       "confirmed",
-		Transparency: "opaque",
-		Visibility:   vis,
-		ExtendedProperties: &calendar.EventExtendedProperties{Private: map[string]string{
-			PropBookingID: bk.ID, PropCalendarID: bk.CalendarID,
-		}},
+	return &Event{
+		ID:              bk.ID,
+		Summary:         EventTitle(tmpl, bk),
+		Description:     "bookline booking " + bk.ID + " on calendar " + bk.CalendarID,
+		Start:           EventTime{At: bk.Start.UTC()},
+		End:             EventTime{At: bk.End.UTC()},
+		Status:          EventConfirmed,
+		Visibility:      vis,
+		BookingID:       bk.ID,
+		BookingCalendar: bk.CalendarID,
 	}
 }
 
@@ -75,24 +71,24 @@ func (s *Syncer) callCtx(ctx context.Context) (context.Context, context.CancelFu
 // errInconsistent: Google said duplicate but has no such event (retried).
 var errInconsistent = errors.New("calendarsync: insert answered duplicate but the event is not there")
 
-func (s *Syncer) applyOnce(ctx context.Context, e data.SyncEntry, link *data.GoogleLink) error {
-	svc, err := s.service(ctx)
+func (s *Syncer) applyOnce(ctx context.Context, e data.SyncEntry, link *data.ExternalLink) error {
+	svc, err := s.provider(ctx)
 	if err != nil {
 		return err
 	}
-	ev := EventFor(&e.Booking, link)
-	g := e.GoogleCalendar
+	ev := MirrorEvent(&e.Booking, link)
+	g := e.ExternalCalendar
 	switch e.Op {
 	case data.SyncDelete:
 		// Unconditional: a delete is a booking's last operation, and a
 		// change of ours arriving after it carries an older etag, so
 		// Google refuses it (412). The etag is of no further use.
-		s.etags.forget(eventKey{g, ev.Id})
+		s.etags.forget(eventKey{g, ev.ID})
 		c, cancel, err := s.mirrorCtx(ctx, e.Calendar)
 		if err != nil {
 			return err
 		}
-		err = svc.Events.Delete(g, ev.Id).Context(c).Do()
+		err = svc.DeleteEvent(c, g, ev.ID)
 		cancel()
 		if act, _ := classify(err); err != nil && act == actGone {
 			return nil // already deleted
@@ -126,12 +122,12 @@ const preconditionRounds = 3
 // getEvent reads the event of bookline calendar cal's mirror and remembers
 // its etag. Fenced like a change: what a read returns decides the next
 // write.
-func (s *Syncer) getEvent(ctx context.Context, svc *calendar.Service, cal, g, id string) (*calendar.Event, error) {
+func (s *Syncer) getEvent(ctx context.Context, svc Provider, cal, g, id string) (*Event, error) {
 	c, cancel, err := s.mirrorCtx(ctx, cal)
 	if err != nil {
 		return nil, err
 	}
-	got, err := svc.Events.Get(g, id).Context(c).Do()
+	got, err := svc.GetEvent(c, g, id)
 	cancel()
 	if err != nil {
 		s.etags.forget(eventKey{g, id})
@@ -152,16 +148,16 @@ func (s *Syncer) getEvent(ctx context.Context, svc *calendar.Service, cal, g, id
 //
 // Google answers 403 to a change of an event its owner deleted in the UI;
 // that 403 is about the event, not the link.
-func (s *Syncer) patch(ctx context.Context, svc *calendar.Service, cal, g string, ev *calendar.Event) error {
-	key := eventKey{g, ev.Id}
+func (s *Syncer) patch(ctx context.Context, svc Provider, cal, g string, ev *Event) error {
+	key := eventKey{g, ev.ID}
 	etag, known := s.etags.get(key)
 	for round := 1; ; round++ {
 		if !known {
-			got, err := s.getEvent(ctx, svc, cal, g, ev.Id)
+			got, err := s.getEvent(ctx, svc, cal, g, ev.ID)
 			if err != nil {
 				return err
 			}
-			if got.Status != "cancelled" && sameEvent(got, ev) {
+			if got.Status != EventCancelled && sameEvent(got, ev) {
 				return nil
 			}
 			etag = got.Etag
@@ -170,9 +166,7 @@ func (s *Syncer) patch(ctx context.Context, svc *calendar.Service, cal, g string
 		if err != nil {
 			return err
 		}
-		call := svc.Events.Patch(g, ev.Id, ev).Context(c)
-		call.Header().Set("If-Match", etag)
-		got, err := call.Do()
+		got, err := svc.PatchEvent(c, g, ev, etag)
 		cancel()
 		if err == nil {
 			s.etags.put(key, got.Etag)
@@ -190,8 +184,8 @@ func (s *Syncer) patch(ctx context.Context, svc *calendar.Service, cal, g string
 		if act != actDegrade || reason != ReasonForbidden {
 			return err
 		}
-		got, gerr := s.getEvent(ctx, svc, cal, g, ev.Id)
-		if gerr == nil && got.Status == "cancelled" {
+		got, gerr := s.getEvent(ctx, svc, cal, g, ev.ID)
+		if gerr == nil && got.Status == EventCancelled {
 			return &entryError{fmt.Errorf("the event was deleted in Google and cannot be changed: %w", err)}
 		}
 		return err
@@ -200,27 +194,26 @@ func (s *Syncer) patch(ctx context.Context, svc *calendar.Service, cal, g string
 
 // calendarReadable tells a missing event from a missing calendar: nil when
 // the calendar answers a one-event list.
-func (s *Syncer) calendarReadable(ctx context.Context, svc *calendar.Service, cal, g string) error {
+func (s *Syncer) calendarReadable(ctx context.Context, svc Provider, cal, g string) error {
 	c, cancel, err := s.mirrorCtx(ctx, cal)
 	if err != nil {
 		return err
 	}
 	defer cancel()
-	_, err = svc.Events.List(g).MaxResults(1).Context(c).Do()
-	return err
+	return svc.CheckCalendar(c, g)
 }
 
 // insert creates the event (Google has no conditional insert; the
 // client-chosen id makes every insert after the first answer 409); a 409
 // means an earlier attempt created it: if that event was deleted since
 // (status cancelled) or differs, it is restored by a conditional patch.
-func (s *Syncer) insert(ctx context.Context, svc *calendar.Service, cal, g string, ev *calendar.Event) error {
-	key := eventKey{g, ev.Id}
+func (s *Syncer) insert(ctx context.Context, svc Provider, cal, g string, ev *Event) error {
+	key := eventKey{g, ev.ID}
 	c, cancel, err := s.mirrorCtx(ctx, cal)
 	if err != nil {
 		return err
 	}
-	created, err := svc.Events.Insert(g, ev).Context(c).Do()
+	created, err := svc.InsertEvent(c, g, ev)
 	cancel()
 	if err == nil {
 		s.etags.put(key, created.Etag)
@@ -230,40 +223,29 @@ func (s *Syncer) insert(ctx context.Context, svc *calendar.Service, cal, g strin
 	if act, _ := classify(err); act != actConflict {
 		return err
 	}
-	got, err := s.getEvent(ctx, svc, cal, g, ev.Id)
+	got, err := s.getEvent(ctx, svc, cal, g, ev.ID)
 	if act, _ := classify(err); err != nil && (act == actNotFound || act == actGone) {
 		return &entryError{errInconsistent}
 	} else if err != nil {
 		return err
 	}
-	if got.Status == "cancelled" || !sameEvent(got, ev) {
+	if got.Status == EventCancelled || !sameEvent(got, ev) {
 		return s.patch(ctx, svc, cal, g, ev)
 	}
 	return nil
 }
 
-func sameEvent(a, b *calendar.Event) bool {
-	at := func(d *calendar.EventDateTime) time.Time {
-		if d == nil {
-			return time.Time{}
-		}
-		t, _ := time.Parse(time.RFC3339, d.DateTime)
-		return t
-	}
-	prop := func(e *calendar.Event) string {
-		if e.ExtendedProperties == nil {
-			return ""
-		}
-		return e.ExtendedProperties.Private[PropBookingID]
-	}
-	// Google leaves out fields at their defaults.
+// sameEvent: a and b show the same booking at the same time in the same
+// way (what a patch would change). Providers leave out fields at their
+// defaults: an empty visibility is "default".
+func sameEvent(a, b *Event) bool {
 	orDef := func(v, def string) string {
 		if v == "" {
 			return def
 		}
 		return v
 	}
-	return at(a.Start).Equal(at(b.Start)) && at(a.End).Equal(at(b.End)) && prop(a) == prop(b) && a.Summary == b.Summary &&
+	return a.Start.At.Equal(b.Start.At) && a.End.At.Equal(b.End.At) && a.BookingID == b.BookingID && a.Summary == b.Summary &&
 		a.Description == b.Description && orDef(a.Visibility, "default") == orDef(b.Visibility, "default") &&
-		orDef(a.Transparency, "opaque") == orDef(b.Transparency, "opaque")
+		a.Transparent == b.Transparent
 }

@@ -5,8 +5,6 @@ import (
 	"sort"
 	"time"
 
-	"google.golang.org/api/calendar/v3"
-
 	"github.com/bookline/bookline/actor"
 	"github.com/bookline/bookline/data"
 )
@@ -29,7 +27,7 @@ func (s *Syncer) CheckBooking(ctx context.Context, cal string, iv data.Interval)
 	var c data.Calendar
 	var own []data.Interval
 	if err := s.store.View(func(tx *data.Tx) (err error) {
-		if c, err = tx.Calendar(cal); err != nil || c.Google == nil || !c.Google.CheckFreeBusy {
+		if c, err = tx.Calendar(cal); err != nil || c.Link == nil || !c.Link.CheckFreeBusy {
 			return err
 		}
 		// The calendar's own bookings are in Google as its mirrors:
@@ -38,18 +36,18 @@ func (s *Syncer) CheckBooking(ctx context.Context, cal string, iv data.Interval)
 			own = append(own, b)
 			return nil
 		})
-	}); err != nil || c.Google == nil || !c.Google.SyncBusy {
+	}); err != nil || c.Link == nil || !c.Link.SyncBusy {
 		return nil
 	}
 	if until, ok := s.BookableUntil(&c, s.cfg.Now()); ok && iv.End.After(until) {
 		return &data.BeyondBusyWindowError{Until: until}
 	}
-	if !c.Google.CheckFreeBusy || s.cfg.Service == nil {
+	if !c.Link.CheckFreeBusy || s.cfg.Provider == nil {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.FreeBusyTimeout)
 	defer cancel()
-	busy, err := s.freeBusy(ctx, c.Google.CalendarID, data.Interval{
+	busy, err := s.freeBusy(ctx, c.Link.CalendarID, data.Interval{
 		Start: iv.Start.Add(-time.Duration(c.BufferBeforeMinutes) * time.Minute),
 		End:   iv.End.Add(time.Duration(c.BufferAfterMinutes) * time.Minute)})
 	if err != nil {
@@ -61,7 +59,7 @@ func (s *Syncer) CheckBooking(ctx context.Context, cal string, iv data.Interval)
 	pad := padding{before: time.Duration(c.BufferAfterMinutes) * time.Minute, after: time.Duration(c.BufferBeforeMinutes) * time.Minute}
 	for _, b := range subtract(busy, own) {
 		b = data.Interval{Start: b.Start.Add(-pad.before), End: b.End.Add(pad.after)}
-		id := BlockID(c.Google.CalendarID, "freebusy\x00"+b.Start.UTC().Format(time.RFC3339)+"\x00"+b.End.UTC().Format(time.RFC3339))
+		id := BlockID(c.Link.CalendarID, "freebusy\x00"+b.Start.UTC().Format(time.RFC3339)+"\x00"+b.End.UTC().Format(time.RFC3339))
 		var prev data.BusyBlock
 		_ = s.store.View(func(tx *data.Tx) error { prev, _, _ = tx.Busy(cal, id); return nil })
 		if !prev.Cleared && prev.Seq != 0 {
@@ -75,37 +73,16 @@ func (s *Syncer) CheckBooking(ctx context.Context, cal string, iv data.Interval)
 	return nil
 }
 
-// freeBusy reads the busy periods of Google calendar g over iv.
+// freeBusy reads the busy periods of external calendar g over iv.
 func (s *Syncer) freeBusy(ctx context.Context, g string, iv data.Interval) ([]data.Interval, error) {
-	svc, err := s.service(ctx)
+	svc, err := s.provider(ctx)
 	if err != nil {
 		return nil, err
 	}
 	c, cancel := s.callCtx(ctx)
 	defer cancel()
-	out, err := svc.Freebusy.Query(&calendar.FreeBusyRequest{TimeMin: iv.Start.UTC().Format(time.RFC3339), TimeMax: iv.End.UTC().Format(time.RFC3339),
-		Items: []*calendar.FreeBusyRequestItem{{Id: g}}}).Context(c).Do()
-	if err != nil {
-		return nil, err
-	}
-	fc, ok := out.Calendars[g]
-	if !ok || len(fc.Errors) > 0 {
-		return nil, &freeBusyError{g}
-	}
-	var busy []data.Interval
-	for _, p := range fc.Busy {
-		a, err1 := time.Parse(time.RFC3339, p.Start)
-		b, err2 := time.Parse(time.RFC3339, p.End)
-		if err1 == nil && err2 == nil && a.Before(b) {
-			busy = append(busy, data.Interval{Start: a.UTC(), End: b.UTC()})
-		}
-	}
-	return busy, nil
+	return svc.FreeBusy(c, g, iv)
 }
-
-type freeBusyError struct{ g string }
-
-func (e *freeBusyError) Error() string { return "calendarsync: free/busy has no answer for " + e.g }
 
 // subtract returns the parts of busy that none of own covers.
 func subtract(busy, own []data.Interval) []data.Interval {

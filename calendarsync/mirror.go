@@ -94,10 +94,10 @@ func (s *Syncer) drain(ctx context.Context, cal string) {
 	}
 	for ctx.Err() == nil && s.cfg.owns(cal) {
 		var entries []data.SyncEntry
-		var link *data.GoogleLink
+		var link *data.ExternalLink
 		err := s.store.View(func(tx *data.Tx) (err error) {
 			if c, err := tx.Calendar(cal); err == nil {
-				link = c.Google
+				link = c.Link
 			}
 			entries, err = tx.PendingSync(cal, s.cfg.Batch)
 			return err
@@ -135,11 +135,11 @@ func (s *Syncer) drain(ctx context.Context, cal string) {
 			if !s.cfg.owns(cal) {
 				break
 			}
-			if link == nil || link.CalendarID != e.GoogleCalendar {
+			if link == nil || link.CalendarID != e.ExternalCalendar {
 				// Unlinked, or linked to another Google calendar since:
 				// the operation is cancelled, the old calendar is left as
 				// it is.
-				s.log.Info("google link changed; queued mirror operation cancelled", "calendar", cal, "booking", e.Booking.ID, "seq", e.Seq, "google_calendar", e.GoogleCalendar)
+				s.log.Info("google link changed; queued mirror operation cancelled", "calendar", cal, "booking", e.Booking.ID, "seq", e.Seq, "google_calendar", e.ExternalCalendar)
 				done = append(done, e)
 				continue
 			}
@@ -182,7 +182,7 @@ func (e *entryError) Unwrap() error { return e.err }
 
 // mirrorOne applies one operation, retrying until it is done (true, ""),
 // given up as a dead letter (true, reason) or ctx ends (false).
-func (s *Syncer) mirrorOne(ctx context.Context, e data.SyncEntry, link *data.GoogleLink) (bool, string) {
+func (s *Syncer) mirrorOne(ctx context.Context, e data.SyncEntry, link *data.ExternalLink) (bool, string) {
 	retry, pause, attempts := 0, 0, 0
 	l := s.link(e.Calendar)
 	for try := 0; ctx.Err() == nil; try++ {
@@ -194,11 +194,11 @@ func (s *Syncer) mirrorOne(ctx context.Context, e data.SyncEntry, link *data.Goo
 			link = nil
 			_ = s.store.View(func(tx *data.Tx) error {
 				if c, err := tx.Calendar(e.Calendar); err == nil {
-					link = c.Google
+					link = c.Link
 				}
 				return nil
 			})
-			if link == nil || link.CalendarID != e.GoogleCalendar {
+			if link == nil || link.CalendarID != e.ExternalCalendar {
 				s.log.Info("google link changed; queued mirror operation cancelled", "calendar", e.Calendar, "booking", e.Booking.ID, "seq", e.Seq)
 				return true, ""
 			}

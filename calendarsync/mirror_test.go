@@ -15,13 +15,13 @@ import (
 	"github.com/bookline/bookline/queue/queuetest"
 )
 
-func status(n node, cal, g string) data.GoogleStatus {
-	return n.GoogleStatus(cal, &data.GoogleLink{CalendarID: g})
+func status(n node, cal, g string) data.LinkStatus {
+	return n.GoogleStatus(cal, &data.ExternalLink{CalendarID: g})
 }
 
-func waitStatus(t testing.TB, n node, cal, g string, ok func(data.GoogleStatus) bool) data.GoogleStatus {
+func waitStatus(t testing.TB, n node, cal, g string, ok func(data.LinkStatus) bool) data.LinkStatus {
 	t.Helper()
-	var st data.GoogleStatus
+	var st data.LinkStatus
 	queuetest.CheckFor(t, 20*time.Second, func() error {
 		if st = status(n, cal, g); !ok(st) {
 			return fmt.Errorf("status %+v", st)
@@ -45,13 +45,13 @@ func TestDeleteOnAMissingCalendarIsNotDone(t *testing.T) {
 	waitDrained(t, n, "gone")
 	fake.RemoveCalendar(g)
 	submit(t, n, &actor.Command{Type: actor.TypeBookingCancel, CalendarID: "gone", BookingID: r.Booking.ID})
-	waitStatus(t, n, "gone", g, func(st data.GoogleStatus) bool {
+	waitStatus(t, n, "gone", g, func(st data.LinkStatus) bool {
 		return st.Status == calendarsync.StatusDegraded && strings.HasPrefix(st.Reason, calendarsync.ReasonCalendarNotFound) && st.Pending == 1
 	})
 	// The calendar back (access restored): the delete goes through.
 	fake.AddCalendar(g)
 	n.google.Wake("gone")
-	waitStatus(t, n, "gone", g, func(st data.GoogleStatus) bool { return st.Status == calendarsync.StatusOK && st.Pending == 0 })
+	waitStatus(t, n, "gone", g, func(st data.LinkStatus) bool { return st.Status == calendarsync.StatusOK && st.Pending == 0 })
 }
 
 // TestOneBadEntryIsSetAside: an insert answered 409 whose event is not
@@ -74,7 +74,7 @@ func TestOneBadEntryIsSetAside(t *testing.T) {
 	first := book(t, n, "bad", s, e)
 	s2, e2 := slot(3)
 	second := book(t, n, "bad", s2, e2)
-	st := waitStatus(t, n, "bad", g, func(st data.GoogleStatus) bool { return st.DeadLetters == 1 && st.Pending == 0 })
+	st := waitStatus(t, n, "bad", g, func(st data.LinkStatus) bool { return st.DeadLetters == 1 && st.Pending == 0 })
 	if st.Status != calendarsync.StatusOK {
 		t.Fatalf("one bad entry must not degrade the link: %+v", st)
 	}
@@ -88,7 +88,7 @@ func TestOneBadEntryIsSetAside(t *testing.T) {
 	if err := n.google.RetryDeadLetter("bad", dl[0].Entry.Seq, dl[0].Entry.Sub); err != nil {
 		t.Fatal(err)
 	}
-	waitStatus(t, n, "bad", g, func(st data.GoogleStatus) bool { return st.DeadLetters == 0 && st.Pending == 0 })
+	waitStatus(t, n, "bad", g, func(st data.LinkStatus) bool { return st.DeadLetters == 0 && st.Pending == 0 })
 	compareMirror(t, n, fake, "bad", g)
 
 	// Deleted by its owner in Google, then the booking moves: 403.
@@ -100,7 +100,7 @@ func TestOneBadEntryIsSetAside(t *testing.T) {
 	}
 	s4, e4 := slot(7)
 	third := book(t, n, "bad", s4, e4)
-	st = waitStatus(t, n, "bad", g, func(st data.GoogleStatus) bool { return st.DeadLetters == 1 && st.Pending == 0 })
+	st = waitStatus(t, n, "bad", g, func(st data.LinkStatus) bool { return st.DeadLetters == 1 && st.Pending == 0 })
 	if st.Status != calendarsync.StatusOK {
 		t.Fatalf("a 403 on one deleted event must not degrade the link: %+v", st)
 	}
@@ -138,11 +138,11 @@ func TestQuotaExceededThrottles(t *testing.T) {
 	fake.Inject("POST", f)
 	s, e := slot(1)
 	book(t, n, "quota", s, e)
-	st := waitStatus(t, n, "quota", g, func(st data.GoogleStatus) bool { return st.Status == calendarsync.StatusThrottled })
+	st := waitStatus(t, n, "quota", g, func(st data.LinkStatus) bool { return st.Status == calendarsync.StatusThrottled })
 	if !strings.HasPrefix(st.Reason, calendarsync.ReasonQuotaExceeded) || st.ThrottledUntil == nil || st.Pending != 1 {
 		t.Fatalf("status %+v", st)
 	}
-	waitStatus(t, n, "quota", g, func(st data.GoogleStatus) bool { return st.Status == calendarsync.StatusOK && st.Pending == 0 })
+	waitStatus(t, n, "quota", g, func(st data.LinkStatus) bool { return st.Status == calendarsync.StatusOK && st.Pending == 0 })
 	if r := <-reasons; r != calendarsync.ReasonQuotaExceeded {
 		t.Fatalf("reason %q", r)
 	}
@@ -226,7 +226,7 @@ func TestLinkBackfillsFutureBookings(t *testing.T) {
 	}
 	submit(t, n, &actor.Command{Type: actor.TypeBookingCancel, CalendarID: "late", BookingID: ids[2]})
 	var queued []data.SyncEntry
-	upsert(t, n, "late", actor.CalendarSpec{Timezone: "UTC", Google: &data.GoogleLink{CalendarID: g}})
+	upsert(t, n, "late", actor.CalendarSpec{Timezone: "UTC", Link: &data.ExternalLink{CalendarID: g}})
 	_ = n.Store().View(func(tx *data.Tx) (err error) { queued, err = tx.PendingSync("late", 10); return err })
 	if len(queued) > 0 && (len(queued) != 2 || queued[0].Booking.ID != ids[1] || queued[1].Booking.ID != ids[0]) {
 		t.Fatalf("backfill order %+v", queued)
@@ -250,7 +250,7 @@ func TestEventPrivacy(t *testing.T) {
 	link(t, n, "priv", g, false)
 	s, e := slot(1)
 	a := book(t, n, "priv", s, e)
-	upsert(t, n, "tmpl", actor.CalendarSpec{Timezone: "UTC", Google: &data.GoogleLink{CalendarID: g, EventTitle: "Call with {customer}", Visibility: "default"}})
+	upsert(t, n, "tmpl", actor.CalendarSpec{Timezone: "UTC", Link: &data.ExternalLink{CalendarID: g, EventTitle: "Call with {customer}", Visibility: "default"}})
 	b := book(t, n, "tmpl", s, e)
 	waitDrained(t, n, "priv")
 	waitDrained(t, n, "tmpl")
@@ -434,7 +434,7 @@ func TestPreconditionFailedReadsAgain(t *testing.T) {
 	// late write of ours would): the 412 and the read, no write.
 	moved := *bk
 	moved.Start, moved.End = slot(5)
-	want := *calendarsync.EventFor(&moved, &data.GoogleLink{CalendarID: g})
+	want := *calendarsync.EventFor(&moved, &data.ExternalLink{CalendarID: g})
 	fake.PutEvent(g, want)
 	_, before, _ := fake.Stats()
 	reschedule(t, n, "edit", bk.ID, 5)

@@ -75,11 +75,11 @@ func TestOAuthRefreshPath(t *testing.T) {
 	if r := book(t, n, "oauth", s, e); r.Outcome != actor.OutcomeAccepted {
 		t.Fatal(r)
 	}
-	waitStatus(t, n, "oauth", g, func(st data.GoogleStatus) bool {
+	waitStatus(t, n, "oauth", g, func(st data.LinkStatus) bool {
 		return st.Status == calendarsync.StatusDegraded && strings.HasPrefix(st.Reason, calendarsync.ReasonInvalidGrant) && st.Pending == 1
 	})
 	te.set("at-2")
 	n.google.Wake("oauth")
-	waitStatus(t, n, "oauth", g, func(st data.GoogleStatus) bool { return st.Status == calendarsync.StatusOK && st.Pending == 0 })
+	waitStatus(t, n, "oauth", g, func(st data.LinkStatus) bool { return st.Status == calendarsync.StatusOK && st.Pending == 0 })
 	compareMirror(t, n, fake, "oauth", g)
 }

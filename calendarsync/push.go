@@ -5,10 +5,7 @@ import (
 	"crypto/rand"
 	"crypto/subtle"
 	"encoding/hex"
-	"strconv"
 	"time"
-
-	"google.golang.org/api/calendar/v3"
 
 	"github.com/bookline/bookline/data"
 )
@@ -69,8 +66,8 @@ func (s *Syncer) goWatchAll(ctx context.Context) {
 			for _, id := range tx.CalendarIDs() {
 				// Only the owner of a calendar's partition reads its busy
 				// time, so only it watches the calendar.
-				if c, err := tx.Calendar(id); err == nil && c.Google != nil && c.Google.SyncBusy && s.cfg.owns(id) {
-					want[id] = c.Google.CalendarID
+				if c, err := tx.Calendar(id); err == nil && c.Link != nil && c.Link.SyncBusy && s.cfg.owns(id) {
+					want[id] = c.Link.CalendarID
 				}
 			}
 			return nil
@@ -108,7 +105,7 @@ func (s *Syncer) goWatchAll(ctx context.Context) {
 
 // watch makes a new channel for cal and then stops the one it replaces.
 func (s *Syncer) watch(ctx context.Context, cal, g string) {
-	svc, err := s.service(ctx)
+	svc, err := s.provider(ctx)
 	if err != nil {
 		return
 	}
@@ -129,8 +126,7 @@ func (s *Syncer) watch(ctx context.Context, cal, g string) {
 		return
 	}
 	c, cancel := s.callCtx(ctx)
-	got, err := svc.Events.Watch(g, &calendar.Channel{Id: ch.id, Type: "web_hook", Address: s.cfg.WebhookURL, Token: ch.token,
-		Params: map[string]string{"ttl": strconv.Itoa(int(ttl / time.Second))}}).Context(c).Do()
+	resourceID, expires, err := svc.Watch(c, g, WatchRequest{ID: ch.id, Token: ch.token, Address: s.cfg.WebhookURL, TTL: ttl})
 	cancel()
 	l := s.link(cal)
 	now := s.cfg.Now()
@@ -146,10 +142,10 @@ func (s *Syncer) watch(ctx context.Context, cal, g string) {
 		}
 		return
 	}
-	ch.resourceID = got.ResourceId
+	ch.resourceID = resourceID
 	ch.expires = now.Add(ttl)
-	if got.Expiration > 0 {
-		ch.expires = time.UnixMilli(got.Expiration)
+	if !expires.IsZero() {
+		ch.expires = expires
 	}
 	// Renew at four fifths of the lifetime, early enough to retry.
 	ch.renewAt = now.Add(ch.expires.Sub(now) * 4 / 5)
@@ -189,13 +185,13 @@ func (s *Syncer) stopChannel(ctx context.Context, ch *pushChannel) {
 	}
 	s.mu.Unlock()
 	s.deleteChannel(ctx, ch.id)
-	svc, err := s.service(ctx)
+	svc, err := s.provider(ctx)
 	if err != nil || ch.resourceID == "" {
 		return
 	}
 	c, cancel := s.callCtx(ctx)
 	defer cancel()
-	if err := svc.Channels.Stop(&calendar.Channel{Id: ch.id, ResourceId: ch.resourceID}).Context(c).Do(); err != nil && ctx.Err() == nil {
+	if err := svc.StopWatch(c, ch.id, ch.resourceID); err != nil && ctx.Err() == nil {
 		s.log.Info("stopping a google push channel failed; it expires on its own", "calendar", ch.cal, "err", err)
 	}
 }
@@ -248,7 +244,7 @@ func (s *Syncer) readNotified(ctx context.Context, ch *pushChannel) {
 	if err := s.store.View(func(tx *data.Tx) (err error) { c, err = tx.Calendar(ch.cal); return err }); err != nil {
 		return // gone since; the channel is stopped at the next check
 	}
-	if c.Google != nil && c.Google.SyncBusy && c.Google.CalendarID == ch.googleCal {
+	if c.Link != nil && c.Link.SyncBusy && c.Link.CalendarID == ch.googleCal {
 		s.goBusyOne(ctx, c, s.link(ch.cal))
 	}
 }

@@ -72,8 +72,8 @@ func TestPushNotifications(t *testing.T) {
 
 	fake.Inject("POST", googletest.Unavailable) // the first watch fails
 	link(t, n, "push", g, true)
-	waitStatus(t, n, "push", g, func(st data.GoogleStatus) bool { return st.Push == calendarsync.PushPolling })
-	waitStatus(t, n, "push", g, func(st data.GoogleStatus) bool { return st.Push == calendarsync.PushActive })
+	waitStatus(t, n, "push", g, func(st data.LinkStatus) bool { return st.Push == calendarsync.PushPolling })
+	waitStatus(t, n, "push", g, func(st data.LinkStatus) bool { return st.Push == calendarsync.PushActive })
 	var first string
 	queuetest.CheckFor(t, 20*time.Second, func() error {
 		if chs := fake.Channels(g); len(chs) != 1 {
@@ -141,7 +141,7 @@ func TestFreeBusyBeforeBooking(t *testing.T) {
 	defer stopNode(t, n)
 	serveAPI(t, ln, n)
 	upsert(t, n, "fb", actor.CalendarSpec{Timezone: "UTC", Rules: data.Rules{Capacity: 2},
-		Google: &data.GoogleLink{CalendarID: g, SyncBusy: true, CheckFreeBusy: true}})
+		Link: &data.ExternalLink{CalendarID: g, SyncBusy: true, CheckFreeBusy: true}})
 	body := func(s, e time.Time) string {
 		return fmt.Sprintf(`{"start":%q,"end":%q,"customer":"c"}`, s.Format(time.RFC3339), e.Format(time.RFC3339))
 	}
@@ -187,7 +187,7 @@ func TestBookingsBeyondTheBusyWindow(t *testing.T) {
 	if code != 422 || out["error"].(map[string]any)["code"] != httpapi.CodeBeyondBusyWindow {
 		t.Fatalf("booking past the read window: %d %v", code, out)
 	}
-	upsert(t, n, "far", actor.CalendarSpec{Timezone: "UTC", Rules: data.Rules{HorizonDays: 90}, Google: &data.GoogleLink{CalendarID: g, SyncBusy: true}})
+	upsert(t, n, "far", actor.CalendarSpec{Timezone: "UTC", Rules: data.Rules{HorizonDays: 90}, Link: &data.ExternalLink{CalendarID: g, SyncBusy: true}})
 	fake.PutEvent(g, calendar.Event{Summary: "far away", Start: dt(s), End: dt(s.Add(time.Hour))})
 	syncBusy(t, n, "far")
 	if code, out = post(t, base+"/v1/calendars/far/bookings", nil, body); code != 409 {
@@ -216,7 +216,7 @@ func TestDeadLetterRoutes(t *testing.T) {
 	fake.Inject("POST", googletest.Conflict)
 	s, e := slot(1)
 	bk := book(t, n, "dl", s, e)
-	waitStatus(t, n, "dl", g, func(st data.GoogleStatus) bool { return st.DeadLetters == 1 })
+	waitStatus(t, n, "dl", g, func(st data.LinkStatus) bool { return st.DeadLetters == 1 })
 	resp, err := http.Get(base + "/v1/admin/calendars/dl/google/dead-letters")
 	if err != nil {
 		t.Fatal(err)

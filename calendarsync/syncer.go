@@ -6,15 +6,12 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"golang.org/x/time/rate"
-	"google.golang.org/api/calendar/v3"
-	"google.golang.org/api/googleapi"
 
 	"github.com/bookline/bookline/actor"
 	"github.com/bookline/bookline/data"
@@ -28,9 +25,12 @@ type Publisher func(ctx context.Context, cmd *actor.Command) error
 
 // Config configures a Syncer. Zero values take the defaults.
 type Config struct {
-	// Service creates the Google client; nil means no credentials are
-	// configured: linked calendars are reported degraded and Google is
-	// never called.
+	// Provider creates the client of the external calendars' service;
+	// nil (with Service nil) means no credentials are configured: linked
+	// calendars are reported degraded and no provider is ever called.
+	Provider ProviderFunc
+	// Service, when Provider is nil, creates a Google client: Provider is
+	// then GoogleProvider(Service).
 	Service ServiceFunc
 	// BusyInterval is how often busy time is read from Google (default
 	// 5m; negative: only on demand).
@@ -124,6 +124,9 @@ type Progress interface {
 func (c *Config) owns(cal string) bool { return c.Owns == nil || c.Owns(cal) }
 
 func (c *Config) defaults() {
+	if c.Provider == nil && c.Service != nil {
+		c.Provider = GoogleProvider(c.Service)
+	}
 	def := func(d *time.Duration, v time.Duration) {
 		if *d == 0 {
 			*d = v
@@ -206,7 +209,7 @@ type Syncer struct {
 	// pruned is when the queued operations of a calendar owned elsewhere
 	// were last dropped up to the confirmed sequence.
 	pruned map[string]time.Time
-	svc    *calendar.Service
+	prov   Provider
 	wg     sync.WaitGroup
 	// throttledUntil: no call before it (quota spent); quotaN counts the
 	// quota answers in a row.
@@ -259,7 +262,7 @@ func (s *Syncer) Notify() {
 // its goroutines have stopped.
 func (s *Syncer) Run(ctx context.Context) {
 	defer s.wg.Wait()
-	if s.cfg.Service == nil {
+	if s.cfg.Provider == nil {
 		<-ctx.Done()
 		return
 	}
@@ -318,15 +321,15 @@ func (s *Syncer) linkLocked(cal string) *linkState {
 }
 
 // Status reports the state of calendar cal's link.
-func (s *Syncer) Status(cal string, link *data.GoogleLink) data.GoogleStatus {
-	st := data.GoogleStatus{CalendarID: link.CalendarID, SyncBusy: link.SyncBusy, Status: StatusOK}
+func (s *Syncer) Status(cal string, link *data.ExternalLink) data.LinkStatus {
+	st := data.LinkStatus{CalendarID: link.CalendarID, SyncBusy: link.SyncBusy, Status: StatusOK}
 	_ = s.store.View(func(tx *data.Tx) error {
 		st.Pending = tx.SyncDepth(cal, 10000)
 		d, _ := tx.DeadLetters(cal, 10000)
 		st.DeadLetters = len(d)
 		return nil
 	})
-	if s.cfg.Service == nil {
+	if s.cfg.Provider == nil {
 		st.Status, st.Reason = StatusDegraded, "no credentials"
 		return st
 	}
@@ -370,11 +373,8 @@ func (s *Syncer) throttle(cal string, err error) {
 	s.mu.Lock()
 	d := backoff(s.quotaN, s.cfg.QuotaPauseBase, s.cfg.QuotaPauseMax)
 	s.quotaN++
-	var ge *googleapi.Error
-	if errors.As(err, &ge) && ge.Header != nil {
-		if secs, perr := strconv.Atoi(ge.Header.Get("Retry-After")); perr == nil && secs > 0 {
-			d = time.Duration(secs) * time.Second
-		}
+	if ce, ok := callError(err); ok && ce.RetryAfter > 0 {
+		d = ce.RetryAfter
 	}
 	until := s.cfg.Now().Add(d)
 	if until.After(s.throttledUntil) {
@@ -408,22 +408,22 @@ func (s *Syncer) degrade(cal, reason string, err error) {
 	s.mu.Lock()
 	was := l.degraded
 	l.degraded, l.reason = true, reason+": "+err.Error()
-	s.svc = nil // re-read the credentials before the next attempt
+	s.prov = nil // re-read the credentials before the next attempt
 	s.mu.Unlock()
 	if !was {
 		s.log.Warn("google link degraded; paused", "calendar", cal, "reason", reason, "err", err)
 	}
 }
 
-// service returns the client, creating it when needed.
-func (s *Syncer) service(ctx context.Context) (*calendar.Service, error) {
+// provider returns the provider's client, creating it when needed.
+func (s *Syncer) provider(ctx context.Context) (Provider, error) {
 	s.mu.Lock()
-	svc := s.svc
+	p := s.prov
 	s.mu.Unlock()
-	if svc != nil {
-		return svc, nil
+	if p != nil {
+		return p, nil
 	}
-	svc, err := s.cfg.Service(ctx)
+	p, err := s.cfg.Provider(ctx)
 	if err != nil {
 		if !errors.Is(err, ErrCredentials) {
 			err = fmt.Errorf("%w: %v", ErrCredentials, err)
@@ -431,9 +431,9 @@ func (s *Syncer) service(ctx context.Context) (*calendar.Service, error) {
 		return nil, err
 	}
 	s.mu.Lock()
-	s.svc = svc
+	s.prov = p
 	s.mu.Unlock()
-	return svc, nil
+	return p, nil
 }
 
 // backoff is the wait before retry number attempt (0-based): exponential

@@ -21,8 +21,9 @@ import (
 	"github.com/bookline/bookline/actor"
 )
 
+// gerr is a Google error as the Google provider hands it to the Syncer.
 func gerr(code int, reason string) error {
-	return &googleapi.Error{Code: code, Errors: []googleapi.ErrorItem{{Reason: reason}}}
+	return googleError(&googleapi.Error{Code: code, Errors: []googleapi.ErrorItem{{Reason: reason}}})
 }
 
 func TestClassify(t *testing.T) {

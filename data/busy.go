@@ -10,7 +10,7 @@ import (
 )
 
 // Busy blocks: intervals that are busy outside bookline (found in a linked
-// Google calendar). They enter the index only through the commands
+// external calendar). They enter the index only through the commands
 // busy.set and busy.clear, so they are replayed like everything else. They
 // live in their own buckets, not in the slot index: blocks may overlap each
 // other and existing bookings (the outside world does not ask bookline), so
@@ -217,7 +217,7 @@ func (t *Tx) ForEachBusySlot(calID string, fn func(id string, iv Interval) error
 	})
 }
 
-// busySlotKey is start(8) ++ block id: busy blocks are Google's ids, kept
+// busySlotKey is start(8) ++ block id: block ids are the busy source's, kept
 // as text.
 func busySlotKey(start time.Time, id string) []byte {
 	return append(EncodeTime(start), id...)

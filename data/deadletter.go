@@ -5,10 +5,11 @@ import (
 	"time"
 )
 
-// Dead letters: mirror operations that Google refused several times for
+// Dead letters: mirror operations that the external calendar refused
+// several times for
 // reasons of their own (not of the link), set aside so that the
 // calendar's other operations go on. Like the outbox they are the
-// Google sync's bookkeeping, not derived from the log: replay neither
+// calendar sync's bookkeeping, not derived from the log: replay neither
 // fills nor clears them. An admin retries (back to the outbox) or drops
 // them.
 

@@ -11,8 +11,8 @@ import (
 func TestDeadLettersMoveOutOfTheOutbox(t *testing.T) {
 	s := datatest.MustOpen(t)
 	bk := data.Booking{ID: "0123456789abcdefghijklmnop", CalendarID: "c", Start: time.Unix(3600, 0).UTC(), End: time.Unix(7200, 0).UTC(), Customer: "x", Status: data.StatusConfirmed}
-	e1 := data.SyncEntry{Calendar: "c", Seq: 5, Op: data.SyncCreate, GoogleCalendar: "g", Booking: bk}
-	e2 := data.SyncEntry{Calendar: "c", Seq: 5, Sub: 2, Op: data.SyncUpdate, GoogleCalendar: "g", Booking: bk}
+	e1 := data.SyncEntry{Calendar: "c", Seq: 5, Op: data.SyncCreate, ExternalCalendar: "g", Booking: bk}
+	e2 := data.SyncEntry{Calendar: "c", Seq: 5, Sub: 2, Op: data.SyncUpdate, ExternalCalendar: "g", Booking: bk}
 	at := time.Unix(99, 0).UTC()
 	if err := s.Commit(func(tx *data.Tx) error {
 		if err := tx.PutSync(e1); err != nil {
@@ -41,7 +41,7 @@ func TestDeadLettersMoveOutOfTheOutbox(t *testing.T) {
 	}
 	if err := s.Commit(func(tx *data.Tx) error {
 		d, ok, err := tx.TakeDeadLetter("c", 5, 2)
-		if !ok || err != nil || d.Entry.GoogleCalendar != "g" {
+		if !ok || err != nil || d.Entry.ExternalCalendar != "g" {
 			t.Fatalf("take: %+v %v %v", d, ok, err)
 		}
 		_, ok, _ = tx.TakeDeadLetter("c", 5, 2)

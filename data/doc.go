@@ -7,7 +7,7 @@
 // partition's applied sequence, so a redelivered message is skipped and a
 // crash loses nothing that the log does not still hold. Besides the writers
 // only bookkeeping outside the digest is written directly: published events
-// and mirrored Google operations leave their outboxes, and the index notes
+// and mirrored external calendar operations leave their outboxes, and the index notes
 // the time zone data it was decided with.
 //
 // Invariants (data/datatest.CheckInvariants checks them after tests):
@@ -18,7 +18,7 @@
 //     every slot entry a record; held records are in the hold expiry index.
 //   - A request record with a retention is in the request expiry index.
 //   - The digest covers the decided state and nothing that depends on when
-//     side effects ran (the event and Google outboxes) or on the file's
+//     side effects ran (the event and calendar sync outboxes) or on the file's
 //     history.
 //
 // Caveats: one read-write transaction at a time for the whole file, so all
@@ -27,7 +27,10 @@
 // page cache only, and the session file makes a power loss discard the
 // index (it is rebuilt from the log).
 //
-// data knows nothing of NATS, HTTP or Google's API (it only holds what the
-// API shows of a Google link, googlestatus.go): it imports none of
+// data knows nothing of NATS, HTTP or any calendar provider's API: a link
+// is to an external calendar (ExternalLink), whichever calendarsync
+// provider serves it, and linkstatus.go holds only what the API shows of
+// it. The link's wire and storage name stays "google" (Calendar.Link), so
+// existing indexes and streams read unchanged. It imports none of
 // bookline's other packages.
 package data

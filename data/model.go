@@ -25,18 +25,23 @@ type Calendar struct {
 	Name     string `json:"name"`
 	Timezone string `json:"timezone"`
 	Rules
-	// Google links the calendar to a Google calendar: bookings
-	// are mirrored there and, with SyncBusy, its busy time blocks bookings.
-	Google    *GoogleLink `json:"google,omitempty"`
-	CreatedAt time.Time   `json:"created_at"`
-	UpdatedAt time.Time   `json:"updated_at"`
+	// Link links the calendar to an external calendar: bookings are
+	// mirrored there and, with SyncBusy, its busy time blocks bookings.
+	// Its wire and storage name "google" is kept from when Google was
+	// the only provider: commands in existing streams and calendars in
+	// existing indexes read the same (it is Google's form of a link; the
+	// configured calendarsync provider serves every link).
+	Link      *ExternalLink `json:"google,omitempty"`
+	CreatedAt time.Time     `json:"created_at"`
+	UpdatedAt time.Time     `json:"updated_at"`
 }
 
-// GoogleLink names the Google calendar a bookline calendar is linked to.
+// ExternalLink names the external calendar (a Google calendar, or one of
+// another calendarsync provider) a bookline calendar is linked to.
 // Credentials are never part of it: they are configured on the server.
-type GoogleLink struct {
-	// CalendarID is the Google calendar id (e.g. an address, or "primary"
-	// for the calendar of the configured credentials' user).
+type ExternalLink struct {
+	// CalendarID is the external calendar's id (for Google an address, or
+	// "primary" for the calendar of the configured credentials' user).
 	CalendarID string `json:"calendar_id"`
 	// SyncBusy imports the calendar's busy time as busy blocks.
 	SyncBusy bool `json:"sync_busy,omitempty"`
@@ -46,10 +51,10 @@ type GoogleLink struct {
 	// Neither changes any decision.
 	EventTitle string `json:"event_title,omitempty"`
 	Visibility string `json:"visibility,omitempty"`
-	// CheckFreeBusy (with SyncBusy) has Google's free/busy read before
+	// CheckFreeBusy (with SyncBusy) has the provider's free/busy read before
 	// each booking sent through the API, and what is busy enters the log
-	// as busy blocks before the booking is decided (needs the
-	// calendar.events.freebusy scope, --google-freebusy).
+	// as busy blocks before the booking is decided (with Google it needs
+	// the calendar.events.freebusy scope, --google-freebusy).
 	CheckFreeBusy bool `json:"check_freebusy,omitempty"`
 }
 

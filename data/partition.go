@@ -63,7 +63,7 @@ func (t *Tx) ResetPartition(p int, belongs func(calID string) bool) (err error) 
 				return err
 			}
 		}
-		// Google sync outbox: the rebuild queues it again.
+		// Calendar sync outbox: the rebuild queues it again.
 		if err := t.dropSync(string(k)); err != nil {
 			return err
 		}

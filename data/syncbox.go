@@ -6,11 +6,11 @@ import (
 	"fmt"
 )
 
-// The Google sync outbox: every decision that changes a confirmed booking of
-// a calendar linked to Google leaves an entry here, in the same transaction
+// The calendar sync outbox: every decision that changes a confirmed booking
+// of a calendar linked to an external calendar leaves an entry here, in the same transaction
 // as the decision (see actor). The calendarsync worker drains it per
 // calendar, in sequence order, off the writers' path, and deletes what
-// Google has. Replay does not fill it (history is not mirrored again).
+// the external calendar has. Replay does not fill it (history is not mirrored again).
 
 var bucketSync = []byte("gsync") // calendar ++ 0 ++ stream seq (8) -> SyncEntry (binary)
 
@@ -29,9 +29,10 @@ type SyncEntry struct {
 	// of a new link); 0 for the others.
 	Sub uint32
 	Op  byte
-	// GoogleCalendar is the linked Google calendar id when it was decided.
-	GoogleCalendar string
-	Booking        Booking // the booking as decided
+	// ExternalCalendar is the linked external calendar's id when it was
+	// decided.
+	ExternalCalendar string
+	Booking          Booking // the booking as decided
 }
 
 const syncVersion = 1
@@ -54,7 +55,7 @@ func syncSubKey(cal string, seq uint64, sub uint32) []byte {
 func encodeSync(e *SyncEntry) []byte {
 	v := make([]byte, 0, 200+len(e.Booking.Customer)+len(e.Booking.Metadata))
 	v = append(v, syncVersion, e.Op)
-	v = AppendString(v, e.GoogleCalendar)
+	v = AppendString(v, e.ExternalCalendar)
 	return AppendBooking(v, &e.Booking)
 }
 
@@ -82,7 +83,7 @@ func decodeSync(k, v []byte) (SyncEntry, error) {
 		return e, ErrCorrupt
 	}
 	e.Op = r.Byte()
-	e.GoogleCalendar = r.String()
+	e.ExternalCalendar = r.String()
 	e.Booking = ReadBooking(r)
 	return e, r.Err()
 }
@@ -144,7 +145,7 @@ func (t *Tx) SyncCalendars() []string {
 	return out
 }
 
-// DeleteSync removes operations of cal that Google has.
+// DeleteSync removes operations of cal that the external calendar has.
 func (t *Tx) DeleteSync(cal string, seqs []uint64) error {
 	b := t.tx.Bucket(bucketSync)
 	if b == nil {

@@ -167,7 +167,7 @@ func (t *Tx) SetApplied(p int, seq uint64, hash []byte) error {
 
 // Calendar returns the calendar with id, or ErrNotFound.
 //
-// The maps, slices and pointers inside the result (Rules, Google) may be
+// The maps, slices and pointers inside the result (Rules, Link) may be
 // shared with other callers (decoded calendars are cached): treat them as
 // read-only; replace them, never modify them in place.
 func (t *Tx) Calendar(id string) (Calendar, error) {

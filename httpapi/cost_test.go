@@ -249,7 +249,7 @@ func TestDeadLetterPages(t *testing.T) {
 	h := start(t, "", options{})
 	err := h.node.Store().Commit(func(tx *data.Tx) error {
 		for i := 1; i <= 5; i++ {
-			e := data.SyncEntry{Calendar: "g", Seq: uint64(i), Op: data.SyncCreate, GoogleCalendar: "primary",
+			e := data.SyncEntry{Calendar: "g", Seq: uint64(i), Op: data.SyncCreate, ExternalCalendar: "primary",
 				Booking: data.Booking{ID: data.BookingID("g", fmt.Sprint(i)), CalendarID: "g", Start: time.Unix(3600, 0).UTC(), End: time.Unix(7200, 0).UTC(), Status: data.StatusConfirmed}}
 			if i == 3 {
 				e.Sub = 2

@@ -22,7 +22,7 @@ import (
 // GoogleSync is the port of the Google Calendar sync: a linked calendar's
 // live status, and an on-demand read of its busy time.
 type GoogleSync interface {
-	Status(calID string, link *data.GoogleLink) data.GoogleStatus
+	Status(calID string, link *data.ExternalLink) data.LinkStatus
 	SyncBusy(ctx context.Context, calID string) (data.BusySyncResult, error)
 }
 
@@ -31,15 +31,15 @@ type GoogleSync interface {
 // ok|degraded, reason, pending, last_sync).
 type calendarView struct {
 	data.Calendar
-	Google *data.GoogleStatus `json:"google,omitempty"`
+	Google *data.LinkStatus `json:"google,omitempty"`
 }
 
 func (s *Server) writeCalendar(c *fiber.Ctx, cal data.Calendar) error {
 	g := s.cfg.Ports.Google
-	if cal.Google == nil || g == nil {
+	if cal.Link == nil || g == nil {
 		return c.JSON(cal)
 	}
-	st := g.Status(cal.ID, cal.Google)
+	st := g.Status(cal.ID, cal.Link)
 	return c.JSON(calendarView{Calendar: cal, Google: &st})
 }
 
@@ -72,10 +72,10 @@ func (s *Server) syncGoogle(c *fiber.Ctx) error {
 		s.log.Warn("google sync failed", "calendar", cal, "err", err)
 		return &Error{Code: CodeUnavailable, Message: "reading Google failed: " + err.Error()}
 	}
-	var link *data.GoogleLink
+	var link *data.ExternalLink
 	_ = s.backend.View(func(tx *data.Tx) error {
 		if c, err := tx.Calendar(cal); err == nil {
-			link = c.Google
+			link = c.Link
 		}
 		return nil
 	})
@@ -235,7 +235,7 @@ func (s *Server) listDeadLetters(c *fiber.Ctx) error {
 	out := make([]deadLetterView, 0, len(list))
 	for _, d := range list {
 		out = append(out, deadLetterView{ID: deadLetterID(&d.Entry), Op: opNames[d.Entry.Op], BookingID: d.Entry.Booking.ID,
-			GoogleCalendar: d.Entry.GoogleCalendar, Reason: d.Reason, Attempts: d.Attempts, At: d.At})
+			GoogleCalendar: d.Entry.ExternalCalendar, Reason: d.Reason, Attempts: d.Attempts, At: d.At})
 	}
 	return c.JSON(fiber.Map{"calendar_id": cal, "dead_letters": out, "next_cursor": next})
 }

@@ -20,7 +20,7 @@ type calendarRequest struct {
 	// The booking rules, flat in the body (see data.Rules).
 	data.Rules
 	// Google links the calendar to a Google calendar (httpapi/google.go).
-	Google *data.GoogleLink `json:"google"`
+	Google *data.ExternalLink `json:"google"`
 }
 
 // MaxEventTitleLen bounds a link's event title template.
@@ -49,7 +49,7 @@ func (s *Server) putCalendar(c *fiber.Ctx) error {
 		}
 	}
 	cmd := &actor.Command{V: actor.SchemaVersion, Type: actor.TypeCalendarUpsert, RequestID: reqID, CalendarID: cal,
-		Calendar: &actor.CalendarSpec{Name: req.Name, Timezone: req.Timezone, Rules: req.Rules, Google: req.Google}}
+		Calendar: &actor.CalendarSpec{Name: req.Name, Timezone: req.Timezone, Rules: req.Rules, Link: req.Google}}
 	return s.submit(c, cmd)
 }
 

@@ -7,18 +7,19 @@ import (
 	"github.com/bookline/bookline/data"
 )
 
-// Google Calendar: the mirror operations a decision queues, and the
-// busy.set / busy.clear commands by which busy time read from Google enters
-// the log.
+// External calendars: the mirror operations a decision queues, and the
+// busy.set / busy.clear commands by which busy time read from the linked
+// calendar (the busy source, whichever calendarsync provider serves it)
+// enters the log.
 
-// mirror queues the Google sync operation of a booking change decided by
+// mirror queues the calendar sync operation of a booking change decided by
 // d, in the deciding transaction, when the calendar is linked and the
 // decision is live (not a replay).
-func mirror(tx *data.Tx, d *Decoded, link *data.GoogleLink, op byte, bk *data.Booking) error {
+func mirror(tx *data.Tx, d *Decoded, link *data.ExternalLink, op byte, bk *data.Booking) error {
 	if !d.mirror || link == nil {
 		return nil
 	}
-	return tx.PutSync(data.SyncEntry{Calendar: d.Cmd.CalendarID, Seq: d.Seq, Op: op, GoogleCalendar: link.CalendarID, Booking: *bk})
+	return tx.PutSync(data.SyncEntry{Calendar: d.Cmd.CalendarID, Seq: d.Seq, Op: op, ExternalCalendar: link.CalendarID, Booking: *bk})
 }
 
 // mirrorLinked is mirror for decisions that did not load the calendar.
@@ -30,18 +31,18 @@ func mirrorLinked(tx *data.Tx, d *Decoded, op byte, bk *data.Booking) error {
 	if err != nil {
 		return err
 	}
-	return mirror(tx, d, cal.Google, op, bk)
+	return mirror(tx, d, cal.Link, op, bk)
 }
 
 // backfill queues, when a calendar is newly linked (or linked to another
-// Google calendar), the creation of an event for every confirmed booking
+// external calendar), the creation of an event for every confirmed booking
 // that has not ended at the command's log time, in start order: the new
-// Google calendar then holds what the calendar still has ahead, as if it
+// external calendar then holds what the calendar still has ahead, as if it
 // had been linked from the start. Operations already queued for the old
-// Google calendar are cancelled by the sync (their calendar no longer
+// external calendar are cancelled by the sync (their calendar no longer
 // matches the link). Like every mirror operation, only a live decision
 // queues them, never a replay; they change no decision.
-func backfill(tx *data.Tx, d *Decoded, old, link *data.GoogleLink) error {
+func backfill(tx *data.Tx, d *Decoded, old, link *data.ExternalLink) error {
 	if !d.mirror || link == nil || old != nil && old.CalendarID == link.CalendarID {
 		return nil
 	}
@@ -60,7 +61,7 @@ func backfill(tx *data.Tx, d *Decoded, old, link *data.GoogleLink) error {
 			return err
 		}
 		if err := tx.PutSync(data.SyncEntry{Calendar: d.Cmd.CalendarID, Seq: d.Seq, Sub: uint32(i + 1), Op: data.SyncCreate,
-			GoogleCalendar: link.CalendarID, Booking: bk}); err != nil {
+			ExternalCalendar: link.CalendarID, Booking: bk}); err != nil {
 			return err
 		}
 	}
