@@ -236,49 +236,7 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 		}
 		writeJSON(w, st.ev)
 	case http.MethodPatch, http.MethodPut:
-		if st == nil {
-			writeError(w, 404, "notFound", "event not found")
-			return
-		}
-		if !ifMatch(r, st) {
-			s.preconditionFailed.Add(1)
-			writeError(w, 412, "conditionNotMet", "Precondition Failed")
-			return
-		}
-		if st.userDeleted {
-			writeError(w, 403, "forbidden", "Forbidden")
-			return
-		}
-		body, _ := io.ReadAll(r.Body)
-		var merged map[string]json.RawMessage
-		if r.Method == http.MethodPatch {
-			old, _ := json.Marshal(st.ev)
-			_ = json.Unmarshal(old, &merged)
-		}
-		var patch map[string]json.RawMessage
-		if err := json.Unmarshal(body, &patch); err != nil {
-			writeError(w, 400, "badRequest", "invalid JSON")
-			return
-		}
-		if merged == nil {
-			merged = map[string]json.RawMessage{}
-		}
-		for k, v := range patch {
-			merged[k] = v
-		}
-		b, _ := json.Marshal(merged)
-		var ev calendar.Event
-		if err := json.Unmarshal(b, &ev); err != nil {
-			writeError(w, 400, "badRequest", "invalid event")
-			return
-		}
-		ev.Id = id
-		if ev.Status == "" {
-			ev.Status = "confirmed"
-		}
-		s.writes.Add(1)
-		s.store(calID, ev)
-		writeJSON(w, evs[id].ev)
+		s.update(w, r, calID, id, evs, st)
 	case http.MethodDelete:
 		switch {
 		case st == nil:
@@ -298,6 +256,54 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 	default:
 		writeError(w, 405, "methodNotAllowed", "method not allowed")
 	}
+}
+
+// update serves PATCH (merged into the stored event) and PUT (replacing
+// it) of event id, with If-Match as Google checks it.
+func (s *Server) update(w http.ResponseWriter, r *http.Request, calID, id string, evs map[string]*stored, st *stored) {
+	if st == nil {
+		writeError(w, 404, "notFound", "event not found")
+		return
+	}
+	if !ifMatch(r, st) {
+		s.preconditionFailed.Add(1)
+		writeError(w, 412, "conditionNotMet", "Precondition Failed")
+		return
+	}
+	if st.userDeleted {
+		writeError(w, 403, "forbidden", "Forbidden")
+		return
+	}
+	body, _ := io.ReadAll(r.Body)
+	var merged map[string]json.RawMessage
+	if r.Method == http.MethodPatch {
+		old, _ := json.Marshal(st.ev)
+		_ = json.Unmarshal(old, &merged)
+	}
+	var patch map[string]json.RawMessage
+	if err := json.Unmarshal(body, &patch); err != nil {
+		writeError(w, 400, "badRequest", "invalid JSON")
+		return
+	}
+	if merged == nil {
+		merged = map[string]json.RawMessage{}
+	}
+	for k, v := range patch {
+		merged[k] = v
+	}
+	b, _ := json.Marshal(merged)
+	var ev calendar.Event
+	if err := json.Unmarshal(b, &ev); err != nil {
+		writeError(w, 400, "badRequest", "invalid event")
+		return
+	}
+	ev.Id = id
+	if ev.Status == "" {
+		ev.Status = "confirmed"
+	}
+	s.writes.Add(1)
+	s.store(calID, ev)
+	writeJSON(w, evs[id].ev)
 }
 
 func (s *Server) insert(w http.ResponseWriter, r *http.Request, calID string, evs map[string]*stored) {
