@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"sort"
 	"strconv"
 	"strings"
@@ -205,6 +206,14 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request, calID string, evs 
 			add(in, changed)
 		}
 	}
+	s.writePage(w, q, calID, items, offset, snapshot)
+}
+
+// writePage answers one page of a list: items sorted by id from offset,
+// at most maxResults (default 250, never more than 2500, nor the server's
+// page cap), with the next page's token or, on the last page, the sync
+// token of snapshot.
+func (s *Server) writePage(w http.ResponseWriter, q url.Values, calID string, items []calendar.Event, offset int, snapshot int64) {
 	sort.Slice(items, func(i, j int) bool { return items[i].Id < items[j].Id })
 	// maxResults: default 250, never more than 2500; the page may hold
 	// fewer.
