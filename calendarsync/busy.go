@@ -163,42 +163,7 @@ func (s *Syncer) busyLocked(ctx context.Context, c data.Calendar, l *linkState) 
 	}); err != nil {
 		return res, err
 	}
-	have := map[string]data.BusyBlock{}
-	for _, b := range blocks {
-		have[b.ID] = b
-	}
-	seen := map[string]bool{}
-	var cmds []*actor.Command
-	for _, ev := range items {
-		var ivs []data.Interval
-		if busyEvent(ev, c.ID) {
-			ivs = busyIntervals(ev, loc, window, pad)
-		}
-		for k := 0; k < maxChunks; k++ {
-			id := chunkID(g, ev.ID, k)
-			cur, known := have[id]
-			live := known && !cur.Cleared
-			if k < len(ivs) {
-				seen[id] = true
-				iv := ivs[k]
-				if !live || !cur.Start.Equal(iv.Start) || !cur.End.Equal(iv.End) {
-					cmds = append(cmds, busyCommand(c.ID, actor.TypeBusySet, id, iv, cur.Seq))
-					res.Set++
-				}
-			} else if live {
-				cmds = append(cmds, busyCommand(c.ID, actor.TypeBusyClear, id, data.Interval{}, cur.Seq))
-				res.Cleared++
-			}
-		}
-	}
-	if res.Full {
-		for _, b := range blocks {
-			if !b.Cleared && !seen[b.ID] && strings.HasPrefix(b.ID, BlockPrefix) {
-				cmds = append(cmds, busyCommand(c.ID, actor.TypeBusyClear, b.ID, data.Interval{}, b.Seq))
-				res.Cleared++
-			}
-		}
-	}
+	cmds := busyCommands(c.ID, g, items, blocks, busyView{loc: loc, window: window, pad: pad}, &res)
 	for _, cmd := range cmds {
 		if err := s.publish(ctx, cmd); err != nil {
 			return res, fmt.Errorf("calendarsync: publish %s: %w", cmd.Type, err)
@@ -212,6 +177,59 @@ func (s *Syncer) busyLocked(ctx context.Context, c data.Calendar, l *linkState) 
 	}
 	s.succeeded(c.ID)
 	return res, nil
+}
+
+// busyView is how a linked calendar's events become busy intervals: the
+// zone of its all-day events, the window read, and the calendar's buffers
+// (padding).
+type busyView struct {
+	loc    *time.Location
+	window data.Interval
+	pad    padding
+}
+
+// busyCommands are the busy.set and busy.clear commands that bring
+// calendar calID's busy blocks (blocks) to what the events read from its
+// link g say; with res.Full the read was complete, so blocks of events it
+// no longer lists are cleared too. It counts them in res.
+func busyCommands(calID, g string, items []*Event, blocks []data.BusyBlock, v busyView, res *data.BusySyncResult) []*actor.Command {
+	have := map[string]data.BusyBlock{}
+	for _, b := range blocks {
+		have[b.ID] = b
+	}
+	seen := map[string]bool{}
+	var cmds []*actor.Command
+	for _, ev := range items {
+		var ivs []data.Interval
+		if busyEvent(ev, calID) {
+			ivs = busyIntervals(ev, v.loc, v.window, v.pad)
+		}
+		for k := 0; k < maxChunks; k++ {
+			id := chunkID(g, ev.ID, k)
+			cur, known := have[id]
+			live := known && !cur.Cleared
+			if k < len(ivs) {
+				seen[id] = true
+				iv := ivs[k]
+				if !live || !cur.Start.Equal(iv.Start) || !cur.End.Equal(iv.End) {
+					cmds = append(cmds, busyCommand(calID, actor.TypeBusySet, id, iv, cur.Seq))
+					res.Set++
+				}
+			} else if live {
+				cmds = append(cmds, busyCommand(calID, actor.TypeBusyClear, id, data.Interval{}, cur.Seq))
+				res.Cleared++
+			}
+		}
+	}
+	if res.Full {
+		for _, b := range blocks {
+			if !b.Cleared && !seen[b.ID] && strings.HasPrefix(b.ID, BlockPrefix) {
+				cmds = append(cmds, busyCommand(calID, actor.TypeBusyClear, b.ID, data.Interval{}, b.Seq))
+				res.Cleared++
+			}
+		}
+	}
+	return cmds
 }
 
 // busyCommand builds busy.set or busy.clear. The request id is derived
