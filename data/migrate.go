@@ -202,37 +202,9 @@ func (m *migration) calendar(cal string, cb *bolt.Bucket) error {
 	}
 	// Creation records first, by booking id: a booking is written once,
 	// with its creation record and its form as created.
-	creations := map[string]MigratedRecord{}
-	if rb := cb.Bucket([]byte("r")); rb != nil {
-		err := rb.ForEach(func(k, v []byte) error {
-			rec, ok, err := decodeLegacyRecord(cal, string(k), v)
-			if err != nil || !ok {
-				return err
-			}
-			mr, err := m.convert(rec)
-			if err != nil {
-				return fmt.Errorf("data: migrate request %s/%s: %w", cal, k, err)
-			}
-			if mr.Creation != nil {
-				if mr.Created == nil || mr.Created.ID != BookingID(cal, rec.RequestID) {
-					return fmt.Errorf("data: migrate request %s/%s: a creation record without its booking", cal, k)
-				}
-				creations[mr.Created.ID] = mr
-				return nil
-			}
-			fp, _ := hex.DecodeString(rec.Fingerprint)
-			own := RequestRecord{Seq: rec.Seq, Expires: rec.Expires, Reply: mr.Reply}
-			key := bytes.Clone(k)
-			return m.add(func(tx *Tx) error {
-				if err := tx.calMark(cal); err != nil {
-					return err
-				}
-				return tx.calTree(cal, iRequests).Put(key, encodeRecord(fp, own))
-			})
-		})
-		if err != nil {
-			return err
-		}
+	creations, err := m.requests(cal, cb.Bucket([]byte("r")))
+	if err != nil {
+		return err
 	}
 	var span time.Duration
 	if v := cb.Get([]byte("maxspan")); len(v) == 8 {
@@ -282,6 +254,47 @@ func (m *migration) calendar(cal string, cb *bolt.Bucket) error {
 			return tx.calTree(cal, iSlots).Put(slotKey(bk.Start, bk.ID), encodeSlotValue(&bk))
 		})
 	})
+}
+
+// requests carries over calendar cal's request records of the old layout
+// (bucket rb, nil when it has none) but the creation records, which it
+// returns by booking id: a booking is written once, with its creation
+// record and its form as created.
+func (m *migration) requests(cal string, rb *bolt.Bucket) (map[string]MigratedRecord, error) {
+	creations := map[string]MigratedRecord{}
+	if rb == nil {
+		return creations, nil
+	}
+	err := rb.ForEach(func(k, v []byte) error {
+		rec, ok, err := decodeLegacyRecord(cal, string(k), v)
+		if err != nil || !ok {
+			return err
+		}
+		mr, err := m.convert(rec)
+		if err != nil {
+			return fmt.Errorf("data: migrate request %s/%s: %w", cal, k, err)
+		}
+		if mr.Creation != nil {
+			if mr.Created == nil || mr.Created.ID != BookingID(cal, rec.RequestID) {
+				return fmt.Errorf("data: migrate request %s/%s: a creation record without its booking", cal, k)
+			}
+			creations[mr.Created.ID] = mr
+			return nil
+		}
+		fp, _ := hex.DecodeString(rec.Fingerprint)
+		own := RequestRecord{Seq: rec.Seq, Expires: rec.Expires, Reply: mr.Reply}
+		key := bytes.Clone(k)
+		return m.add(func(tx *Tx) error {
+			if err := tx.calMark(cal); err != nil {
+				return err
+			}
+			return tx.calTree(cal, iRequests).Put(key, encodeRecord(fp, own))
+		})
+	})
+	if err != nil {
+		return nil, err
+	}
+	return creations, nil
 }
 
 // decodeLegacyRecord reads a schema 4 request record; ok is false for one
