@@ -182,6 +182,42 @@ func logNow(cal data.Calendar, records map[string]data.Booking) time.Time {
 	return now
 }
 
+// checkSlotRecord checks slot s against its booking record in records:
+// there is one, with the status, interval, buffers and hold expiry the
+// slot says. known is false for a slot without a record; err is report's
+// (too many problems), which stops the walk.
+func checkSlotRecord(s data.SlotEntry, records map[string]data.Booking, report func(string, ...any) error) (known bool, err error) {
+	bk, ok := records[s.ID]
+	if !ok {
+		return false, report("slot [%s, %s) of booking %s has no booking record", s.Start, s.End, s.ID)
+	}
+	want := data.StatusConfirmed
+	if s.Hold {
+		want = data.StatusHeld
+	}
+	if bk.Status != want {
+		if err := report("booking %s has a slot of a %s booking but status %q", s.ID, want, bk.Status); err != nil {
+			return true, err
+		}
+	}
+	if !bk.Start.Equal(s.Start) || !bk.End.Equal(s.End) {
+		if err := report("booking %s is [%s, %s) but its slot is [%s, %s)", s.ID, bk.Start, bk.End, s.Start, s.End); err != nil {
+			return true, err
+		}
+	}
+	if bk.BufferBefore != s.BufferBefore || bk.BufferAfter != s.BufferAfter {
+		if err := report("booking %s has buffers %s/%s but its slot %s/%s", s.ID, bk.BufferBefore, bk.BufferAfter, s.BufferBefore, s.BufferAfter); err != nil {
+			return true, err
+		}
+	}
+	if s.Hold && (bk.ExpiresAt == nil || !bk.ExpiresAt.Equal(s.Expires)) {
+		if err := report("hold %s expires at %v but its slot at %s", s.ID, bk.ExpiresAt, s.Expires); err != nil {
+			return true, err
+		}
+	}
+	return true, nil
+}
+
 func checkCalendar(tx *data.Tx, calID string, holdIndexed map[string]bool) []string {
 	var problems []string
 	report := func(format string, args ...any) error {
@@ -235,33 +271,8 @@ func checkCalendar(tx *data.Tx, calID string, holdIndexed map[string]bool) []str
 				return err
 			}
 		}
-		bk, ok := records[s.ID]
-		if !ok {
-			return report("slot [%s, %s) of booking %s has no booking record", s.Start, s.End, s.ID)
-		}
-		want := data.StatusConfirmed
-		if s.Hold {
-			want = data.StatusHeld
-		}
-		if bk.Status != want {
-			if err := report("booking %s has a slot of a %s booking but status %q", s.ID, want, bk.Status); err != nil {
-				return err
-			}
-		}
-		if !bk.Start.Equal(s.Start) || !bk.End.Equal(s.End) {
-			if err := report("booking %s is [%s, %s) but its slot is [%s, %s)", s.ID, bk.Start, bk.End, s.Start, s.End); err != nil {
-				return err
-			}
-		}
-		if bk.BufferBefore != s.BufferBefore || bk.BufferAfter != s.BufferAfter {
-			if err := report("booking %s has buffers %s/%s but its slot %s/%s", s.ID, bk.BufferBefore, bk.BufferAfter, s.BufferBefore, s.BufferAfter); err != nil {
-				return err
-			}
-		}
-		if s.Hold && (bk.ExpiresAt == nil || !bk.ExpiresAt.Equal(s.Expires)) {
-			if err := report("hold %s expires at %v but its slot at %s", s.ID, bk.ExpiresAt, s.Expires); err != nil {
-				return err
-			}
+		if known, err := checkSlotRecord(s, records, report); err != nil || !known {
+			return err // a slot without a record is not counted
 		}
 		if s.LiveAt(now) {
 			counted = append(counted, s)
