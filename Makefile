@@ -27,8 +27,11 @@ test:
 test-short:
 	$(GO) test -short $(TESTFLAGS) $(PKGS)
 
+# gofmt, go vet, and the size limits (.ci/sizes: no non-test file over
+# 600 lines, no function over 100 unless a "long:" comment says why).
 lint: vet
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) run ./.ci/sizes
 
 vet:
 	$(GO) vet $(PKGS)
