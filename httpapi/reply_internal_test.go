@@ -85,3 +85,32 @@ func TestRejectedErrorMatchesDecode(t *testing.T) {
 		t.Fatalf("only %d of %d rejections took the scan", scanned, n)
 	}
 }
+
+// BenchmarkReplyAnswer measures the HTTP answer to a writer's reply: an
+// accepted booking and a conflict.
+func BenchmarkReplyAnswer(b *testing.B) {
+	at := time.Date(2027, 1, 1, 10, 0, 0, 0, time.UTC)
+	for _, bc := range []struct {
+		name string
+		r    actor.Reply
+	}{
+		{"accepted", actor.Reply{V: 1, RequestID: "req-1", CalendarID: "cal-1", Type: actor.TypeBookingCreate, Outcome: actor.OutcomeAccepted,
+			Booking: &data.Booking{ID: "b1", CalendarID: "cal-1", Start: at, End: at.Add(time.Hour), Customer: "Ada", Status: "confirmed",
+				CreatedAt: at, Metadata: json.RawMessage(`{"k":"v"}`)}, Seq: 7}},
+		{"conflict", actor.Reply{V: 1, RequestID: "req-2", CalendarID: "cal-1", Type: actor.TypeBookingCreate, Outcome: actor.OutcomeRejected,
+			Code: actor.CodeSlotTaken, Message: "the interval overlaps a confirmed booking", Conflict: &data.Interval{Start: at, End: at.Add(time.Hour)}, Seq: 9}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			raw, err := actor.MarshalReply(&bc.r)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, _, _, err := replyAnswer(raw); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -58,3 +58,32 @@ func TestScanOutcome(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkScanOutcome measures the importer's reading of a reply to each
+// row it published: an accepted booking and a conflict.
+func BenchmarkScanOutcome(b *testing.B) {
+	at := time.Date(2027, 1, 1, 10, 0, 0, 0, time.UTC)
+	for _, bc := range []struct {
+		name string
+		r    actor.Reply
+	}{
+		{"accepted", actor.Reply{V: 1, RequestID: "imp.x", CalendarID: "cal-1", Type: actor.TypeBookingCreate, Outcome: actor.OutcomeAccepted,
+			Booking: &data.Booking{ID: "b1", CalendarID: "cal-1", Start: at, End: at.Add(time.Hour), Customer: "Ada", Status: "confirmed",
+				CreatedAt: at, Metadata: json.RawMessage(`{"k":"v"}`)}, Seq: 7}},
+		{"conflict", actor.Reply{V: 1, RequestID: "imp.y", CalendarID: "cal-1", Type: actor.TypeBookingCreate, Outcome: actor.OutcomeRejected,
+			Code: "slot_taken", Message: "the interval overlaps a confirmed booking", Conflict: &data.Interval{Start: at, End: at.Add(time.Hour)}, Seq: 9}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			raw, err := actor.MarshalReply(&bc.r)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, ok := scanOutcome(raw); !ok {
+					b.Fatal("not read")
+				}
+			}
+		})
+	}
+}
