@@ -16,7 +16,7 @@ func BenchmarkMarshalCommand(b *testing.B) {
 		Booking: &actor.BookingSpec{Start: at, End: at.Add(time.Hour), Customer: "Ada Lovelace", Metadata: json.RawMessage(`{"source":"web"}`)}}
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := marshalCommand(cmd); err != nil {
+		if _, err := actor.MarshalCommand(cmd); err != nil {
 			b.Fatal(err)
 		}
 	}

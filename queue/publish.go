@@ -24,7 +24,7 @@ import (
 // to the caller: it is where JetStream acknowledges the publish. The
 // headers are written here only, so that every producer sends the same.
 func CommandMsg(ctx context.Context, cmd *actor.Command, fingerprint, replyTo string) (*nats.Msg, error) {
-	body, err := marshalCommand(cmd)
+	body, err := actor.MarshalCommand(cmd)
 	if err != nil {
 		return nil, err
 	}
