@@ -175,21 +175,21 @@ func TestReplyEncodingsCoverEveryField(t *testing.T) {
 		checkReplyEncodings(t, name+", accepted booking", accepted)
 		raw, _ := MarshalReply(&accepted.r)
 		wantBooking, _ := json.Marshal(accepted.r.Booking)
-		typ, booking, ok := AcceptedBooking(raw)
+		typ, booking, ok := acceptedBooking(raw)
 		if ok && (typ != accepted.r.Type || !bytes.Equal(booking, wantBooking)) || !ok && !escaped {
-			t.Errorf("%s: AcceptedBooking(%s) = %q, %s, %v; want %q, %s (a field that an accepted booking "+
+			t.Errorf("%s: acceptedBooking(%s) = %q, %s, %v; want %q, %s (a field that an accepted booking "+
 				"never carries goes on acceptedBookingClears)", name, raw, typ, booking, ok, accepted.r.Type, wantBooking)
 		}
 
 		rejected := full.without(t, rejectedErrorClears).withOutcome(OutcomeRejected)
 		checkReplyEncodings(t, name+", rejection", rejected)
 		raw, _ = MarshalReply(&rejected.r)
-		code, members, ok := RejectedError(raw)
+		code, members, ok := rejectedError(raw)
 		var gotMembers Reply
 		err := json.Unmarshal(append(append([]byte("{"), members...), '}'), &gotMembers)
 		wantMembers := Reply{Code: rejected.r.Code, Message: rejected.r.Message, Conflict: rejected.r.Conflict}
 		if ok && (code != rejected.r.Code || err != nil || !reflect.DeepEqual(gotMembers, wantMembers)) || !ok && !escaped {
-			t.Errorf("%s: RejectedError(%s) = %q, %s, %v (%v); want code %q and its code, message and conflict "+
+			t.Errorf("%s: rejectedError(%s) = %q, %s, %v (%v); want code %q and its code, message and conflict "+
 				"(a field that such a rejection never carries goes on rejectedErrorClears)", name, raw, code, members, ok, err, rejected.r.Code)
 		}
 	}

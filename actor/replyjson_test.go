@@ -175,7 +175,7 @@ func TestAcceptedBookingMatchesDecode(t *testing.T) {
 			continue
 		}
 		for _, in := range [][]byte{raw, raw[:len(raw)-1], append(raw[:len(raw):len(raw)], ' '), bytes.Replace(raw, []byte(`"seq":`), []byte(`"seq": `), 1)} {
-			typ, body, ok := AcceptedBooking(in)
+			typ, body, ok := acceptedBooking(in)
 			if !ok {
 				continue
 			}
@@ -186,7 +186,7 @@ func TestAcceptedBookingMatchesDecode(t *testing.T) {
 			fast++
 		}
 		if i%2 == 0 && rep.Booking != nil && rep.Type != "" && rep.Seq < 1e17 && plainID(rep.RequestID+rep.CalendarID+rep.Type) {
-			if _, _, ok := AcceptedBooking(raw); !ok {
+			if _, _, ok := acceptedBooking(raw); !ok {
 				t.Fatalf("common accepted reply not scanned: %s", raw)
 			}
 		}
@@ -210,7 +210,7 @@ func BenchmarkAcceptedBooking(b *testing.B) {
 	b.Run("scan", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			_, _, _ = AcceptedBooking(raw)
+			_, _, _ = acceptedBooking(raw)
 		}
 	})
 	b.Run("encoding_json", func(b *testing.B) {
@@ -219,4 +219,26 @@ func BenchmarkAcceptedBooking(b *testing.B) {
 			_, _, _ = decodeAccepted(raw)
 		}
 	})
+}
+
+// acceptedBooking is what the scan of ReadReply gives of an accepted reply
+// that carries only a booking: its type and the booking as encoded. ok is
+// false when the scan did not read it, or it is of another shape.
+func acceptedBooking(raw []byte) (typ string, booking []byte, ok bool) {
+	var v ReplyView
+	if !scanReply(raw, &v) || v.Outcome != OutcomeAccepted || v.Type == "" || v.Booking == nil || v.Code != "" || v.Message != "" ||
+		v.Details != nil || v.Created || v.Calendar != nil || v.Conflict != nil {
+		return "", nil, false
+	}
+	return v.Type, v.Booking, true
+}
+
+// rejectedError is what the scan of ReadReply gives of a rejection without
+// details: its code and error members as encoded.
+func rejectedError(raw []byte) (code string, members []byte, ok bool) {
+	var v ReplyView
+	if !scanReply(raw, &v) || v.ErrorMembers == nil {
+		return "", nil, false
+	}
+	return v.Code, v.ErrorMembers, true
 }

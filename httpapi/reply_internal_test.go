@@ -35,8 +35,9 @@ func decodedRejection(t *testing.T, raw []byte) (status int, body []byte) {
 }
 
 // TestRejectedErrorMatchesDecode: for rejections the writer encodes, the
-// scanned error body is byte for byte the one decoding and re-encoding
-// gave, with the same status; and conflicts take the scan.
+// HTTP answer and the error body made of the scanned members are byte for
+// byte the one decoding and re-encoding gave, with the same status; and
+// conflicts take the scan.
 func TestRejectedErrorMatchesDecode(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 6))
 	codes := []string{actor.CodeSlotTaken, actor.CodeExternalBusy, actor.CodeBookingNotFound, actor.CodeIdempotencyKeyReused, actor.CodeHoldExpired, actor.CodeInvalidRequest, "no_such_code"}
@@ -61,7 +62,14 @@ func TestRejectedErrorMatchesDecode(t *testing.T) {
 			t.Fatal(err)
 		}
 		wantStatus, want := decodedRejection(t, raw)
-		code, members, ok := actor.RejectedError(raw)
+		var v actor.ReplyView
+		if err := actor.ReadReply(raw, &v); err != nil {
+			t.Fatal(err)
+		}
+		code, members, ok := v.Code, v.ErrorMembers, v.ErrorMembers != nil
+		if st, _, body, err := replyAnswer(raw); err != nil || st != wantStatus || !bytes.Equal(body, want) {
+			t.Fatalf("reply %s:\n answer %d %s (%v)\n decode %d %s", raw, st, body, err, wantStatus, want)
+		}
 		if !ok {
 			if rep.Details == nil && rep.Message == messages[0] && rep.Conflict != nil {
 				t.Fatalf("a plain conflict did not take the scan: %s", raw)

@@ -9,10 +9,10 @@ import (
 	"github.com/bookline/bookline/data"
 )
 
-// TestScanOutcome: the scan of a reply reads what encoding/json reads, for
+// TestReadOutcome: the importer reads of a reply what encoding/json reads, for
 // replies of every shape, also with metadata and messages that hold the
 // members' keys.
-func TestScanOutcome(t *testing.T) {
+func TestReadOutcome(t *testing.T) {
 	at := time.Date(2027, 1, 1, 10, 0, 0, 0, time.UTC)
 	bk := func(meta string) *data.Booking {
 		return &data.Booking{ID: "b1", CalendarID: "cal-1", Start: at, End: at.Add(time.Hour), Customer: `a "quoted" customer`,
@@ -46,14 +46,14 @@ func TestScanOutcome(t *testing.T) {
 			if err := json.Unmarshal(raw, &want); err != nil {
 				t.Fatal(err)
 			}
-			got, ok := scanOutcome(raw)
+			got, ok := readOutcome(raw)
 			if !ok || got != want {
 				t.Errorf("%s %s: scan %+v (ok %v), want %+v", enc, raw, got, ok, want)
 			}
 		}
 	}
 	for _, bad := range []string{``, `{`, `{"v":1,"outcome":"accepted"`, `{"v":1,"outcome":"accepted","seq":x}`, `not json`} {
-		if got, ok := scanOutcome([]byte(bad)); ok {
+		if got, ok := readOutcome([]byte(bad)); ok {
 			t.Errorf("%q: read as %+v, want not ok", bad, got)
 		}
 	}
@@ -80,7 +80,7 @@ func BenchmarkScanOutcome(b *testing.B) {
 			}
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, ok := scanOutcome(raw); !ok {
+				if _, ok := readOutcome(raw); !ok {
 					b.Fatal("not read")
 				}
 			}
