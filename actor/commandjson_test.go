@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/bookline/bookline/actor/actortest"
 )
 
 // checkMarshalCommand fails unless MarshalCommand writes json.Marshal's
@@ -106,4 +108,60 @@ func FuzzMarshalCommand(f *testing.F) {
 		}
 		checkMarshalCommand(t, &cmd)
 	})
+}
+
+// commandJSONFallback are the Command fields whose presence alone sends
+// MarshalCommand to json.Marshal and the writer's reader to encoding/json.
+var commandJSONFallback = []string{"Calendar", "Busy", "Skip"}
+
+// TestCommandCodecCoversEveryField: with every field of a command and of
+// what it carries set by reflection, MarshalCommand (which every producer
+// uses: the HTTP API, the importer, the hold expirer) writes json.Marshal's
+// bytes and the writer's reader gives the command back; without the
+// fallback fields, the hand encoder and the fast reader take it. A field
+// added to Command or to a body and not taught to the hand codec fails
+// here instead of being dropped.
+func TestCommandCodecCoversEveryField(t *testing.T) {
+	for _, escaped := range []bool{false, true} {
+		var full, decoded Command
+		actortest.Fill(t, &full, escaped, false)
+		actortest.Fill(t, &decoded, escaped, true)
+		check := func(name string, c, dec *Command) []byte {
+			t.Helper()
+			want, err := json.Marshal(c)
+			if err != nil {
+				t.Fatalf("%s: json.Marshal: %v", name, err)
+			}
+			if got, err := MarshalCommand(c); err != nil || !bytes.Equal(got, want) {
+				t.Errorf("%s: MarshalCommand: %v\n got %s\nwant %s", name, err, got, want)
+			}
+			if got, err := UnmarshalCommand(want); err != nil || !reflect.DeepEqual(got, *dec) {
+				t.Errorf("%s: UnmarshalCommand: %v; %s", name, err, diffPath(reflect.ValueOf(got), reflect.ValueOf(*dec), "Command"))
+			}
+			return want
+		}
+		check(fmt.Sprintf("escaped %v, every field", escaped), &full, &decoded)
+		hand, handDecoded := full, decoded
+		for _, c := range []*Command{&hand, &handDecoded} {
+			for _, name := range commandJSONFallback {
+				reflect.ValueOf(c).Elem().FieldByName(name).SetZero()
+			}
+		}
+		name := fmt.Sprintf("escaped %v, no fallback field", escaped)
+		want := check(name, &hand, &handDecoded)
+		if got, ok := appendCommandJSON(nil, &hand); !ok || !bytes.Equal(got, want) {
+			t.Errorf("%s: the hand encoder: %v\n got %s\nwant %s", name, ok, got, want)
+		}
+		var fast Command
+		if ok := parseCommandFast(want, &fast); ok != !escaped || ok && !reflect.DeepEqual(fast, handDecoded) {
+			t.Errorf("%s: the fast reader: %v (want %v); %s", name, ok, !escaped, diffPath(reflect.ValueOf(fast), reflect.ValueOf(handDecoded), "Command"))
+		}
+		for _, field := range commandJSONFallback {
+			c := hand
+			reflect.ValueOf(&c).Elem().FieldByName(field).Set(reflect.ValueOf(full).FieldByName(field))
+			if _, ok := appendCommandJSON(nil, &c); ok {
+				t.Errorf("%s: a command with %s takes the hand encoder: take it off commandJSONFallback", name, field)
+			}
+		}
+	}
 }

@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"encoding/json"
 	"math/rand/v2"
+	"net/http"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/bookline/bookline/actor"
+	"github.com/bookline/bookline/actor/actortest"
 	"github.com/bookline/bookline/data"
 )
 
@@ -120,5 +123,46 @@ func BenchmarkReplyAnswer(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestReplyAnswerCarriesEveryField: the HTTP answer to a writer's reply
+// carries every field of its booking, and every field of a rejection's
+// error (code, message, details, conflict), set by reflection: a field
+// added to data.Booking, actor.FieldError or data.Interval that the path
+// from the writer's reply to the HTTP body drops fails here.
+func TestReplyAnswerCarriesEveryField(t *testing.T) {
+	for _, escaped := range []bool{false, true} {
+		var bk, wantBk data.Booking
+		actortest.Fill(t, &bk, escaped, false)
+		actortest.Fill(t, &wantBk, escaped, true)
+		raw, err := actor.MarshalReply(&actor.Reply{V: 1, RequestID: "r", CalendarID: bk.CalendarID, Type: actor.TypeBookingCreate,
+			Outcome: actor.OutcomeAccepted, Booking: &bk, Seq: 9})
+		if err != nil {
+			t.Fatal(err)
+		}
+		status, _, body, err := replyAnswer(raw)
+		var got data.Booking
+		if err != nil || status != http.StatusCreated || json.Unmarshal(body, &got) != nil || !reflect.DeepEqual(got, wantBk) {
+			t.Errorf("escaped %v: accepted booking answered %d %s (%v); want the booking %+v", escaped, status, body, err, wantBk)
+		}
+
+		var e Error
+		actortest.Fill(t, &e, escaped, true)
+		for _, details := range [][]actor.FieldError{nil, e.Details} {
+			want := e
+			want.Code, want.Details = actor.CodeSlotTaken, details
+			raw, err := actor.MarshalReply(&actor.Reply{V: 1, RequestID: "r", CalendarID: "c", Type: actor.TypeBookingCreate,
+				Outcome: actor.OutcomeRejected, Code: want.Code, Message: want.Message, Details: want.Details, Conflict: want.Conflict, Seq: 9})
+			if err != nil {
+				t.Fatal(err)
+			}
+			status, code, body, err := replyAnswer(raw)
+			var got errorBody
+			if err != nil || status != http.StatusConflict || code != want.Code || json.Unmarshal(body, &got) != nil ||
+				got.Error == nil || !reflect.DeepEqual(*got.Error, want) {
+				t.Errorf("escaped %v: rejection answered %d %s %s (%v); want %+v", escaped, status, code, body, err, want)
+			}
+		}
 	}
 }
