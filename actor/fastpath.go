@@ -14,10 +14,11 @@ package actor
 // the original code. fastpath_test.go checks the results against a verbatim
 // copy of the original implementation (reference_test.go).
 //
-// The decoding shortcuts are one file on purpose: they share one JSON
-// cursor, and each is read side by side with the encoding/json behaviour
-// it must equal. The encoders, which share nothing with them, are in
-// jsonappend.go.
+// This file is bookline's one hand-written JSON reader: the command's
+// fast path, ParseObjectFast (HTTP bodies, JetStream's PubAcks) and the
+// cursor that the reply's scan (replyjson.go, ReadReply) also uses, each
+// read side by side with the encoding/json behaviour it must equal. The
+// encoders are in commandjson.go, replyjson.go and jsonappend.go.
 
 import (
 	"bytes"
