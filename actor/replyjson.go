@@ -119,7 +119,7 @@ func appendBookingJSON(b []byte, bk *data.Booking) ([]byte, bool) {
 	switch {
 	case bk.Metadata == nil:
 		b = append(b, "null"...)
-	case compactHTMLSafe(bk.Metadata):
+	case isCanonicalObject(bk.Metadata) || compactHTMLSafe(bk.Metadata): // the first is faster, and true of stored metadata
 		b = append(b, bk.Metadata...)
 	default:
 		return b, false
