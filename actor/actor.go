@@ -19,9 +19,11 @@ const (
 // requester's reply subject and stored as the request's record.
 //
 // The fields and their json tags define the reply. AppendReply (binary),
-// MarshalReply (JSON) and the reply scans are fast copies kept by hand, so
+// MarshalReply (JSON) and ReadReply's scan are fast copies kept by hand, so
 // a field added here or to a struct a reply carries must be added to each
-// of them: replyfields_test.go fills every field and fails until it is.
+// of them: replyfields_test.go fills every field, sends the reply through
+// every path that writes it (writer reply, request record, outcome event)
+// and fails until it is.
 type Reply struct {
 	V          int            `json:"v"`
 	RequestID  string         `json:"request_id,omitempty"`

@@ -9,6 +9,15 @@
 // message: the reply, the request record, the outcome event, the external
 // calendar mirror operation.
 //
+// actor owns the JSON codecs of the wire shapes, one per shape, which
+// every path uses: the command (commandjson.go: MarshalCommand for every
+// producer, unmarshalCommand for Decode) and the reply (replyjson.go:
+// MarshalReply for replies, request records' answers and outcome events;
+// ReadReply for every reader), which carries data's Booking. Their hand
+// written parts are exact shortcuts of encoding/json (fastpath.go holds
+// the one reader), held to it by differential and fuzz tests and by tests
+// that set every field by reflection (actor/actortest).
+//
 // Invariants:
 //
 //   - Decisions are a function of the index and the message alone. "Now" is

@@ -14,10 +14,11 @@ package actor
 // the original code. fastpath_test.go checks the results against a verbatim
 // copy of the original implementation (reference_test.go).
 //
-// The decoding shortcuts are one file on purpose: they share one JSON
-// cursor, and each is read side by side with the encoding/json behaviour
-// it must equal. The encoders, which share nothing with them, are in
-// jsonappend.go.
+// This file is bookline's one hand-written JSON reader: the command's
+// fast path, ParseObjectFast (HTTP bodies, JetStream's PubAcks) and the
+// cursor that the reply's scan (replyjson.go, ReadReply) also uses, each
+// read side by side with the encoding/json behaviour it must equal. The
+// encoders are in commandjson.go, replyjson.go and jsonappend.go.
 
 import (
 	"bytes"
@@ -507,23 +508,29 @@ func isAlnum(b byte) bool {
 }
 
 // A FastField is a member ParseObjectFast may meet: its name, exactly as
-// the struct field's tag spells it, and where its value goes: Str for a
-// string field, Raw for a json.RawMessage field (which it fills only with
-// an object).
+// the struct field's tag spells it, and where its value goes (one of):
+// Str for a string field, Raw for a json.RawMessage field (which it fills
+// only with an object), Uint for a uint64 field (an integer of at most 18
+// digits), Bool for a bool field; Bytes for a string field too, given as
+// the bytes of data that hold it, without a copy (for a caller that only
+// compares it).
 type FastField struct {
-	Name string
-	Str  *string
-	Raw  *json.RawMessage
+	Name  string
+	Str   *string
+	Bytes *[]byte
+	Raw   *json.RawMessage
+	Uint  *uint64
+	Bool  *bool
 }
 
 // ParseObjectFast decodes data exactly as json.Decoder.Decode into a zero
-// struct whose string and json.RawMessage fields are fields would, when
-// nothing but JSON white space follows the object. Like the command's fast
-// path it handles only the plain shape clients write (each member once,
-// named exactly as fields, strings without escapes, a raw member that is an
-// object) and returns false for anything else, possibly with some fields
-// filled: the caller must then reset them and decode with encoding/json,
-// which gives the same result or the error text. At most 64 fields.
+// struct whose fields are fields would, when nothing but JSON white space
+// follows the object. Like the command's fast path it handles only the
+// plain shape writers produce (each member once, named exactly as fields,
+// strings without escapes, a raw member that is an object) and returns
+// false for anything else, possibly with some fields filled: the caller
+// must then reset them and decode with encoding/json, which gives the same
+// result or the error text. At most 64 fields.
 func ParseObjectFast(data []byte, fields []FastField) bool {
 	if len(fields) > 64 {
 		return false
@@ -540,8 +547,18 @@ func ParseObjectFast(data []byte, fields []FastField) bool {
 			switch {
 			case f.Str != nil:
 				*f.Str, ok = p.string()
+			case f.Bytes != nil:
+				*f.Bytes, ok = p.str()
 			case f.Raw != nil:
 				*f.Raw, ok = p.rawObject()
+			case f.Uint != nil:
+				var n int
+				n, ok = p.int()
+				ok = ok && n >= 0
+				*f.Uint = uint64(n)
+			case f.Bool != nil:
+				*f.Bool = p.lit("true")
+				ok = *f.Bool || p.lit("false")
 			}
 			return 1 << uint(i), ok
 		}

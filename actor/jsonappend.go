@@ -2,63 +2,13 @@ package actor
 
 import (
 	"encoding/json"
-	"strconv"
 	"time"
 	"unicode/utf8"
 )
 
-// The JSON encoders of the fast paths: byte-identical to what
-// encoding/json writes for the same values, or they say they cannot be.
-
-// appendFingerprintBody appends what json.Marshal writes for the body that
-// Command.Fingerprint hashes, for commands without calendar or busy body
-// (those keep json.Marshal). It returns false when it cannot be sure of
-// identical bytes: a time that json.Marshal refuses, or metadata that is not
-// already compact, HTML-safe, valid JSON.
-func appendFingerprintBody(b []byte, c *Command) ([]byte, bool) {
-	if c.Calendar != nil || c.Busy != nil {
-		return b, false
-	}
-	ok := true
-	b = append(b, `{"type":`...)
-	b = AppendJSONString(b, c.Type)
-	b = append(b, `,"calendar_id":`...)
-	b = AppendJSONString(b, c.CalendarID)
-	if bk := c.Booking; bk != nil {
-		b = append(b, `,"booking":{"start":`...)
-		if b, ok = AppendJSONTime(b, bk.Start); !ok {
-			return b, false
-		}
-		b = append(b, `,"end":`...)
-		if b, ok = AppendJSONTime(b, bk.End); !ok {
-			return b, false
-		}
-		b = append(b, `,"customer":`...)
-		b = AppendJSONString(b, bk.Customer)
-		if len(bk.Metadata) > 0 {
-			if !compactHTMLSafe(bk.Metadata) {
-				return b, false
-			}
-			b = append(b, `,"metadata":`...)
-			b = append(b, bk.Metadata...)
-		}
-		if bk.TTLSeconds != 0 {
-			b = append(b, `,"ttl_seconds":`...)
-			b = strconv.AppendInt(b, int64(bk.TTLSeconds), 10)
-		}
-		b = append(b, '}')
-	}
-	if c.BookingID != "" {
-		b = append(b, `,"booking_id":`...)
-		b = AppendJSONString(b, c.BookingID)
-	}
-	if iv := c.Reschedule; iv != nil {
-		if b, ok = appendJSONInterval(append(b, `,"reschedule":`...), iv.Start, iv.End); !ok {
-			return b, false
-		}
-	}
-	return append(b, '}'), true
-}
+// The primitives of the hand-written JSON encoders (commandjson.go,
+// replyjson.go): byte-identical to what encoding/json writes for the same
+// values, or they say they cannot be.
 
 // appendJSONInterval appends {"start":…,"end":…} as json.Marshal writes an
 // IntervalSpec or a data.Interval.

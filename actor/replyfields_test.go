@@ -5,8 +5,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
+
+	"github.com/bookline/bookline/actor/actortest"
+	"github.com/bookline/bookline/data"
 )
 
 // Reply's struct, with its json tags, is the one definition of what a reply
@@ -36,81 +40,6 @@ var (
 	rawType  = reflect.TypeFor[json.RawMessage]()
 )
 
-// filler sets every field of a value, walking into structs, pointers,
-// slices (two elements) and maps (two entries), to a value that is not
-// zero and that no other field gets, so that a field decoded into another
-// one's place shows too.
-type filler struct {
-	tb testing.TB
-	n  int
-	// escaped: strings that JSON must escape (which the scans refuse).
-	escaped bool
-	// jsonOnly leaves zero the fields encoding/json skips (tag "-"): what
-	// decoding the JSON of the same reply gives.
-	jsonOnly bool
-}
-
-func (f *filler) fill(v reflect.Value, path string) {
-	f.n++
-	switch v.Type() {
-	case timeType:
-		// UTC and without a monotonic reading, as the decoders return times.
-		v.Set(reflect.ValueOf(time.Unix(1_800_000_000+int64(f.n)*3607, int64(f.n)*1_000_003).UTC()))
-		return
-	case rawType:
-		// Compact JSON, which json.Marshal writes and decodes as is.
-		v.SetBytes(fmt.Appendf(nil, `{"n":%d}`, f.n))
-		return
-	}
-	switch v.Kind() {
-	case reflect.String:
-		s := fmt.Sprintf("s%d", f.n)
-		if f.escaped {
-			s += " <\"&\\\n\t\x01\u2028é>"
-		}
-		v.SetString(s)
-	case reflect.Bool:
-		v.SetBool(true)
-	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
-		v.SetInt(int64(f.n))
-	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
-		v.SetUint(uint64(f.n))
-	case reflect.Pointer:
-		v.Set(reflect.New(v.Type().Elem()))
-		f.fill(v.Elem(), path)
-	case reflect.Slice:
-		v.Set(reflect.MakeSlice(v.Type(), 2, 2))
-		for i := range 2 {
-			f.fill(v.Index(i), fmt.Sprintf("%s[%d]", path, i))
-		}
-	case reflect.Map:
-		m := reflect.MakeMapWithSize(v.Type(), 2)
-		for range 2 {
-			k, e := reflect.New(v.Type().Key()).Elem(), reflect.New(v.Type().Elem()).Elem()
-			f.fill(k, path+" key")
-			f.fill(e, path+" value")
-			m.SetMapIndex(k, e)
-		}
-		v.Set(m)
-	case reflect.Struct:
-		for i := range v.NumField() {
-			sf := v.Type().Field(i)
-			p := path + "." + sf.Name
-			if !sf.IsExported() {
-				f.tb.Fatalf("%s: the filler cannot set an unexported field", p)
-			}
-			// Filled either way, so that every other field gets the same
-			// value in both views.
-			f.fill(v.Field(i), p)
-			if f.jsonOnly && sf.Tag.Get("json") == "-" {
-				v.Field(i).SetZero()
-			}
-		}
-	default:
-		f.tb.Fatalf("%s: the filler does not know %s values", path, v.Type())
-	}
-}
-
 // filledReplies are a Reply with every field set, and what decoding its
 // JSON gives (no fields tagged "-").
 type filledReplies struct{ r, decoded Reply }
@@ -121,8 +50,8 @@ func fillReply(tb testing.TB, escaped bool) filledReplies {
 		r        *Reply
 		jsonOnly bool
 	}{{&p.r, false}, {&p.decoded, true}} {
-		f := filler{tb: tb, escaped: escaped, jsonOnly: view.jsonOnly}
-		f.fill(reflect.ValueOf(view.r).Elem(), "Reply")
+		f := actortest.Filler{TB: tb, Escaped: escaped, JSONOnly: view.jsonOnly}
+		f.Fill(reflect.ValueOf(view.r).Elem(), "Reply")
 	}
 	return p
 }
@@ -175,21 +104,21 @@ func TestReplyEncodingsCoverEveryField(t *testing.T) {
 		checkReplyEncodings(t, name+", accepted booking", accepted)
 		raw, _ := MarshalReply(&accepted.r)
 		wantBooking, _ := json.Marshal(accepted.r.Booking)
-		typ, booking, ok := AcceptedBooking(raw)
+		typ, booking, ok := acceptedBooking(raw)
 		if ok && (typ != accepted.r.Type || !bytes.Equal(booking, wantBooking)) || !ok && !escaped {
-			t.Errorf("%s: AcceptedBooking(%s) = %q, %s, %v; want %q, %s (a field that an accepted booking "+
+			t.Errorf("%s: acceptedBooking(%s) = %q, %s, %v; want %q, %s (a field that an accepted booking "+
 				"never carries goes on acceptedBookingClears)", name, raw, typ, booking, ok, accepted.r.Type, wantBooking)
 		}
 
 		rejected := full.without(t, rejectedErrorClears).withOutcome(OutcomeRejected)
 		checkReplyEncodings(t, name+", rejection", rejected)
 		raw, _ = MarshalReply(&rejected.r)
-		code, members, ok := RejectedError(raw)
+		code, members, ok := rejectedError(raw)
 		var gotMembers Reply
 		err := json.Unmarshal(append(append([]byte("{"), members...), '}'), &gotMembers)
 		wantMembers := Reply{Code: rejected.r.Code, Message: rejected.r.Message, Conflict: rejected.r.Conflict}
 		if ok && (code != rejected.r.Code || err != nil || !reflect.DeepEqual(gotMembers, wantMembers)) || !ok && !escaped {
-			t.Errorf("%s: RejectedError(%s) = %q, %s, %v (%v); want code %q and its code, message and conflict "+
+			t.Errorf("%s: rejectedError(%s) = %q, %s, %v (%v); want code %q and its code, message and conflict "+
 				"(a field that such a rejection never carries goes on rejectedErrorClears)", name, raw, code, members, ok, err, rejected.r.Code)
 		}
 	}
@@ -214,9 +143,84 @@ func checkReplyEncodings(t *testing.T, name string, p filledReplies) {
 	if got, err := BinaryToJSON(bin); err != nil || !bytes.Equal(got, want) {
 		t.Errorf("%s: JSON of the binary form: %v\n got %s\nwant %s", name, err, got, want)
 	}
-	var got Reply
-	if err := json.Unmarshal(want, &got); err != nil || !reflect.DeepEqual(got, p.decoded) {
+	got, err := UnmarshalReply(want)
+	if err != nil || !reflect.DeepEqual(got, p.decoded) {
 		t.Errorf("%s: JSON round trip: %v; %s", name, err, diffPath(reflect.ValueOf(got), reflect.ValueOf(p.decoded), "Reply"))
+	}
+	checkRecordPath(t, name, p)
+	checkReplyView(t, name, want, &p.r)
+}
+
+// checkRecordPath: the request record's form of p.r gives back the reply
+// and its JSON (what a retry is answered). A record's booking is keyed by
+// its id and calendar, so they are those the writer gives it.
+func checkRecordPath(t *testing.T, name string, p filledReplies) {
+	t.Helper()
+	r := p.r
+	if r.Booking != nil {
+		bk := *r.Booking
+		bk.ID, bk.CalendarID = BookingID(r.CalendarID, r.RequestID), r.CalendarID
+		r.Booking = &bk
+	}
+	rec := data.RequestRecord{Calendar: r.CalendarID, RequestID: r.RequestID, Seq: r.Seq, Reply: AppendRecordReply(nil, &r)}
+	got, err := ReplyFromRecord(rec)
+	if err != nil || !reflect.DeepEqual(got, r) {
+		t.Errorf("%s: request record round trip: %v; %s", name, err, diffPath(reflect.ValueOf(got), reflect.ValueOf(r), "Reply"))
+	}
+	want, _ := json.Marshal(&r)
+	if got, err := RecordJSON(rec); err != nil || !bytes.Equal(got, want) {
+		t.Errorf("%s: JSON of the request record: %v\n got %s\nwant %s", name, err, got, want)
+	}
+}
+
+// replyViewSkips are the Reply fields ReplyView does not carry: no reader
+// of replies needs them. A new Reply field goes into ReplyView (and
+// ReadReply's scan) or here.
+var replyViewSkips = []string{"V", "RequestID", "CalendarID"}
+
+// checkReplyView: ReadReply of raw, r's JSON, gives every field of r that
+// the view carries (calendar, booking and conflict as encoded), by the
+// scan unless a string needs escapes.
+func checkReplyView(t *testing.T, name string, raw []byte, r *Reply) {
+	t.Helper()
+	var v ReplyView
+	if err := ReadReply(raw, &v); err != nil {
+		t.Fatalf("%s: ReadReply: %v", name, err)
+	}
+	var scanned ReplyView
+	if !scanReply(raw, &scanned) {
+		if !bytes.Contains(raw, []byte(`\`)) {
+			t.Errorf("%s: ReadReply's scan does not read %s (a new member must be taught to scanReply)", name, raw)
+		}
+	} else {
+		scanned.ErrorMembers = nil
+		if v.ErrorMembers = nil; !reflect.DeepEqual(scanned, v) {
+			t.Errorf("%s: scan %+v, ReadReply %+v", name, scanned, v)
+		}
+	}
+	rv, vv := reflect.ValueOf(r).Elem(), reflect.ValueOf(v)
+	for i := range rv.NumField() {
+		f := rv.Type().Field(i)
+		if slices.Contains(replyViewSkips, f.Name) {
+			continue
+		}
+		got := vv.FieldByName(f.Name)
+		if !got.IsValid() {
+			t.Errorf("%s: ReplyView has no field %s (add it, or add it to replyViewSkips)", name, f.Name)
+			continue
+		}
+		want := rv.Field(i).Interface()
+		if got.Type() == rawType && f.Type != rawType {
+			if rv.Field(i).IsNil() {
+				want = json.RawMessage(nil)
+			} else {
+				b, _ := json.Marshal(want)
+				want = json.RawMessage(b)
+			}
+		}
+		if !reflect.DeepEqual(got.Interface(), want) {
+			t.Errorf("%s: ReplyView.%s = %v, want %v", name, f.Name, got.Interface(), want)
+		}
 	}
 }
 

@@ -8,6 +8,13 @@ import (
 	"github.com/bookline/bookline/data"
 )
 
+// The JSON codec of the reply shape, which is also the outcome event's
+// payload and carries the booking shape: MarshalReply writes it for the
+// writer's replies, the request records' answers and the events;
+// ReadReply is the one reader of it, for the HTTP API, the importer and
+// the internal submitters; UnmarshalReply decodes all of it. No other
+// package scans a reply.
+
 // MarshalReply encodes r as JSON: the bytes json.Marshal(r) writes. Every
 // reply is encoded once for its requester and once more for its outcome
 // event, and encoding/json's reflection was a visible share of a booking's
@@ -112,7 +119,7 @@ func appendBookingJSON(b []byte, bk *data.Booking) ([]byte, bool) {
 	switch {
 	case bk.Metadata == nil:
 		b = append(b, "null"...)
-	case compactHTMLSafe(bk.Metadata):
+	case isCanonicalObject(bk.Metadata) || compactHTMLSafe(bk.Metadata): // the first is faster, and true of stored metadata
 		b = append(b, bk.Metadata...)
 	default:
 		return b, false
@@ -128,63 +135,6 @@ func appendOmitString(b []byte, key, s string) []byte {
 	return AppendJSONString(append(b, key...), s)
 }
 
-// AcceptedBooking reads an accepted reply that carries a booking, as
-// MarshalReply (or json.Marshal) encodes it, without decoding it: the
-// command type and the booking's JSON exactly as encoded. The HTTP API sends
-// that booking as its response body, so decoding the whole reply only to
-// find it was a visible share of a booking request's CPU. ok is false for
-// anything else (a rejection, a calendar, an unexpected shape): the caller
-// then decodes the reply with encoding/json.
-func AcceptedBooking(raw []byte) (typ string, booking []byte, ok bool) {
-	p := fastParser{cursor{data: raw}}
-	t, ok := p.replyHead()
-	if !ok || t == nil || !p.lit(`,"outcome":"accepted","booking":`) {
-		return "", nil, false
-	}
-	start := p.i
-	if !p.skipObject() {
-		return "", nil, false
-	}
-	booking = raw[start:p.i]
-	if !p.replyTail() {
-		return "", nil, false
-	}
-	return commandType(t), booking, true
-}
-
-// replyHead reads the members a reply starts with, as MarshalReply writes
-// them: "v", then "request_id", "calendar_id" and "type" where present. It
-// returns the type (nil when absent).
-func (p *fastParser) replyHead() (typ []byte, ok bool) {
-	if !p.lit(`{"v":`) {
-		return nil, false
-	}
-	if _, ok := p.int(); !ok {
-		return nil, false
-	}
-	for _, key := range [...]string{`,"request_id":`, `,"calendar_id":`, `,"type":`} {
-		if p.lit(key) {
-			v, ok := p.str()
-			if !ok {
-				return nil, false
-			}
-			if key == `,"type":` {
-				typ = v
-			}
-		}
-	}
-	return typ, true
-}
-
-// replyTail reads the member a reply ends with, "seq", and the end.
-func (p *fastParser) replyTail() bool {
-	if !p.lit(`,"seq":`) {
-		return false
-	}
-	_, ok := p.int()
-	return ok && p.lit("}") && p.i == len(p.data)
-}
-
 // lit consumes s if the input continues with it.
 func (p *cursor) lit(s string) bool {
 	if len(p.data)-p.i >= len(s) && string(p.data[p.i:p.i+len(s)]) == s {
@@ -192,6 +142,14 @@ func (p *cursor) lit(s string) bool {
 		return true
 	}
 	return false
+}
+
+// member consumes the member key `,"name":` (or any literal of at least
+// three bytes) if the input continues with it, comparing the first
+// letter of the name before the whole key: most keys a scan tries are
+// absent.
+func (p *cursor) member(key string) bool {
+	return p.i+2 < len(p.data) && p.data[p.i+2] == key[2] && p.lit(key)
 }
 
 // skipObject moves past a JSON object that is known to be valid JSON
@@ -204,34 +162,214 @@ func (p *cursor) skipObject() bool {
 	return ok
 }
 
-// RejectedError reads a rejected reply without details, as MarshalReply (or
-// json.Marshal) encodes it, without decoding it: the rejection code and the
-// members `"code":…,"message":…[,"conflict":{…}]` exactly as encoded, which
-// are also how the HTTP API's error object encodes them. ok is false for
-// anything else (an accepted reply, details, an unexpected shape): the
-// caller then decodes the reply with encoding/json.
-func RejectedError(raw []byte) (code string, members []byte, ok bool) {
+// ReplyView is a JSON reply as its readers need it, read without decoding
+// what it carries: the calendar, booking and conflict are kept as encoded
+// (the HTTP API sends them as they are).
+type ReplyView struct {
+	Type, Outcome, Code, Message string
+	Details                      []FieldError
+	Created                      bool
+	Calendar, Booking, Conflict  json.RawMessage
+	Seq                          uint64
+	// ErrorMembers are, for a rejection with a message and without
+	// details, its members `"code":…,"message":…[,"conflict":{…}]` as
+	// encoded, which are also how the HTTP API's error object encodes
+	// them; nil otherwise, and when the reply was not read by the scan.
+	ErrorMembers []byte
+}
+
+// ReadReply reads into v a reply that MarshalReply (or json.Marshal)
+// encoded: the one reader of the reply's JSON, for the HTTP API, the
+// importer and the internal submitters. The shape MarshalReply writes,
+// with strings without escapes, is scanned in place: decoding every reply
+// with encoding/json was a visible share of a booking request's and of an
+// import's CPU. Anything else is decoded by encoding/json, which gives the
+// same view but for ErrorMembers, or the error. The ids and v are not
+// read.
+func ReadReply(raw []byte, v *ReplyView) error {
+	*v = ReplyView{}
+	if scanReply(raw, v) {
+		return nil
+	}
+	*v = ReplyView{}
+	var r struct {
+		Type     string          `json:"type"`
+		Outcome  string          `json:"outcome"`
+		Code     string          `json:"code"`
+		Message  string          `json:"message"`
+		Details  []FieldError    `json:"details"`
+		Created  bool            `json:"created"`
+		Calendar json.RawMessage `json:"calendar"`
+		Booking  json.RawMessage `json:"booking"`
+		Conflict json.RawMessage `json:"conflict"`
+		Seq      uint64          `json:"seq"`
+	}
+	if err := json.Unmarshal(raw, &r); err != nil {
+		return err
+	}
+	*v = ReplyView{Type: r.Type, Outcome: r.Outcome, Code: r.Code, Message: r.Message, Details: r.Details,
+		Created: r.Created, Calendar: r.Calendar, Booking: r.Booking, Conflict: r.Conflict, Seq: r.Seq}
+	return nil
+}
+
+// UnmarshalReply decodes a reply that MarshalReply (or json.Marshal)
+// encoded, every field of it.
+func UnmarshalReply(raw []byte) (Reply, error) {
+	var r Reply
+	err := json.Unmarshal(raw, &r)
+	return r, err
+}
+
+// scanReply reads raw in the member order and shape MarshalReply writes:
+// {"v":N[,"request_id":…][,"calendar_id":…][,"type":…],"outcome":…
+// [,"code":…][,"message":…][,"details":[…]][,"created":true]
+// [,"calendar":{…}][,"booking":{…}][,"conflict":{…}],"seq":N}, with
+// strings without escapes (those are the same decoded as encoded) and
+// objects that are valid JSON (MarshalReply's own). ok is false for
+// anything else.
+func scanReply(raw []byte, v *ReplyView) bool {
 	p := fastParser{cursor{data: raw}}
-	if _, ok := p.replyHead(); !ok || !p.lit(`,"outcome":"rejected",`) {
-		return "", nil, false
+	if !p.lit(`{"v":`) {
+		return false
 	}
-	start := p.i
-	if !p.lit(`"code":`) {
-		return "", nil, false
+	if _, ok := p.int(); !ok {
+		return false
 	}
-	c, ok := p.str()
-	if !ok || !p.lit(`,"message":`) {
-		return "", nil, false
+	for _, key := range [...]string{`,"request_id":`, `,"calendar_id":`, `,"type":`} {
+		if p.member(key) {
+			s, ok := p.str()
+			if !ok {
+				return false
+			}
+			if key == `,"type":` {
+				v.Type = commandType(s)
+			}
+		}
 	}
-	if _, ok := p.str(); !ok {
-		return "", nil, false
+	if !p.lit(`,"outcome":`) {
+		return false
 	}
-	if p.lit(`,"conflict":`) && !p.skipObject() {
-		return "", nil, false
+	o, ok := p.str()
+	if !ok {
+		return false
 	}
-	members = raw[start:p.i]
-	if !p.replyTail() {
-		return "", nil, false
+	v.Outcome = outcomeString(o)
+	start := p.i + 1
+	var code, message []byte
+	if p.member(`,"code":`) {
+		if code, ok = p.str(); !ok {
+			return false
+		}
+		v.Code = codeString(code)
 	}
-	return string(c), members, true
+	if p.member(`,"message":`) {
+		if message, ok = p.str(); !ok {
+			return false
+		}
+		v.Message = string(message)
+	}
+	if p.member(`,"details":`) {
+		if v.Details, ok = p.details(); !ok {
+			return false
+		}
+	}
+	v.Created = p.member(`,"created":true`)
+	if v.Calendar, ok = p.rawMember(`,"calendar":`); !ok {
+		return false
+	}
+	if v.Booking, ok = p.rawMember(`,"booking":`); !ok {
+		return false
+	}
+	if v.Conflict, ok = p.rawMember(`,"conflict":`); !ok {
+		return false
+	}
+	end := p.i
+	if !p.lit(`,"seq":`) {
+		return false
+	}
+	seq, ok := p.int()
+	if !ok || seq < 0 || !p.lit("}") || p.i != len(raw) {
+		return false
+	}
+	v.Seq = uint64(seq)
+	if v.Outcome == OutcomeRejected && code != nil && message != nil && v.Details == nil && !v.Created &&
+		v.Calendar == nil && v.Booking == nil {
+		v.ErrorMembers = raw[start:end]
+	}
+	return true
+}
+
+// rawMember reads the member key with an object value, known to be valid
+// JSON, if it is next: its value as encoded (nil when absent).
+func (p *fastParser) rawMember(key string) (json.RawMessage, bool) {
+	if !p.member(key) {
+		return nil, true
+	}
+	at := p.i
+	if !p.skipObject() {
+		return nil, false
+	}
+	return p.data[at:p.i], true
+}
+
+// details reads a reply's details as MarshalReply writes them: a non-empty
+// array of {"field":…,"message":…}.
+func (p *fastParser) details() ([]FieldError, bool) {
+	if !p.consume('[') {
+		return nil, false
+	}
+	var ds []FieldError
+	for {
+		if !p.lit(`{"field":`) {
+			return nil, false
+		}
+		f, ok := p.str()
+		if !ok || !p.lit(`,"message":`) {
+			return nil, false
+		}
+		m, ok := p.str()
+		if !ok || !p.consume('}') {
+			return nil, false
+		}
+		ds = append(ds, FieldError{Field: string(f), Message: string(m)})
+		if !p.consume(',') {
+			return ds, p.consume(']')
+		}
+	}
+}
+
+// outcomeString returns s as a string, without allocating for the known
+// outcomes.
+func outcomeString(s []byte) string {
+	switch string(s) {
+	case OutcomeAccepted:
+		return OutcomeAccepted
+	case OutcomeRejected:
+		return OutcomeRejected
+	}
+	return string(s)
+}
+
+// codeString returns s as a string, without allocating for the codes
+// replies carry most.
+func codeString(s []byte) string {
+	switch string(s) {
+	case CodeSlotTaken:
+		return CodeSlotTaken
+	case CodeExternalBusy:
+		return CodeExternalBusy
+	case CodeIdempotencyKeyReused:
+		return CodeIdempotencyKeyReused
+	case CodeInvalidRequest:
+		return CodeInvalidRequest
+	case CodeInvalidCommand:
+		return CodeInvalidCommand
+	case CodeBookingNotFound:
+		return CodeBookingNotFound
+	case CodeCalendarNotFound:
+		return CodeCalendarNotFound
+	case CodeBufferConflict:
+		return CodeBufferConflict
+	}
+	return string(s)
 }

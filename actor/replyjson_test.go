@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"math/rand/v2"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -175,7 +176,7 @@ func TestAcceptedBookingMatchesDecode(t *testing.T) {
 			continue
 		}
 		for _, in := range [][]byte{raw, raw[:len(raw)-1], append(raw[:len(raw):len(raw)], ' '), bytes.Replace(raw, []byte(`"seq":`), []byte(`"seq": `), 1)} {
-			typ, body, ok := AcceptedBooking(in)
+			typ, body, ok := acceptedBooking(in)
 			if !ok {
 				continue
 			}
@@ -186,7 +187,7 @@ func TestAcceptedBookingMatchesDecode(t *testing.T) {
 			fast++
 		}
 		if i%2 == 0 && rep.Booking != nil && rep.Type != "" && rep.Seq < 1e17 && plainID(rep.RequestID+rep.CalendarID+rep.Type) {
-			if _, _, ok := AcceptedBooking(raw); !ok {
+			if _, _, ok := acceptedBooking(raw); !ok {
 				t.Fatalf("common accepted reply not scanned: %s", raw)
 			}
 		}
@@ -210,13 +211,82 @@ func BenchmarkAcceptedBooking(b *testing.B) {
 	b.Run("scan", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			_, _, _ = AcceptedBooking(raw)
+			_, _, _ = acceptedBooking(raw)
 		}
 	})
 	b.Run("encoding_json", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			_, _, _ = decodeAccepted(raw)
+		}
+	})
+}
+
+// acceptedBooking is what the scan of ReadReply gives of an accepted reply
+// that carries only a booking: its type and the booking as encoded. ok is
+// false when the scan did not read it, or it is of another shape.
+func acceptedBooking(raw []byte) (typ string, booking []byte, ok bool) {
+	var v ReplyView
+	if !scanReply(raw, &v) || v.Outcome != OutcomeAccepted || v.Type == "" || v.Booking == nil || v.Code != "" || v.Message != "" ||
+		v.Details != nil || v.Created || v.Calendar != nil || v.Conflict != nil {
+		return "", nil, false
+	}
+	return v.Type, v.Booking, true
+}
+
+// rejectedError is what the scan of ReadReply gives of a rejection without
+// details: its code and error members as encoded.
+func rejectedError(raw []byte) (code string, members []byte, ok bool) {
+	var v ReplyView
+	if !scanReply(raw, &v) || v.ErrorMembers == nil {
+		return "", nil, false
+	}
+	return v.Code, v.ErrorMembers, true
+}
+
+// FuzzReadReply checks ReadReply's scan against encoding/json: whenever
+// the scan reads valid JSON, it reads what decoding gives, and its error
+// members are the rejection's code, message and conflict.
+func FuzzReadReply(f *testing.F) {
+	at := time.Date(2027, 3, 1, 9, 0, 0, 0, time.UTC)
+	for _, r := range []Reply{
+		{V: 1, RequestID: "r1", CalendarID: "c", Type: TypeBookingCreate, Outcome: OutcomeAccepted, Seq: 7,
+			Booking: &data.Booking{ID: "b", CalendarID: "c", Start: at, End: at.Add(time.Hour), Customer: "x", Status: "confirmed", CreatedAt: at, Metadata: json.RawMessage(`{"k":"}"}`)}},
+		{V: 1, RequestID: "r2", Type: TypeBookingCreate, Outcome: OutcomeRejected, Code: CodeSlotTaken, Message: "taken", Seq: 8,
+			Conflict: &data.Interval{Start: at, End: at.Add(time.Hour)}},
+		{V: 1, Outcome: OutcomeRejected, Code: CodeInvalidRequest, Message: "bad", Details: []FieldError{{Field: "a", Message: "b"}, {Field: "c", Message: "d"}}, Seq: 9},
+		{V: 1, Type: TypeCalendarUpsert, Outcome: OutcomeAccepted, Created: true, Calendar: &data.Calendar{ID: "c", Name: "n"}, Seq: 10},
+	} {
+		raw, err := MarshalReply(&r)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(raw)
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		var v ReplyView
+		if !scanReply(raw, &v) || !json.Valid(raw) {
+			return
+		}
+		var want ReplyView
+		if err := ReadReply(append([]byte{' '}, raw...), &want); err != nil { // the leading space takes encoding/json
+			t.Fatalf("%s: scanned, but encoding/json: %v", raw, err)
+		}
+		members := v.ErrorMembers
+		v.ErrorMembers = nil
+		if !reflect.DeepEqual(v, want) {
+			t.Fatalf("%s:\n scan %+v\n json %+v", raw, v, want)
+		}
+		if members != nil {
+			var e struct {
+				Code     string          `json:"code"`
+				Message  string          `json:"message"`
+				Conflict json.RawMessage `json:"conflict"`
+			}
+			if err := json.Unmarshal(append(append([]byte("{"), members...), '}'), &e); err != nil ||
+				e.Code != want.Code || e.Message != want.Message || !bytes.Equal(e.Conflict, want.Conflict) {
+				t.Fatalf("%s: error members %s (%v)", raw, members, err)
+			}
 		}
 	})
 }

@@ -112,28 +112,22 @@ func decodeLegacy(in Input, d *Decoded) (fast bool) {
 		}
 		return reject(CodeInvalidCommand, fmt.Sprintf("command larger than %d bytes", MaxCommandBytes), nil)
 	}
-	// The fast parser handles the usual shape exactly as the Decoder would;
-	// for anything else (and every error) the Decoder decides, so that
-	// results and error texts stay those of earlier versions.
-	if fast = parseCommandFast(in.Data, &d.Cmd); !fast {
-		d.Cmd = Command{}
-		dec := json.NewDecoder(bytes.NewReader(in.Data))
-		if err := dec.Decode(&d.Cmd); err != nil {
-			d.Cmd = Command{}
-			if v := bodyVersion(in.Data); v > legacyKnown {
-				// Not readable as this schema, but declared newer.
-				d.Newer = v
-				return false
-			}
-			return reject(CodeInvalidCommand, "command is not valid JSON for the schema: "+err.Error(), nil)
-		}
-		if d.Cmd.V > legacyKnown {
-			d.Newer = d.Cmd.V
+	fast, err := unmarshalCommand(in.Data, &d.Cmd)
+	switch {
+	case err == nil:
+	case d.Cmd.V > legacyKnown:
+		// Trailing data after a command declared newer: a newer build's.
+		d.Newer = d.Cmd.V
+		return false
+	case err == errTrailingData:
+		return reject(CodeInvalidCommand, err.Error(), nil)
+	default:
+		if v := bodyVersion(in.Data); v > legacyKnown {
+			// Not readable as this schema, but declared newer.
+			d.Newer = v
 			return false
 		}
-		if trailingData(in.Data, dec) {
-			return reject(CodeInvalidCommand, "trailing data after the command", nil)
-		}
+		return reject(CodeInvalidCommand, "command is not valid JSON for the schema: "+err.Error(), nil)
 	}
 	if d.Cmd.V > legacyKnown {
 		d.Newer = d.Cmd.V
@@ -208,16 +202,11 @@ func decodeStrict(in Input) Decoded {
 	if vErr != "" {
 		return reject(CodeInvalidCommand, "command is not valid strict JSON: "+vErr, nil)
 	}
-	if !parseCommandFast(in.Data, &d.Cmd) {
-		d.Cmd = Command{}
-		dec := json.NewDecoder(bytes.NewReader(in.Data))
-		if err := dec.Decode(&d.Cmd); err != nil {
-			d.Cmd = Command{}
-			return reject(CodeInvalidCommand, "command is not valid JSON for the schema: "+err.Error(), nil)
-		}
-		if trailingData(in.Data, dec) {
-			return reject(CodeInvalidCommand, "trailing data after the command", nil)
-		}
+	switch _, err := unmarshalCommand(in.Data, &d.Cmd); {
+	case err == errTrailingData:
+		return reject(CodeInvalidCommand, err.Error(), nil)
+	case err != nil:
+		return reject(CodeInvalidCommand, "command is not valid JSON for the schema: "+err.Error(), nil)
 	}
 	if d.Cmd.V < 1 {
 		return reject(CodeInvalidCommand, fmt.Sprintf("unsupported schema version %d (this writer knows 1..%d)", d.Cmd.V, knownVersion), nil)

@@ -107,9 +107,13 @@ type DateOverride struct {
 	Hours  []TimeRange `json:"hours,omitempty"`
 }
 
-// Booking is a half-open interval [Start, End) on one calendar. AppendBooking
-// and actor's reply JSON encode its fields by hand: a new field must be
-// added to both (actor's replyfields_test.go fails until it is).
+// Booking is a half-open interval [Start, End) on one calendar. Its codecs
+// are two, each in one place: the binary forms here (AppendBooking,
+// appendCompactBooking in stored.go) and the JSON of actor's reply codec
+// (actor/replyjson.go), which every path that sends a booking uses. Both
+// are written by hand for speed: a new field must be added to both, and
+// tests that set every field by reflection (actor's replyfields_test.go,
+// httpapi's TestReplyAnswerCarriesEveryField) fail until it is.
 type Booking struct {
 	ID          string     `json:"id"`
 	CalendarID  string     `json:"calendar_id"`

@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"encoding/json"
 	"math/rand/v2"
+	"net/http"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/bookline/bookline/actor"
+	"github.com/bookline/bookline/actor/actortest"
 	"github.com/bookline/bookline/data"
 )
 
@@ -35,8 +38,9 @@ func decodedRejection(t *testing.T, raw []byte) (status int, body []byte) {
 }
 
 // TestRejectedErrorMatchesDecode: for rejections the writer encodes, the
-// scanned error body is byte for byte the one decoding and re-encoding
-// gave, with the same status; and conflicts take the scan.
+// HTTP answer and the error body made of the scanned members are byte for
+// byte the one decoding and re-encoding gave, with the same status; and
+// conflicts take the scan.
 func TestRejectedErrorMatchesDecode(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 6))
 	codes := []string{actor.CodeSlotTaken, actor.CodeExternalBusy, actor.CodeBookingNotFound, actor.CodeIdempotencyKeyReused, actor.CodeHoldExpired, actor.CodeInvalidRequest, "no_such_code"}
@@ -61,7 +65,14 @@ func TestRejectedErrorMatchesDecode(t *testing.T) {
 			t.Fatal(err)
 		}
 		wantStatus, want := decodedRejection(t, raw)
-		code, members, ok := actor.RejectedError(raw)
+		var v actor.ReplyView
+		if err := actor.ReadReply(raw, &v); err != nil {
+			t.Fatal(err)
+		}
+		code, members, ok := v.Code, v.ErrorMembers, v.ErrorMembers != nil
+		if st, _, body, err := replyAnswer(raw); err != nil || st != wantStatus || !bytes.Equal(body, want) {
+			t.Fatalf("reply %s:\n answer %d %s (%v)\n decode %d %s", raw, st, body, err, wantStatus, want)
+		}
 		if !ok {
 			if rep.Details == nil && rep.Message == messages[0] && rep.Conflict != nil {
 				t.Fatalf("a plain conflict did not take the scan: %s", raw)
@@ -83,5 +94,75 @@ func TestRejectedErrorMatchesDecode(t *testing.T) {
 	}
 	if scanned < n/6 {
 		t.Fatalf("only %d of %d rejections took the scan", scanned, n)
+	}
+}
+
+// BenchmarkReplyAnswer measures the HTTP answer to a writer's reply: an
+// accepted booking and a conflict.
+func BenchmarkReplyAnswer(b *testing.B) {
+	at := time.Date(2027, 1, 1, 10, 0, 0, 0, time.UTC)
+	for _, bc := range []struct {
+		name string
+		r    actor.Reply
+	}{
+		{"accepted", actor.Reply{V: 1, RequestID: "req-1", CalendarID: "cal-1", Type: actor.TypeBookingCreate, Outcome: actor.OutcomeAccepted,
+			Booking: &data.Booking{ID: "b1", CalendarID: "cal-1", Start: at, End: at.Add(time.Hour), Customer: "Ada", Status: "confirmed",
+				CreatedAt: at, Metadata: json.RawMessage(`{"k":"v"}`)}, Seq: 7}},
+		{"conflict", actor.Reply{V: 1, RequestID: "req-2", CalendarID: "cal-1", Type: actor.TypeBookingCreate, Outcome: actor.OutcomeRejected,
+			Code: actor.CodeSlotTaken, Message: "the interval overlaps a confirmed booking", Conflict: &data.Interval{Start: at, End: at.Add(time.Hour)}, Seq: 9}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			raw, err := actor.MarshalReply(&bc.r)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, _, _, err := replyAnswer(raw); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// TestReplyAnswerCarriesEveryField: the HTTP answer to a writer's reply
+// carries every field of its booking, and every field of a rejection's
+// error (code, message, details, conflict), set by reflection: a field
+// added to data.Booking, actor.FieldError or data.Interval that the path
+// from the writer's reply to the HTTP body drops fails here.
+func TestReplyAnswerCarriesEveryField(t *testing.T) {
+	for _, escaped := range []bool{false, true} {
+		var bk, wantBk data.Booking
+		actortest.Fill(t, &bk, escaped, false)
+		actortest.Fill(t, &wantBk, escaped, true)
+		raw, err := actor.MarshalReply(&actor.Reply{V: 1, RequestID: "r", CalendarID: bk.CalendarID, Type: actor.TypeBookingCreate,
+			Outcome: actor.OutcomeAccepted, Booking: &bk, Seq: 9})
+		if err != nil {
+			t.Fatal(err)
+		}
+		status, _, body, err := replyAnswer(raw)
+		var got data.Booking
+		if err != nil || status != http.StatusCreated || json.Unmarshal(body, &got) != nil || !reflect.DeepEqual(got, wantBk) {
+			t.Errorf("escaped %v: accepted booking answered %d %s (%v); want the booking %+v", escaped, status, body, err, wantBk)
+		}
+
+		var e Error
+		actortest.Fill(t, &e, escaped, true)
+		for _, details := range [][]actor.FieldError{nil, e.Details} {
+			want := e
+			want.Code, want.Details = actor.CodeSlotTaken, details
+			raw, err := actor.MarshalReply(&actor.Reply{V: 1, RequestID: "r", CalendarID: "c", Type: actor.TypeBookingCreate,
+				Outcome: actor.OutcomeRejected, Code: want.Code, Message: want.Message, Details: want.Details, Conflict: want.Conflict, Seq: 9})
+			if err != nil {
+				t.Fatal(err)
+			}
+			status, code, body, err := replyAnswer(raw)
+			var got errorBody
+			if err != nil || status != http.StatusConflict || code != want.Code || json.Unmarshal(body, &got) != nil ||
+				got.Error == nil || !reflect.DeepEqual(*got.Error, want) {
+				t.Errorf("escaped %v: rejection answered %d %s %s (%v); want %+v", escaped, status, code, body, err, want)
+			}
+		}
 	}
 }

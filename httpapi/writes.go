@@ -245,11 +245,11 @@ func (s *Server) writeReply(c *fiber.Ctx, raw []byte) error {
 
 // replyAnswer is the HTTP answer to a writer's reply: its status, the error
 // code of a rejection ("" when accepted) and the body. The calendar or
-// booking of an accepted reply is sent as the writer encoded it: decoded
-// only as far as the status needs, not re-encoded. The common cases are
-// found by a scan: an accepted booking, and a rejection without details (a
-// conflict, mostly), whose code, message and conflict are encoded as the
-// error object encodes them.
+// booking of an accepted reply is sent as the writer encoded it: read
+// (actor.ReadReply) only as far as the status needs, not re-encoded. A
+// rejection without details (a conflict, mostly) keeps its code, message
+// and conflict as encoded too: they are encoded as the error object
+// encodes them.
 func replyAnswer(raw []byte) (status int, code string, body []byte, err error) {
 	_, status, code, body, err = typedReplyAnswer(raw)
 	return status, code, body, err
@@ -258,31 +258,21 @@ func replyAnswer(raw []byte) (status int, code string, body []byte, err error) {
 // typedReplyAnswer is replyAnswer with the command type of an accepted
 // reply ("" for a rejection).
 func typedReplyAnswer(raw []byte) (typ string, status int, code string, body []byte, err error) {
-	if typ, booking, ok := actor.AcceptedBooking(raw); ok {
-		return typ, createdStatus(typ), "", booking, nil
-	}
-	if code, members, ok := actor.RejectedError(raw); ok {
-		if status, known := statusOf[code]; known {
-			body := make([]byte, 0, len(members)+len(`{"error":{}}`))
-			return "", status, code, append(append(append(body, `{"error":{`...), members...), "}}"...), nil
-		}
-	}
-	var r struct {
-		Type     string             `json:"type"`
-		Outcome  string             `json:"outcome"`
-		Code     string             `json:"code"`
-		Message  string             `json:"message"`
-		Details  []actor.FieldError `json:"details"`
-		Created  bool               `json:"created"`
-		Calendar json.RawMessage    `json:"calendar"`
-		Booking  json.RawMessage    `json:"booking"`
-		Conflict *data.Interval     `json:"conflict"`
-	}
-	if err := json.Unmarshal(raw, &r); err != nil {
+	var r actor.ReplyView
+	if err := actor.ReadReply(raw, &r); err != nil {
 		return "", 0, "", nil, err
 	}
 	if r.Outcome == actor.OutcomeRejected {
-		e := &Error{Code: r.Code, Message: r.Message, Details: r.Details, Conflict: r.Conflict}
+		if status, known := statusOf[r.Code]; known && r.ErrorMembers != nil {
+			body := make([]byte, 0, len(r.ErrorMembers)+len(`{"error":{}}`))
+			return "", status, r.Code, append(append(append(body, `{"error":{`...), r.ErrorMembers...), "}}"...), nil
+		}
+		e := &Error{Code: r.Code, Message: r.Message, Details: r.Details}
+		if len(r.Conflict) > 0 {
+			if err := json.Unmarshal(r.Conflict, &e.Conflict); err != nil {
+				return "", 0, "", nil, err
+			}
+		}
 		body, err := json.Marshal(errorBody{e})
 		return "", e.Status(), e.Code, body, err
 	}

@@ -3,7 +3,6 @@ package queue
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 
 	"github.com/bookline/bookline/actor"
@@ -264,33 +264,21 @@ func (c *Client) Submit(ctx context.Context, cmd *actor.Command, fingerprint str
 }
 
 // pubAck reads JetStream's answer to a publish: whether the message was a
-// duplicate, or why it was not stored. The common answer,
-// {"stream":"<StreamName>","seq":N}, is recognised without decoding it.
+// duplicate, or why it was not stored (parsePubAck reads it).
 func pubAck(m *nats.Msg) (duplicate bool, err error) {
 	if len(m.Data) == 0 && m.Header.Get("Status") != "" {
 		// No responders (503): no stream listens on the subject.
 		return false, fmt.Errorf("status %s %s", m.Header.Get("Status"), m.Header.Get("Description"))
 	}
-	if bytes.HasPrefix(m.Data, []byte(`{"stream":"`+StreamName+`",`)) && !bytes.Contains(m.Data, []byte(`"error"`)) && !bytes.Contains(m.Data, []byte(`"duplicate"`)) {
-		return false, nil
-	}
-	var ack struct {
-		Error *struct {
-			Code        int    `json:"code"`
-			ErrCode     int    `json:"err_code"`
-			Description string `json:"description"`
-		} `json:"error"`
-		Stream    string `json:"stream"`
-		Duplicate bool   `json:"duplicate"`
-	}
-	if err := json.Unmarshal(m.Data, &ack); err != nil {
-		return false, fmt.Errorf("publish acknowledgement %q: %w", m.Data, err)
-	}
+	ack, err := parsePubAck(m.Data)
+	var refused *jetstream.APIError
 	switch {
-	case ack.Error != nil:
-		return false, fmt.Errorf("publish refused: %s (%d/%d)", ack.Error.Description, ack.Error.Code, ack.Error.ErrCode)
-	case ack.Stream != StreamName:
-		return false, fmt.Errorf("publish acknowledged by stream %q", ack.Stream)
+	case errors.As(err, &refused):
+		return false, fmt.Errorf("publish refused: %s (%d/%d)", refused.Description, refused.Code, refused.ErrorCode)
+	case errors.Is(err, jetstream.ErrInvalidJSAck):
+		return false, fmt.Errorf("publish acknowledgement %q: %w", m.Data, err)
+	case err != nil:
+		return false, err
 	}
 	return ack.Duplicate, nil
 }

@@ -2,7 +2,6 @@ package queue
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 
 	"github.com/bookline/bookline/actor"
@@ -43,8 +42,8 @@ func (n *Node) SubmitInternal(ctx context.Context, cmd *actor.Command) error {
 	if err != nil {
 		return err
 	}
-	var r actor.Reply
-	if err := json.Unmarshal(reply, &r); err != nil {
+	var r actor.ReplyView
+	if err := actor.ReadReply(reply, &r); err != nil {
 		return err
 	}
 	if r.Outcome != actor.OutcomeAccepted {

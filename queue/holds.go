@@ -2,7 +2,6 @@ package queue
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"log/slog"
 	"maps"
@@ -234,7 +233,7 @@ func (h *holdExpirer) holdBack(cal string, exp time.Time, last *jetstream.RawStr
 func (h *holdExpirer) publish(ctx context.Context, cal string, exp time.Time, after uint64) error {
 	cmd := &actor.Command{V: actor.SchemaVersion, Type: actor.TypeHoldExpire, CalendarID: cal, RequestID: actor.ExpireRequestID(exp),
 		RecordTTLSeconds: h.recordTTL}
-	body, err := json.Marshal(cmd)
+	body, err := actor.MarshalCommand(cmd)
 	if err != nil {
 		return err
 	}

@@ -1,7 +1,6 @@
 package queue
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -24,7 +23,7 @@ import (
 // to the caller: it is where JetStream acknowledges the publish. The
 // headers are written here only, so that every producer sends the same.
 func CommandMsg(ctx context.Context, cmd *actor.Command, fingerprint, replyTo string) (*nats.Msg, error) {
-	body, err := marshalCommand(cmd)
+	body, err := actor.MarshalCommand(cmd)
 	if err != nil {
 		return nil, err
 	}
@@ -351,42 +350,35 @@ func (p *Publisher) watch(status chan nats.Status) {
 // parseStreamAck).
 func parsePubAck(data []byte) (*jetstream.PubAck, error) { return parseStreamAck(data, StreamName) }
 
-// parseStreamAck reads JetStream's answer to a publish to stream. The
-// common answers, {"stream":"<stream>","seq":N} and the same with the
-// duplicate flag, are recognised without decoding them; anything else is
-// decoded, and an error answer (the stream refused the message) is returned
-// as the *jetstream.APIError it carries.
+// parseStreamAck reads JetStream's answer to a publish to stream: a
+// PubAck, or an error answer (the stream refused the message), returned as
+// the *jetstream.APIError it carries. The answers of every publish, a
+// PubAck without an error, are read by actor's JSON reader
+// (ParseObjectFast: the result of encoding/json, without its reflection,
+// whatever the member order and spacing); anything else is decoded.
 func parseStreamAck(data []byte, stream string) (*jetstream.PubAck, error) {
-	if rest, ok := bytes.CutPrefix(data, []byte(`{"stream":"`)); ok {
-		if rest, ok = bytes.CutPrefix(rest, []byte(stream)); ok {
-			if rest, ok = bytes.CutPrefix(rest, []byte(`","seq":`)); ok {
-				n := 0
-				for n < len(rest) && rest[n] >= '0' && rest[n] <= '9' {
-					n++
-				}
-				if seq, err := strconv.ParseUint(string(rest[:n]), 10, 64); err == nil && n > 0 {
-					switch string(rest[n:]) {
-					case "}":
-						return &jetstream.PubAck{Stream: stream, Sequence: seq}, nil
-					case `,"duplicate": true}`, `,"duplicate":true}`:
-						return &jetstream.PubAck{Stream: stream, Sequence: seq, Duplicate: true}, nil
-					}
-				}
-			}
+	ack := new(jetstream.PubAck)
+	var name []byte // compared, not kept: stream is the string to keep
+	if actor.ParseObjectFast(data, []actor.FastField{{Name: "stream", Bytes: &name}, {Name: "seq", Uint: &ack.Sequence},
+		{Name: "duplicate", Bool: &ack.Duplicate}, {Name: "domain", Str: &ack.Domain}}) {
+		if string(name) != stream {
+			return nil, fmt.Errorf("publish acknowledged by stream %q", name)
 		}
+		ack.Stream = stream
+		return ack, nil
 	}
-	var ack struct {
+	var full struct {
 		Error *jetstream.APIError `json:"error"`
 		jetstream.PubAck
 	}
-	if err := json.Unmarshal(data, &ack); err != nil {
+	if err := json.Unmarshal(data, &full); err != nil {
 		return nil, fmt.Errorf("%w: %q", jetstream.ErrInvalidJSAck, data)
 	}
 	switch {
-	case ack.Error != nil:
-		return nil, ack.Error
-	case ack.Stream != stream:
-		return nil, fmt.Errorf("publish acknowledged by stream %q", ack.Stream)
+	case full.Error != nil:
+		return nil, full.Error
+	case full.Stream != stream:
+		return nil, fmt.Errorf("publish acknowledged by stream %q", full.Stream)
 	}
-	return &ack.PubAck, nil
+	return &full.PubAck, nil
 }

@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"encoding/json"
 	"errors"
 	"testing"
 
@@ -31,6 +32,28 @@ func TestParsePubAck(t *testing.T) {
 	for _, bad := range []string{`{"stream":"OTHER","seq":1}`, `not json`, ``} {
 		if ack, err := parsePubAck([]byte(bad)); err == nil {
 			t.Errorf("%q: %+v, want an error", bad, ack)
+		}
+	}
+}
+
+// TestParsePubAckMatchesJSON: whatever the member order and spacing, the
+// PubAck read is encoding/json's, and the stream's name is checked.
+func TestParsePubAckMatchesJSON(t *testing.T) {
+	for _, in := range []string{
+		`{"stream":"BOOKLINE_CMD","seq":1,"duplicate":true}`,
+		`{ "seq" : 2 , "stream" : "BOOKLINE_CMD" , "duplicate" : false }`,
+		`{"duplicate":true,"domain":"d","seq":3,"stream":"BOOKLINE_CMD"}`,
+		`{"stream":"BOOKLINE_CMD","seq":18446744073709551615}`,
+		`{"stream":"BOOKLINE_CMD","seq":4,"val":"x"}`,
+		`{"stream":"BOOKLINE_CMD","seq":-1}`,
+		`{"stream":"BOOKLINE_CMD","seq":5,"duplicate":1}`,
+		`{"stream":"BOOKLINE_CMD","seq":6}x`,
+	} {
+		var want jetstream.PubAck
+		wantErr := json.Unmarshal([]byte(in), &want)
+		got, err := parsePubAck([]byte(in))
+		if (err != nil) != (wantErr != nil) || err == nil && *got != want {
+			t.Errorf("%s: %+v, %v; want %+v, %v", in, got, err, want, wantErr)
 		}
 	}
 }

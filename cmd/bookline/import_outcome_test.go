@@ -9,10 +9,10 @@ import (
 	"github.com/bookline/bookline/data"
 )
 
-// TestScanOutcome: the scan of a reply reads what encoding/json reads, for
+// TestReadOutcome: the importer reads of a reply what encoding/json reads, for
 // replies of every shape, also with metadata and messages that hold the
 // members' keys.
-func TestScanOutcome(t *testing.T) {
+func TestReadOutcome(t *testing.T) {
 	at := time.Date(2027, 1, 1, 10, 0, 0, 0, time.UTC)
 	bk := func(meta string) *data.Booking {
 		return &data.Booking{ID: "b1", CalendarID: "cal-1", Start: at, End: at.Add(time.Hour), Customer: `a "quoted" customer`,
@@ -46,15 +46,44 @@ func TestScanOutcome(t *testing.T) {
 			if err := json.Unmarshal(raw, &want); err != nil {
 				t.Fatal(err)
 			}
-			got, ok := scanOutcome(raw)
+			got, ok := readOutcome(raw)
 			if !ok || got != want {
 				t.Errorf("%s %s: scan %+v (ok %v), want %+v", enc, raw, got, ok, want)
 			}
 		}
 	}
 	for _, bad := range []string{``, `{`, `{"v":1,"outcome":"accepted"`, `{"v":1,"outcome":"accepted","seq":x}`, `not json`} {
-		if got, ok := scanOutcome([]byte(bad)); ok {
+		if got, ok := readOutcome([]byte(bad)); ok {
 			t.Errorf("%q: read as %+v, want not ok", bad, got)
 		}
+	}
+}
+
+// BenchmarkScanOutcome measures the importer's reading of a reply to each
+// row it published: an accepted booking and a conflict.
+func BenchmarkScanOutcome(b *testing.B) {
+	at := time.Date(2027, 1, 1, 10, 0, 0, 0, time.UTC)
+	for _, bc := range []struct {
+		name string
+		r    actor.Reply
+	}{
+		{"accepted", actor.Reply{V: 1, RequestID: "imp.x", CalendarID: "cal-1", Type: actor.TypeBookingCreate, Outcome: actor.OutcomeAccepted,
+			Booking: &data.Booking{ID: "b1", CalendarID: "cal-1", Start: at, End: at.Add(time.Hour), Customer: "Ada", Status: "confirmed",
+				CreatedAt: at, Metadata: json.RawMessage(`{"k":"v"}`)}, Seq: 7}},
+		{"conflict", actor.Reply{V: 1, RequestID: "imp.y", CalendarID: "cal-1", Type: actor.TypeBookingCreate, Outcome: actor.OutcomeRejected,
+			Code: "slot_taken", Message: "the interval overlaps a confirmed booking", Conflict: &data.Interval{Start: at, End: at.Add(time.Hour)}, Seq: 9}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			raw, err := actor.MarshalReply(&bc.r)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, ok := readOutcome(raw); !ok {
+					b.Fatal("not read")
+				}
+			}
+		})
 	}
 }
