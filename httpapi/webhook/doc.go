@@ -46,7 +46,9 @@
 // library, the endpoint model (package endpoint, beside this one: the
 // types the HTTP API shares with it, without NATS), data/secretkey (the
 // sealing key) and actor for the one rule of a calendar id
-// (actor.ValidCalendarID, checked on an endpoint's calendars). It is an
+// (actor.ValidCalendarID, checked on an endpoint's calendars) and the one
+// reader of an outcome event's payload (actor.ReadReply, for its webhook
+// type). It is an
 // adapter of its own: it imports neither httpapi nor queue, and httpapi
 // does not import it. The HTTP routes that manage endpoints are in
 // httpapi, which declares the port it needs (httpapi.Webhooks);

@@ -1,10 +1,10 @@
 package webhook
 
 import (
-	"encoding/json"
 	"slices"
 	"time"
 
+	"github.com/bookline/bookline/actor"
 	"github.com/bookline/bookline/httpapi/webhook/endpoint"
 )
 
@@ -34,20 +34,14 @@ var EventTypes = []string{
 	EventBusySet, EventBusyCleared, EventCommandRejected, EventCommandAccepted,
 }
 
-// outcome is what EventType reads of an outcome event's payload.
-type outcome struct {
-	Type    string `json:"type"`
-	Outcome string `json:"outcome"`
-	Created bool   `json:"created"`
-}
-
 // EventType maps an outcome event (docs/protocol.md §7) to its webhook
 // type. A confirmed hold becomes booking.confirmed, like a direct booking:
 // from then on it is one (the payload's type, hold.confirm, tells them
 // apart).
 func EventType(payload []byte) string {
-	var o outcome
-	if err := json.Unmarshal(payload, &o); err != nil {
+	// The payload is a reply, read by its one codec (actor.ReadReply).
+	var o actor.ReplyView
+	if err := actor.ReadReply(payload, &o); err != nil {
 		return EventCommandRejected
 	}
 	if o.Outcome != "accepted" {
