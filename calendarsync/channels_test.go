@@ -144,7 +144,7 @@ func TestPushChannelSurvivesRestart(t *testing.T) {
 func serveOn(t *testing.T, ln net.Listener, n node) (stop func()) {
 	t.Helper()
 	api := n.api()
-	go func() { _ = api.App().Listener(ln) }()
+	go func() { _ = api.Serve(ln) }()
 	var once sync.Once
 	stop = func() { once.Do(func() { _ = api.App().Shutdown() }) }
 	t.Cleanup(stop)

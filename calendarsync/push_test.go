@@ -24,7 +24,7 @@ import (
 func serveAPI(t *testing.T, ln net.Listener, n node) {
 	t.Helper()
 	api := n.api()
-	go func() { _ = api.App().Listener(ln) }()
+	go func() { _ = api.Serve(ln) }()
 	t.Cleanup(func() { _ = api.App().Shutdown() })
 }
 

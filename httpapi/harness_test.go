@@ -117,7 +117,7 @@ func serveLoopback(t testing.TB, api *httpapi.Server) (url string, done chan str
 	done = make(chan struct{})
 	go func() {
 		defer close(done)
-		_ = api.App().Listener(ln)
+		_ = api.Serve(ln)
 	}()
 	return "http://" + ln.Addr().String(), done
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net"
 	"net/netip"
 	"runtime"
 	"strings"
@@ -212,8 +213,13 @@ func New(backend Backend, cfg Config) *Server {
 	return s
 }
 
-// App exposes the Fiber app (for Listen, Test and Shutdown).
+// App exposes the Fiber app (for Test and Shutdown).
 func (s *Server) App() *fiber.App { return s.app }
+
+// Serve answers HTTP on ln until the app shuts down. Connections close with
+// a lingering close (see LingerListener), so a client still sending a body
+// that was refused reads the refusal rather than a reset.
+func (s *Server) Serve(ln net.Listener) error { return s.app.Listener(LingerListener(ln)) }
 
 // SetDraining makes /healthz and /readyz answer 503 from now on (the
 // process is shutting down); requests are still served until the listener

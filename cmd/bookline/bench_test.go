@@ -116,7 +116,7 @@ func TestBenchSmoke(t *testing.T) {
 	served := make(chan struct{})
 	go func() {
 		defer close(served)
-		_ = api.App().Listener(ln)
+		_ = api.Serve(ln)
 	}()
 	t.Cleanup(func() {
 		_ = api.App().Shutdown()

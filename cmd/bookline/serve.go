@@ -240,7 +240,7 @@ func (c *serveConfig) listenAndServe(ctx context.Context, api *httpapi.Server, p
 	}
 	log.Info("http listening", "addr", ln.Addr().String(), "partitions", partitions, "data_dir", c.dataDir)
 	served := make(chan error, 1)
-	go func() { served <- api.App().Listener(ln) }()
+	go func() { served <- api.Serve(ln) }()
 
 	select {
 	case err := <-served:
