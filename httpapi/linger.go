@@ -4,6 +4,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -51,9 +52,57 @@ func (l *lingerListener) Accept() (net.Conn, error) {
 
 type lingerConn struct {
 	*net.TCPConn
-	l    *lingerListener
-	once sync.Once
-	err  error
+	l *lingerListener
+	// reading counts the owner's Reads in progress, and closed is set by
+	// Close: a Close while the owner is blocked in a Read comes from
+	// another goroutine (fasthttp closing idle connections at shutdown),
+	// and closes at once, as a plain socket would, so the Read returns.
+	reading atomic.Int32
+	closed  atomic.Bool
+	once    sync.Once
+	err     error
+}
+
+// Read is the socket's, until Close.
+func (c *lingerConn) Read(b []byte) (int, error) {
+	c.reading.Add(1) // before the check: Close sees either the count or the check sees closed
+	defer c.reading.Add(-1)
+	if c.closed.Load() {
+		return 0, net.ErrClosed
+	}
+	return c.TCPConn.Read(b)
+}
+
+// Write is the socket's, until Close.
+func (c *lingerConn) Write(b []byte) (int, error) {
+	if c.closed.Load() {
+		return 0, net.ErrClosed
+	}
+	return c.TCPConn.Write(b)
+}
+
+// The deadlines are the owner's until Close, then the lingering
+// goroutine's: after Close they change nothing, without an error
+// (fasthttp takes an error setting one for a bug, and panics).
+func (c *lingerConn) SetDeadline(t time.Time) error {
+	if c.closed.Load() {
+		return nil
+	}
+	return c.TCPConn.SetDeadline(t)
+}
+
+func (c *lingerConn) SetReadDeadline(t time.Time) error {
+	if c.closed.Load() {
+		return nil
+	}
+	return c.TCPConn.SetReadDeadline(t)
+}
+
+func (c *lingerConn) SetWriteDeadline(t time.Time) error {
+	if c.closed.Load() {
+		return nil
+	}
+	return c.TCPConn.SetWriteDeadline(t)
 }
 
 // Close returns once the answer is handed to the kernel; the socket itself
@@ -61,6 +110,11 @@ type lingerConn struct {
 // lingerTime or after lingerBytes, whichever comes first.
 func (c *lingerConn) Close() error {
 	c.once.Do(func() {
+		c.closed.Store(true)
+		if c.reading.Load() > 0 {
+			c.err = c.TCPConn.Close()
+			return
+		}
 		select {
 		case c.l.slots <- struct{}{}:
 		default:

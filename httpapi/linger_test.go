@@ -102,3 +102,43 @@ func TestLingerSlotsBounded(t *testing.T) {
 	}
 	_ = srv1.(*lingerConn).TCPConn.Close()
 }
+
+// TestLingerCloseWhileReading: a Close while the owner is blocked reading
+// (fasthttp closing idle connections at shutdown) closes at once and ends
+// the Read; after Close the deadlines change nothing and report no error,
+// and Read and Write fail.
+func TestLingerCloseWhileReading(t *testing.T) {
+	l := newLingerListener(t, 4, time.Hour, 1<<30)
+	srv, client := lingerPair(t, l)
+	done := make(chan error, 1)
+	go func() {
+		_, err := srv.Read(make([]byte, 16))
+		done <- err
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for srv.(*lingerConn).reading.Load() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the read did not start")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	_ = srv.Close()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("the read returned without an error")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close did not end the read")
+	}
+	if len(l.slots) != 0 {
+		t.Fatalf("a connection closed while read lingers")
+	}
+	if err := srv.SetWriteDeadline(time.Now().Add(time.Second)); err != nil {
+		t.Fatalf("SetWriteDeadline after Close: %v", err)
+	}
+	if _, err := srv.Write([]byte("x")); err == nil {
+		t.Fatal("Write after Close succeeded")
+	}
+	writeUntilRefused(t, client, 10*time.Second)
+}
