@@ -37,7 +37,11 @@ type Reply struct {
 	Calendar   *data.Calendar `json:"calendar,omitempty"`
 	Booking    *data.Booking  `json:"booking,omitempty"`
 	Conflict   *data.Interval `json:"conflict,omitempty"`
-	Seq        uint64         `json:"seq"`
+	// Occurrences are a series' (series.go): every occurrence of a series
+	// booked, those cancelled by a cancel with scope following, the one
+	// that refused a series.
+	Occurrences []Occurrence `json:"occurrences,omitempty"`
+	Seq         uint64       `json:"seq"`
 }
 
 // Input is one message of a partition's stream, as delivered.
@@ -473,9 +477,17 @@ func decide(tx *data.Tx, p int, d *Decoded) (*Reply, error) {
 	case TypeCalendarUpsert:
 		r, err = upsertCalendar(tx, d)
 	case TypeBookingCreate:
-		r, err = createBooking(tx, d)
+		if cmd.Booking.Recurrence != nil {
+			r, err = createSeries(tx, d)
+		} else {
+			r, err = createBooking(tx, d)
+		}
 	case TypeBookingCancel:
-		r, err = cancelBooking(tx, d)
+		if cmd.Scope == ScopeFollowing {
+			r, err = cancelFollowing(tx, d)
+		} else {
+			r, err = cancelBooking(tx, d)
+		}
 	case TypeBookingReschedule:
 		r, err = rescheduleBooking(tx, d)
 	case TypeHoldCreate:

@@ -46,6 +46,18 @@ func bookCmdMeta(cal, req string, start, end time.Time, customer, metadata strin
 		req, cal, start.Format(time.RFC3339Nano), end.Format(time.RFC3339Nano), customer, metadata)
 }
 
+// seriesCmd is a version 3 booking.create of a series: recurrence and
+// extra are JSON members of the booking (extra may be "").
+func seriesCmd(cal, req string, start, end time.Time, customer, recurrence, extra string) string {
+	return fmt.Sprintf(`{"v":3,"type":"booking.create","request_id":%q,"calendar_id":%q,"booking":{"start":%q,"end":%q,"customer":%q,"recurrence":%s%s}}`,
+		req, cal, start.Format(time.RFC3339Nano), end.Format(time.RFC3339Nano), customer, recurrence, extra)
+}
+
+// cancelFollowingCmd cancels an occurrence and the later ones of its series.
+func cancelFollowingCmd(cal, req, bookingID string) string {
+	return fmt.Sprintf(`{"v":3,"type":"booking.cancel","request_id":%q,"calendar_id":%q,"booking_id":%q,"scope":"following"}`, req, cal, bookingID)
+}
+
 func cancelCmd(cal, req, bookingID string) string {
 	return fmt.Sprintf(`{"v":1,"type":"booking.cancel","request_id":%q,"calendar_id":%q,"booking_id":%q}`, req, cal, bookingID)
 }

@@ -19,6 +19,7 @@ const (
 	hasCalendar
 	hasBooking
 	hasConflict
+	hasOccurrences
 )
 
 // AppendReply appends the binary form of r.
@@ -76,6 +77,9 @@ func appendReplyParts(b []byte, r *Reply, appendBooking func([]byte, *data.Booki
 	if r.Conflict != nil {
 		flags |= hasConflict
 	}
+	if r.Occurrences != nil {
+		flags |= hasOccurrences
+	}
 	b = append(b, flags)
 	if r.Calendar != nil {
 		// Calendars are written rarely and will grow (rules): JSON here.
@@ -88,6 +92,11 @@ func appendReplyParts(b []byte, r *Reply, appendBooking func([]byte, *data.Booki
 	if r.Conflict != nil {
 		b = data.AppendTime(b, r.Conflict.Start)
 		b = data.AppendTime(b, r.Conflict.End)
+	}
+	if r.Occurrences != nil {
+		// Rare and bounded (MaxOccurrences): JSON, like a calendar.
+		oj, _ := json.Marshal(r.Occurrences)
+		b = data.AppendBytes(b, oj)
 	}
 	return b
 }
@@ -118,6 +127,11 @@ func readReplyParts(rd *data.Reader, r *Reply, size int, readBooking func(*data.
 	}
 	if flags&hasConflict != 0 {
 		r.Conflict = &data.Interval{Start: rd.Time(), End: rd.Time()}
+	}
+	if flags&hasOccurrences != 0 {
+		if err := json.Unmarshal(rd.Bytes(), &r.Occurrences); err != nil {
+			return data.ErrCorrupt
+		}
 	}
 	return nil
 }

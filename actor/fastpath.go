@@ -323,8 +323,16 @@ func (p *fastParser) rawObject() (json.RawMessage, bool) {
 // maxDepth levels. It does not validate: callers either check the bytes or
 // read output that is valid JSON by construction.
 func (p *cursor) objectEnd(maxDepth int) (int, bool) {
+	if p.i >= len(p.data) || p.data[p.i] != '{' {
+		return 0, false
+	}
+	return p.containerEnd(maxDepth)
+}
+
+// containerEnd is objectEnd for an object or an array at p.i.
+func (p *cursor) containerEnd(maxDepth int) (int, bool) {
 	d := p.data
-	if p.i >= len(d) || d[p.i] != '{' {
+	if p.i >= len(d) || d[p.i] != '{' && d[p.i] != '[' {
 		return 0, false
 	}
 	depth := 0

@@ -69,7 +69,13 @@ var fingerprintedV1 = []string{
 // skip is a field of schema version 2 (partition.skip), whose own
 // fingerprint body (fpSkipV2) has it; a version 1 command that carries a
 // member named skip is fingerprinted without it.
-var notFingerprinted = []string{"calendar.google.check_freebusy", "calendar.google.event_title", "calendar.google.visibility", "record_ttl_seconds", "request_id", "skip", "skip.seq", "v"}
+// booking.recurrence, booking.on_conflict and scope are fields of schema
+// version 3 (series.go): a version 3 command's fingerprint adds them
+// (fpSeriesV3); an earlier version's command is decided, and
+// fingerprinted, without them.
+var notFingerprinted = []string{"booking.on_conflict", "booking.recurrence", "booking.recurrence.count", "booking.recurrence.freq",
+	"booking.recurrence.interval", "booking.recurrence.until", "calendar.google.check_freebusy", "calendar.google.event_title",
+	"calendar.google.visibility", "record_ttl_seconds", "request_id", "scope", "skip", "skip.seq", "v"}
 
 // TestFingerprintFieldsV1: the fingerprint body is exactly the schema 1
 // field set, and every field a command can carry is either in it or

@@ -16,10 +16,16 @@ import (
 // d, in the deciding transaction, when the calendar is linked and the
 // decision is live (not a replay).
 func mirror(tx *data.Tx, d *Decoded, link *data.ExternalLink, op byte, bk *data.Booking) error {
+	return mirrorSub(tx, d, link, op, bk, 0)
+}
+
+// mirrorSub is mirror for one of several operations a command queues (the
+// occurrences of a series): sub, from 1, keeps each its own entry, in order.
+func mirrorSub(tx *data.Tx, d *Decoded, link *data.ExternalLink, op byte, bk *data.Booking, sub uint32) error {
 	if !d.mirror || link == nil {
 		return nil
 	}
-	return tx.PutSync(data.SyncEntry{Calendar: d.Cmd.CalendarID, Seq: d.Seq, Op: op, ExternalCalendar: link.CalendarID, Booking: *bk})
+	return tx.PutSync(data.SyncEntry{Calendar: d.Cmd.CalendarID, Seq: d.Seq, Sub: sub, Op: op, ExternalCalendar: link.CalendarID, Booking: *bk})
 }
 
 // mirrorLinked is mirror for decisions that did not load the calendar.

@@ -23,7 +23,9 @@ import (
 // not behind the log for the calendar's partition. cmd must be valid
 // (Validate).
 func Refused(tx *data.Tx, partition int, cmd *Command, now time.Time) (reply []byte, code string, err error) {
-	if cmd.Booking == nil {
+	if cmd.Booking == nil || cmd.Booking.Recurrence != nil {
+		// A series is answered with every occurrence's outcome, which
+		// only its decision lists.
 		return nil, "", nil
 	}
 	if logNow := tx.LogNow(partition); logNow.After(now) {

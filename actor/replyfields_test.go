@@ -23,16 +23,18 @@ import (
 
 // replyJSONFallback are the Reply fields whose presence alone sends
 // MarshalReply to encoding/json.
-var replyJSONFallback = []string{"Calendar"}
+var replyJSONFallback = []string{"Calendar", "Occurrences"}
 
 // The shapes the reply scans exist for, as the fields cleared from a
 // completely filled reply: an accepted booking (AcceptedBooking) and a
 // rejection without details (RejectedError). A new field that can appear in
 // such a reply must be taught to the scan; one that cannot must be added
-// here.
+// here. A series' rejection carries its refused occurrence, which the
+// HTTP API's error object names in another shape (occurrence): it is read
+// the slow way, so Occurrences is cleared for the rejection's scan.
 var (
 	acceptedBookingClears = []string{"Code", "Message", "Details", "Created", "Calendar", "Conflict"}
-	rejectedErrorClears   = []string{"Details", "Created", "Calendar", "Booking"}
+	rejectedErrorClears   = []string{"Details", "Created", "Calendar", "Booking", "Occurrences"}
 )
 
 var (

@@ -34,7 +34,7 @@ func MarshalReply(r *Reply) ([]byte, error) {
 // calendar, a time json.Marshal refuses, or metadata that Marshal would
 // rewrite (not compact, not HTML-safe, not valid).
 func appendReplyJSON(b []byte, r *Reply) ([]byte, bool) {
-	if r.Calendar != nil {
+	if r.Calendar != nil || r.Occurrences != nil {
 		return b, false
 	}
 	ok := true
@@ -124,6 +124,7 @@ func appendBookingJSON(b []byte, bk *data.Booking) ([]byte, bool) {
 	default:
 		return b, false
 	}
+	b = appendOmitString(b, `,"series_id":`, bk.SeriesID)
 	return append(b, '}'), true
 }
 
@@ -170,7 +171,9 @@ type ReplyView struct {
 	Details                      []FieldError
 	Created                      bool
 	Calendar, Booking, Conflict  json.RawMessage
-	Seq                          uint64
+	// Occurrences are a series' (Reply.Occurrences), as encoded.
+	Occurrences json.RawMessage
+	Seq         uint64
 	// ErrorMembers are, for a rejection with a message and without
 	// details, its members `"code":…,"message":…[,"conflict":{…}]` as
 	// encoded, which are also how the HTTP API's error object encodes
@@ -202,13 +205,14 @@ func ReadReply(raw []byte, v *ReplyView) error {
 		Calendar json.RawMessage `json:"calendar"`
 		Booking  json.RawMessage `json:"booking"`
 		Conflict json.RawMessage `json:"conflict"`
+		Occur    json.RawMessage `json:"occurrences"`
 		Seq      uint64          `json:"seq"`
 	}
 	if err := json.Unmarshal(raw, &r); err != nil {
 		return err
 	}
 	*v = ReplyView{Type: r.Type, Outcome: r.Outcome, Code: r.Code, Message: r.Message, Details: r.Details,
-		Created: r.Created, Calendar: r.Calendar, Booking: r.Booking, Conflict: r.Conflict, Seq: r.Seq}
+		Created: r.Created, Calendar: r.Calendar, Booking: r.Booking, Conflict: r.Conflict, Occurrences: r.Occur, Seq: r.Seq}
 	return nil
 }
 
@@ -223,7 +227,7 @@ func UnmarshalReply(raw []byte) (Reply, error) {
 // scanReply reads raw in the member order and shape MarshalReply writes:
 // {"v":N[,"request_id":…][,"calendar_id":…][,"type":…],"outcome":…
 // [,"code":…][,"message":…][,"details":[…]][,"created":true]
-// [,"calendar":{…}][,"booking":{…}][,"conflict":{…}],"seq":N}, with
+// [,"calendar":{…}][,"booking":{…}][,"conflict":{…}][,"occurrences":[…]],"seq":N}, with
 // strings without escapes (those are the same decoded as encoded) and
 // objects that are valid JSON (MarshalReply's own). ok is false for
 // anything else.
@@ -283,6 +287,17 @@ func scanReply(raw []byte, v *ReplyView) bool {
 	if v.Conflict, ok = p.rawMember(`,"conflict":`); !ok {
 		return false
 	}
+	if p.member(`,"occurrences":`) {
+		at := p.i
+		if p.i >= len(raw) || raw[p.i] != '[' {
+			return false
+		}
+		e, ok := p.containerEnd(math.MaxInt)
+		if !ok {
+			return false
+		}
+		p.i, v.Occurrences = e, raw[at:e]
+	}
 	end := p.i
 	if !p.lit(`,"seq":`) {
 		return false
@@ -293,7 +308,7 @@ func scanReply(raw []byte, v *ReplyView) bool {
 	}
 	v.Seq = uint64(seq)
 	if v.Outcome == OutcomeRejected && code != nil && message != nil && v.Details == nil && !v.Created &&
-		v.Calendar == nil && v.Booking == nil {
+		v.Calendar == nil && v.Booking == nil && v.Occurrences == nil {
 		v.ErrorMembers = raw[start:end]
 	}
 	return true

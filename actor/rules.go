@@ -331,6 +331,13 @@ type verdict struct {
 // (the booking being rescheduled). It is the one decision function: the
 // writer and the availability query both use it, so they cannot disagree.
 func decideInterval(tx *data.Tx, cal *data.Calendar, loc *time.Location, iv data.Interval, now time.Time, ignore string) verdict {
+	return decideIntervalAmong(tx, cal, loc, iv, now, ignore, nil)
+}
+
+// decideIntervalAmong is decideInterval with pending, intervals the same
+// command books before iv (the earlier occurrences of a series, with the
+// calendar's current buffers), counted as if they were in the index.
+func decideIntervalAmong(tx *data.Tx, cal *data.Calendar, loc *time.Location, iv data.Interval, now time.Time, ignore string, pending []data.Interval) verdict {
 	r := &cal.Rules
 	if code, msg := checkStatic(r, loc, iv, now); code != "" {
 		return verdict{code: code, msg: msg}
@@ -359,6 +366,17 @@ func decideInterval(tx *data.Tx, cal *data.Calendar, loc *time.Location, iv data
 		}
 		return true
 	})
+	for _, pi := range pending {
+		if pi.Overlaps(iv) {
+			raw = append(raw, pi)
+			if first == nil {
+				first = &pi
+			}
+		}
+		if pb := (data.Interval{Start: pi.Start.Add(-before), End: pi.End.Add(after)}); pb.Overlaps(buffered) {
+			buf = append(buf, pb)
+		}
+	}
 	seats := r.Seats()
 	if maxCoverage(raw, iv) >= seats {
 		return verdict{code: CodeSlotTaken, msg: "the requested interval is fully booked", conflict: first}

@@ -415,13 +415,21 @@ func everyOutcome() (msgs []actor.Input, want []string) {
 	// Schema version 2: the marker, and a command of version 3 that
 	// stopped the partition until a skip named it.
 	addOn("_bookline-0", "", `{"v":2,"type":"schema.upgrade","request_id":"schema-upgrade.2","calendar_id":"_bookline-0"}`)
-	add(actor.CodeCommandSkipped, strings.Replace(bookCmd("s", "s-v3", wed(8, 0), wed(9, 0), "Vi"), `"v":1`, `"v":3`, 1))
+	add(actor.CodeCommandSkipped, strings.Replace(bookCmd("s", "s-v3", wed(8, 0), wed(9, 0), "Vi"), `"v":1`, `"v":4`, 1))
 	skipped := len(msgs)
 	skip := func(req string, seq int) string {
 		return fmt.Sprintf(`{"v":2,"type":"partition.skip","request_id":%q,"calendar_id":"_bookline-0","skip":{"seq":%d}}`, req, seq)
 	}
 	addOn("_bookline-0", "", skip("skip.v3", skipped))
 	addOn("_bookline-0", actor.CodeNotStopped, skip("skip.upsert", 3))
+	// Schema version 3: series, all or none, with skip, and cancelled
+	// from an occurrence on; a version 1 command's recurrence is ignored.
+	add("", seriesCmd("s", "s-s1", wed(9, 0), wed(9, 30), "Sam", `{"freq":"weekly","count":3}`, ""))
+	add(actor.CodeSlotTaken, seriesCmd("s", "s-s2", tue(13, 0), tue(13, 30), "Sam", `{"freq":"daily","count":2}`, ""))
+	add("", seriesCmd("s", "s-s3", tue(15, 30), tue(16, 0), "Sam", `{"freq":"daily","until":"2026-03-05T15:30:00+01:00"}`, `,"on_conflict":"skip"`))
+	add("", cancelFollowingCmd("s", "s-s1c", actor.BookingID("s", data.OccurrenceRequestID("s-s1", 1))))
+	add(actor.CodeInvalidRequest, cancelFollowingCmd("s", "s-s4", id("s-b10")))
+	add("", strings.Replace(seriesCmd("s", "s-s5", wed(11, 0), wed(11, 30), "Old", `{"freq":"daily","count":2}`, ""), `"v":3`, `"v":1`, 1))
 	return msgs, want
 }
 
@@ -535,6 +543,13 @@ var schemaRejects = []struct{ name, body string }{
 	{"busy.set without end", `{"v":1,"type":"busy.set","request_id":"x","calendar_id":"s","busy":{"block_id":"b","start":"2026-12-01T10:00:00Z"}}`},
 	{"busy.clear without block id", `{"v":1,"type":"busy.clear","request_id":"x","calendar_id":"s","busy":{}}`},
 	{"busy.clear with a bad block id", `{"v":1,"type":"busy.clear","request_id":"x","calendar_id":"s","busy":{"block_id":"a b"}}`},
+	{"series with count and until", `{"v":3,"type":"booking.create","request_id":"x","calendar_id":"s","booking":{"start":"2026-12-01T10:00:00Z","end":"2026-12-01T11:00:00Z","customer":"c","recurrence":{"freq":"daily","count":2,"until":"2026-12-05T10:00:00Z"}}}`},
+	{"series without an end", `{"v":3,"type":"booking.create","request_id":"x","calendar_id":"s","booking":{"start":"2026-12-01T10:00:00Z","end":"2026-12-01T11:00:00Z","customer":"c","recurrence":{"freq":"daily"}}}`},
+	{"series hourly", `{"v":3,"type":"booking.create","request_id":"x","calendar_id":"s","booking":{"start":"2026-12-01T10:00:00Z","end":"2026-12-01T11:00:00Z","customer":"c","recurrence":{"freq":"hourly","count":2}}}`},
+	{"series of 367", `{"v":3,"type":"booking.create","request_id":"x","calendar_id":"s","booking":{"start":"2026-12-01T10:00:00Z","end":"2026-12-01T11:00:00Z","customer":"c","recurrence":{"freq":"daily","count":367}}}`},
+	{"on_conflict maybe", `{"v":3,"type":"booking.create","request_id":"x","calendar_id":"s","booking":{"start":"2026-12-01T10:00:00Z","end":"2026-12-01T11:00:00Z","customer":"c","recurrence":{"freq":"daily","count":2},"on_conflict":"maybe"}}`},
+	{"a recurring hold", `{"v":3,"type":"hold.create","request_id":"x","calendar_id":"s","booking":{"start":"2026-12-01T10:00:00Z","end":"2026-12-01T11:00:00Z","customer":"c","recurrence":{"freq":"daily","count":2}}}`},
+	{"cancel with scope all", `{"v":3,"type":"booking.cancel","request_id":"x","calendar_id":"s","booking_id":"tf11b2643s1m87jckbpma5mgak","scope":"all"}`},
 }
 
 // TestSchemaRejectsInvalidCommands: the command schema refuses the invalid

@@ -104,11 +104,21 @@ func (r *Reader) Int64() int64 {
 // Time reads unix nanoseconds as a UTC time.
 func (r *Reader) Time() time.Time { return time.Unix(0, r.Int64()).UTC() }
 
-const bookingCodecVersion = 2
+// Versions of the binary form of a booking: 3 is 2 followed by the
+// occurrence's place in its series, written only for an occurrence, so
+// every other booking keeps the bytes it always had.
+const (
+	bookingCodecVersion       = 2
+	bookingCodecVersionSeries = 3
+)
 
 // AppendBooking appends the binary form of bk.
 func AppendBooking(b []byte, bk *Booking) []byte {
-	b = append(b, bookingCodecVersion)
+	if bk.Series != nil || bk.SeriesID != "" {
+		b = append(b, bookingCodecVersionSeries)
+	} else {
+		b = append(b, bookingCodecVersion)
+	}
 	b = AppendString(b, bk.ID)
 	b = AppendString(b, bk.CalendarID)
 	b = AppendTime(b, bk.Start)
@@ -130,13 +140,18 @@ func AppendBooking(b []byte, bk *Booking) []byte {
 	}
 	b = AppendInt64(b, int64(bk.BufferBefore))
 	b = AppendInt64(b, int64(bk.BufferAfter))
-	return AppendBytes(b, bk.Metadata)
+	b = AppendBytes(b, bk.Metadata)
+	if bk.Series != nil || bk.SeriesID != "" {
+		b = appendSeries(b, bk)
+	}
+	return b
 }
 
 // ReadBooking reads what AppendBooking wrote.
 func ReadBooking(r *Reader) Booking {
 	var bk Booking
-	if r.Byte() != bookingCodecVersion {
+	v := r.Byte()
+	if v != bookingCodecVersion && v != bookingCodecVersionSeries {
 		r.fail()
 		return bk
 	}
@@ -158,6 +173,9 @@ func ReadBooking(r *Reader) Booking {
 	bk.BufferBefore = time.Duration(r.Int64())
 	bk.BufferAfter = time.Duration(r.Int64())
 	bk.Metadata = r.Bytes()
+	if v == bookingCodecVersionSeries {
+		r.series(&bk)
+	}
 	return bk
 }
 

@@ -2,6 +2,7 @@ package data
 
 import (
 	"encoding/json"
+	"strconv"
 	"time"
 )
 
@@ -127,10 +128,32 @@ type Booking struct {
 	// expires or is released).
 	ExpiresAt *time.Time      `json:"expires_at,omitempty"`
 	Metadata  json.RawMessage `json:"metadata"`
+	// SeriesID is the id of the recurring series the booking is an
+	// occurrence of (BookingID of the series' calendar and request id;
+	// no booking has it); empty for a booking on its own.
+	SeriesID string `json:"series_id,omitempty"`
+	// Series places an occurrence in its series (nil for a booking on its
+	// own): with it the writer finds the occurrences that follow without
+	// a scan (docs/protocol.md, "booking.cancel").
+	Series *SeriesRef `json:"-"`
 	// Buffers in force when the booking was made; they travel with it.
 	BufferBefore time.Duration `json:"-"`
 	BufferAfter  time.Duration `json:"-"`
 }
+
+// SeriesRef is what an occurrence keeps of its series: the request id
+// that created the series, the occurrence's index (0 first) and the
+// number of occurrences the series was expanded to (booked or skipped).
+// Occurrence i's id is BookingID(calendar, OccurrenceRequestID(request, i)).
+type SeriesRef struct {
+	RequestID    string
+	Index, Count int
+}
+
+// OccurrenceRequestID is the request id an occurrence's booking id is
+// derived from: the series' request id, '/', the index. '/' is not a
+// request id character, so no request of its own has it.
+func OccurrenceRequestID(reqID string, i int) string { return reqID + "/" + strconv.Itoa(i) }
 
 // Buffered is the booking's interval widened by its buffers.
 func (b *Booking) Buffered() Interval {

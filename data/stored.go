@@ -36,6 +36,7 @@ const (
 	sbCreation
 	sbCreationExpires
 	sbOriginal
+	sbSeries
 )
 
 var statusCodes = []string{"", StatusConfirmed, StatusCancelled, StatusHeld, StatusReleased, StatusExpired}
@@ -82,6 +83,9 @@ func appendCompactBooking(b []byte, bk *Booking, cr *Creation, original []byte) 
 	if original != nil {
 		flags |= sbOriginal
 	}
+	if bk.Series != nil || bk.SeriesID != "" {
+		flags |= sbSeries
+	}
 	b = append(b, storedBookingVersion, flags)
 	b = AppendTime(b, bk.Start)
 	b = appendDuration(b, bk.End.Sub(bk.Start))
@@ -109,6 +113,9 @@ func appendCompactBooking(b []byte, bk *Booking, cr *Creation, original []byte) 
 	}
 	if flags&sbMetadata != 0 {
 		b = AppendBytes(b, bk.Metadata)
+	}
+	if flags&sbSeries != 0 {
+		b = appendSeries(b, bk)
 	}
 	if cr != nil {
 		b = binary.AppendUvarint(b, uint64(cr.V))
@@ -167,6 +174,9 @@ func decodeStoredBooking(calID, id string, v []byte) (storedBooking, error) {
 	if flags&sbMetadata != 0 {
 		bk.Metadata = r.Bytes()
 	}
+	if flags&sbSeries != 0 {
+		r.series(bk)
+	}
 	if flags&sbCreation != 0 {
 		cr := &Creation{V: uint8(r.Uvarint()), Kind: r.Byte(), Seq: r.Uvarint()}
 		if flags&sbCreationExpires != 0 {
@@ -218,4 +228,32 @@ func ReadRecordBooking(r *Reader, calID string) Booking {
 		r.fail()
 	}
 	return s.Booking
+}
+
+// appendSeries writes an occurrence's series id and place in its series
+// (an empty request id and count 0 when it has none).
+func appendSeries(b []byte, bk *Booking) []byte {
+	b = AppendString(b, bk.SeriesID)
+	var ref SeriesRef
+	if bk.Series != nil {
+		ref = *bk.Series
+	}
+	b = AppendString(b, ref.RequestID)
+	b = binary.AppendUvarint(b, uint64(ref.Index))
+	return binary.AppendUvarint(b, uint64(ref.Count))
+}
+
+// series reads what appendSeries wrote into bk.
+func (r *Reader) series(bk *Booking) {
+	bk.SeriesID = r.String()
+	ref := SeriesRef{RequestID: r.String()}
+	i, n := r.Uvarint(), r.Uvarint()
+	if n > 1<<20 || i >= max(n, 1) {
+		r.fail()
+		return
+	}
+	ref.Index, ref.Count = int(i), int(n)
+	if ref != (SeriesRef{}) {
+		bk.Series = &ref
+	}
 }

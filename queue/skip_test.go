@@ -258,8 +258,8 @@ func TestClusterMarkersWaitForEveryMember(t *testing.T) {
 	<-oldDone
 	waitLevel2(t, n1)
 
-	// A partition stopped at a command of version 3: no skip while a
-	// live member knows version 3.
+	// A partition stopped at a command of a newer version: no skip while a
+	// live member knows that version.
 	const cal = "skip-c"
 	pa := queue.PartitionOf(cal, len(n1.Parts()))
 	submit(t, n1, upsert(cal))
