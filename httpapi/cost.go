@@ -27,6 +27,10 @@ const (
 	// bookings of its page size: the default page (100) costs 1, the
 	// largest (1000) 10.
 	ListBookingsPerToken = 100
+	// SeriesOccurrencesPerToken: a recurring series costs a token per this
+	// many occurrences it may make: a weekly series of ten costs 1, the
+	// largest (366) 37.
+	SeriesOccurrencesPerToken = 10
 )
 
 // costOf is the tokens of work units at perToken units a token, at least 1.

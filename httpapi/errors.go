@@ -74,6 +74,9 @@ type Error struct {
 	Message  string             `json:"message"`
 	Details  []actor.FieldError `json:"details,omitempty"`
 	Conflict *data.Interval     `json:"conflict,omitempty"`
+	// Occurrences are a refused series': the occurrence that refused it,
+	// or every occurrence when none was free (docs/api.md).
+	Occurrences json.RawMessage `json:"occurrences,omitempty"`
 }
 
 func (e *Error) Error() string { return e.Code + ": " + e.Message }

@@ -147,21 +147,46 @@ func TestReplyAnswerCarriesEveryField(t *testing.T) {
 			t.Errorf("escaped %v: accepted booking answered %d %s (%v); want the booking %+v", escaped, status, body, err, wantBk)
 		}
 
+		// A series: the first booked occurrence with every occurrence.
+		var o actor.Occurrence
+		actortest.Fill(t, &o, escaped, false)
+		raw, err = actor.MarshalReply(&actor.Reply{V: 1, RequestID: "r", CalendarID: bk.CalendarID, Type: actor.TypeBookingCreate,
+			Outcome: actor.OutcomeAccepted, Booking: &bk, Occurrences: []actor.Occurrence{o}, Seq: 9})
+		if err != nil {
+			t.Fatal(err)
+		}
+		status, _, body, err = replyAnswer(raw)
+		var series struct {
+			data.Booking
+			Occurrences []actor.Occurrence `json:"occurrences"`
+		}
+		if err != nil || status != http.StatusCreated || json.Unmarshal(body, &series) != nil ||
+			!reflect.DeepEqual(series.Booking, wantBk) || !reflect.DeepEqual(series.Occurrences, []actor.Occurrence{o}) {
+			t.Errorf("escaped %v: series answered %d %s (%v)", escaped, status, body, err)
+		}
+
 		var e Error
 		actortest.Fill(t, &e, escaped, true)
-		for _, details := range [][]actor.FieldError{nil, e.Details} {
-			want := e
-			want.Code, want.Details = actor.CodeSlotTaken, details
-			raw, err := actor.MarshalReply(&actor.Reply{V: 1, RequestID: "r", CalendarID: "c", Type: actor.TypeBookingCreate,
-				Outcome: actor.OutcomeRejected, Code: want.Code, Message: want.Message, Details: want.Details, Conflict: want.Conflict, Seq: 9})
-			if err != nil {
-				t.Fatal(err)
-			}
-			status, code, body, err := replyAnswer(raw)
-			var got errorBody
-			if err != nil || status != http.StatusConflict || code != want.Code || json.Unmarshal(body, &got) != nil ||
-				got.Error == nil || !reflect.DeepEqual(*got.Error, want) {
-				t.Errorf("escaped %v: rejection answered %d %s %s (%v); want %+v", escaped, status, code, body, err, want)
+		// A refused series' occurrence: the error carries it as encoded.
+		for _, occ := range [][]actor.Occurrence{nil, {o}} {
+			for _, details := range [][]actor.FieldError{nil, e.Details} {
+				want := e
+				want.Code, want.Details, want.Occurrences = actor.CodeSlotTaken, details, nil
+				if occ != nil {
+					want.Occurrences, _ = json.Marshal(occ)
+				}
+				raw, err := actor.MarshalReply(&actor.Reply{V: 1, RequestID: "r", CalendarID: "c", Type: actor.TypeBookingCreate,
+					Outcome: actor.OutcomeRejected, Code: want.Code, Message: want.Message, Details: want.Details, Conflict: want.Conflict,
+					Occurrences: occ, Seq: 9})
+				if err != nil {
+					t.Fatal(err)
+				}
+				status, code, body, err := replyAnswer(raw)
+				var got errorBody
+				if err != nil || status != http.StatusConflict || code != want.Code || json.Unmarshal(body, &got) != nil ||
+					got.Error == nil || !reflect.DeepEqual(*got.Error, want) {
+					t.Errorf("escaped %v: rejection answered %d %s %s (%v); want %+v", escaped, status, code, body, err, want)
+				}
 			}
 		}
 	}

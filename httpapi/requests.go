@@ -156,8 +156,12 @@ func decodeBody(c *fiber.Ctx, v any) error {
 		}
 		f.reset()
 	}
-	return decodeJSON(body, v)
+	_, strict := v.(strictBody)
+	return decodeJSONWith(body, v, strict)
 }
+
+// strictBody is a request body that refuses members it does not define.
+type strictBody interface{ strictBody() }
 
 // decodeJSON is decodeBody's encoding/json path.
 func decodeJSON(body []byte, v any) error { return decodeJSONWith(body, v, false) }
@@ -175,6 +179,10 @@ func decodeJSONWith(body []byte, v any, strict bool) error {
 		dec.DisallowUnknownFields()
 	}
 	if err := dec.Decode(v); err != nil {
+		if name, ok := strings.CutPrefix(err.Error(), `json: unknown field "`); ok && strict {
+			return invalid(actor.FieldError{Field: strings.TrimSuffix(name, `"`),
+				Message: "is not a member of this request: bookline does not know it, and nothing was done (docs/api.md, Unknown members)"})
+		}
 		return invalid(actor.FieldError{Field: "body", Message: "invalid JSON: " + err.Error()})
 	}
 	if len(bytes.TrimSpace(body[dec.InputOffset():])) > 0 {

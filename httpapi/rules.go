@@ -140,7 +140,7 @@ func parseTTL(raw json.RawMessage) (int, *actor.FieldError) {
 
 // bookingSpec parses the booking fields common to bookings and holds.
 func bookingSpec(req *bookingRequest) (*actor.BookingSpec, []actor.FieldError) {
-	spec := &actor.BookingSpec{Customer: req.Customer, Metadata: req.Metadata}
+	spec := &actor.BookingSpec{Customer: req.Customer, Metadata: req.Metadata, Recurrence: req.Recurrence, OnConflict: req.OnConflict}
 	var bad []actor.FieldError
 	spec.Start, spec.End, bad = parseInterval(req.Start, req.End)
 	if len(bad) > 0 {
@@ -169,7 +169,11 @@ func (s *Server) createHold(c *fiber.Ctx) error {
 		return invalid(bad...)
 	}
 	spec.TTLSeconds = ttl
-	return s.submit(c, &actor.Command{V: actor.SchemaVersion, Type: actor.TypeHoldCreate, RequestID: reqID, CalendarID: cal, Booking: spec})
+	// A recurrence on a hold is refused by validation (version 3 says
+	// holds do not recur), never dropped.
+	cmd := &actor.Command{Type: actor.TypeHoldCreate, RequestID: reqID, CalendarID: cal, Booking: spec}
+	cmd.V = cmd.MinVersion()
+	return s.submit(c, cmd)
 }
 
 var errHoldNotFound = &Error{Code: actor.CodeHoldNotFound, Message: "hold not found"}

@@ -58,7 +58,17 @@ type bookingRequest struct {
 	End      string          `json:"end"`
 	Customer string          `json:"customer"`
 	Metadata json.RawMessage `json:"metadata"`
+	// A series (docs/api.md, "Recurring series"): read leniently, so that
+	// the command's validation names what is wrong with them.
+	Recurrence *actor.RecurrenceSpec `json:"recurrence"`
+	OnConflict actor.LenientString   `json:"on_conflict"`
 }
+
+// Write bodies refuse members they do not define (decodeBody): a client
+// that sends one believes it does something, and it would do nothing.
+func (*bookingRequest) strictBody()    {}
+func (*calendarRequest) strictBody()   {}
+func (*rescheduleRequest) strictBody() {}
 
 // fastDecoder is a request body with a shortcut past encoding/json for the
 // plain shape clients send (actor.ParseObjectFast); reset undoes a
@@ -102,7 +112,16 @@ func (s *Server) createBooking(c *fiber.Ctx) error {
 	if len(bad) > 0 {
 		return invalid(bad...)
 	}
-	return s.submit(c, &actor.Command{V: actor.SchemaVersion, Type: actor.TypeBookingCreate, RequestID: reqID, CalendarID: cal, Booking: spec})
+	cmd := &actor.Command{Type: actor.TypeBookingCreate, RequestID: reqID, CalendarID: cal, Booking: spec}
+	cmd.V = cmd.MinVersion()
+	if spec.Recurrence != nil {
+		// A series is decided as one command, but its writer decides
+		// every occurrence: it costs a token per SeriesOccurrencesPerToken.
+		if err := s.charge(c, costOf(actor.SeriesCount(spec), SeriesOccurrencesPerToken)); err != nil {
+			return err
+		}
+	}
+	return s.submit(c, cmd)
 }
 
 // byIDCommand handles a body-less write naming an existing booking or hold
@@ -125,7 +144,17 @@ func (s *Server) byIDCommand(typ, param string, notFound *Error) fiber.Handler {
 		if err != nil {
 			return err
 		}
-		return s.submit(c, &actor.Command{V: actor.SchemaVersion, Type: typ, RequestID: reqID, CalendarID: cal, BookingID: id})
+		cmd := &actor.Command{Type: typ, RequestID: reqID, CalendarID: cal, BookingID: id}
+		if typ == actor.TypeBookingCancel {
+			switch scope := c.Query("scope"); scope {
+			case "", actor.ScopeFollowing:
+				cmd.Scope = actor.LenientString(scope)
+			default:
+				return invalid(actor.FieldError{Field: "scope", Message: "must be following (this occurrence and the later ones of its series), or absent"})
+			}
+		}
+		cmd.V = cmd.MinVersion()
+		return s.submit(c, cmd)
 	}
 }
 
@@ -267,7 +296,7 @@ func typedReplyAnswer(raw []byte) (typ string, status int, code string, body []b
 			body := make([]byte, 0, len(r.ErrorMembers)+len(`{"error":{}}`))
 			return "", status, r.Code, append(append(append(body, `{"error":{`...), r.ErrorMembers...), "}}"...), nil
 		}
-		e := &Error{Code: r.Code, Message: r.Message, Details: r.Details}
+		e := &Error{Code: r.Code, Message: r.Message, Details: r.Details, Occurrences: r.Occurrences}
 		if len(r.Conflict) > 0 {
 			if err := json.Unmarshal(r.Conflict, &e.Conflict); err != nil {
 				return "", 0, "", nil, err
@@ -282,6 +311,12 @@ func typedReplyAnswer(raw []byte) (typ string, status int, code string, body []b
 			return r.Type, http.StatusCreated, "", r.Calendar, nil
 		}
 		return r.Type, http.StatusOK, "", r.Calendar, nil
+	case len(r.Booking) > 0 && len(r.Occurrences) > 0:
+		// A series: its first booked occurrence, with every occurrence.
+		body := make([]byte, 0, len(r.Booking)+len(r.Occurrences)+20)
+		body = append(append(body, r.Booking[:len(r.Booking)-1]...), `,"occurrences":`...)
+		body = append(append(body, r.Occurrences...), '}')
+		return r.Type, createdStatus(r.Type), "", body, nil
 	case len(r.Booking) > 0:
 		return r.Type, createdStatus(r.Type), "", r.Booking, nil
 	}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -523,6 +524,13 @@ func (n *Node) Submit(ctx context.Context, cmd *actor.Command, fingerprint strin
 		if err := n.parts[p].Halted(); err != nil {
 			return nil, fmt.Errorf("%w: partition %d: %w", ErrUnavailable, p, err)
 		}
+	}
+	if cmd.V > actor.SchemaVersion && n.members != nil && !n.members.allKnow(cmd.V) {
+		// A build keeps writing the older version until every instance
+		// decides the newer one: an older member would stop its
+		// partition at this command (docs/protocol.md, "Versions").
+		return nil, fmt.Errorf("%w: not every instance decides schema version %d yet (instances before it: %s); retry after the upgrade",
+			ErrUnavailable, cmd.V, strings.Join(n.members.notKnowing(cmd.V), ","))
 	}
 	reply, err := n.client.Submit(ctx, cmd, fingerprint)
 	if errors.Is(err, ErrUnavailable) {
