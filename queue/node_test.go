@@ -71,7 +71,7 @@ var t0 = time.Date(2027, 5, 3, 9, 0, 0, 0, time.UTC)
 // submit sends a command through the node and returns the decoded reply.
 func submit(t *testing.T, n *queue.Node, cmd actor.Command) actor.Reply {
 	t.Helper()
-	cmd.V = actor.SchemaVersion
+	cmd.V = cmd.MinVersion()
 	if errs := cmd.Validate(); len(errs) > 0 {
 		t.Fatalf("invalid test command: %v", errs)
 	}

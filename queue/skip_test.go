@@ -200,8 +200,9 @@ func TestSkipResumesStoppedPartition(t *testing.T) {
 
 // TestClusterMarkersWaitForEveryMember: in cluster mode the markers are
 // published only once every live member advertises that it knows schema
-// version 2; a member that does not (a build before it) holds them back.
-// And an instance refuses to skip a command that a live member knows.
+// version 2; a member that does not (a build before it) holds them back,
+// and the commands of version 3 (series) too. And an instance refuses to
+// skip a command that a live member knows.
 func TestClusterMarkersWaitForEveryMember(t *testing.T) {
 	url := queuetest.StartServer(t)
 	nc, err := nats.Connect(url)
@@ -254,9 +255,33 @@ func TestClusterMarkersWaitForEveryMember(t *testing.T) {
 			t.Fatalf("partition %d at level %d while an older member is alive", p, l)
 		}
 	}
+	// Nor is a command of version 3 (a series) published: old-1 would
+	// stop the partition at it.
+	submit(t, n1, upsert("series-c"))
+	series := book("series-c", "series-1", 0, 2)
+	series.Booking.Recurrence = &actor.RecurrenceSpec{Freq: actor.FreqDaily, Count: 3}
+	series.V = series.MinVersion()
+	if errs := series.Validate(); len(errs) > 0 || series.V != actor.SeriesSchemaVersion {
+		t.Fatalf("series v%d: %v", series.V, errs)
+	}
+	if _, err := n1.Submit(context.Background(), &series, series.Fingerprint()); !errors.Is(err, queue.ErrUnavailable) || !strings.Contains(err.Error(), "old-1") {
+		t.Fatalf("a version 3 command while old-1 is alive: %v", err)
+	}
 	stopOld()
 	<-oldDone
 	waitLevel2(t, n1)
+	queuetest.CheckFor(t, 20*time.Second, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		raw, err := n1.Submit(ctx, &series, series.Fingerprint())
+		if err != nil {
+			return err
+		}
+		if r, err := actor.UnmarshalReply(raw); err != nil || r.Outcome != actor.OutcomeAccepted || len(r.Occurrences) != 3 {
+			return fmt.Errorf("series answered %s (%v)", raw, err)
+		}
+		return nil
+	})
 
 	// A partition stopped at a command of a newer version: no skip while a
 	// live member knows that version.
