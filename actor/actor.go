@@ -491,7 +491,11 @@ func decide(tx *data.Tx, p int, d *Decoded) (*Reply, error) {
 	case TypeBookingReschedule:
 		r, err = rescheduleBooking(tx, d)
 	case TypeHoldCreate:
-		r, err = createHold(tx, d)
+		if cmd.Booking.Recurrence != nil {
+			r, err = createSeries(tx, d)
+		} else {
+			r, err = createHold(tx, d)
+		}
 	case TypeHoldConfirm:
 		r, err = confirmHold(tx, d)
 	case TypeHoldRelease:

@@ -136,9 +136,22 @@ func holdable(tx *data.Tx, d *Decoded) (cal data.Calendar, ttl time.Duration, re
 		return cal, 0, rej, err
 	}
 	spec := d.Cmd.Booking
-	ttl = DefaultHoldTTL
-	if spec.TTLSeconds > 0 {
-		ttl = time.Duration(spec.TTLSeconds) * time.Second
+	if ttl, rej = holdTTL(d, &cal); rej != nil {
+		return cal, 0, rej, nil
+	}
+	if v := decideInterval(tx, &cal, loc, data.Interval{Start: spec.Start, End: spec.End}, d.At, ""); v.code != "" {
+		r := d.refuse(v)
+		return cal, 0, &r, nil
+	}
+	return cal, ttl, nil, nil
+}
+
+// holdTTL is the lifetime of the hold d asks for on cal, or its refusal
+// when it is over the calendar's maximum.
+func holdTTL(d *Decoded, cal *data.Calendar) (time.Duration, *Reply) {
+	ttl := DefaultHoldTTL
+	if s := d.Cmd.Booking.TTLSeconds; s > 0 {
+		ttl = time.Duration(s) * time.Second
 	}
 	maxTTL := DefaultMaxHoldTTL
 	if cal.MaxHoldTTLSeconds > 0 {
@@ -147,13 +160,9 @@ func holdable(tx *data.Tx, d *Decoded) (cal data.Calendar, ttl time.Duration, re
 	if ttl > maxTTL {
 		r := d.reject(CodeInvalidRequest, "invalid command")
 		r.Details = []FieldError{{Field: "ttl", Message: fmt.Sprintf("must be at most %s for this calendar", maxTTL)}}
-		return cal, 0, &r, nil
+		return 0, &r
 	}
-	if v := decideInterval(tx, &cal, loc, data.Interval{Start: spec.Start, End: spec.End}, d.At, ""); v.code != "" {
-		r := d.refuse(v)
-		return cal, 0, &r, nil
-	}
-	return cal, ttl, nil, nil
+	return ttl, nil
 }
 
 func createHold(tx *data.Tx, d *Decoded) (Reply, error) {
@@ -217,6 +226,9 @@ func confirmHold(tx *data.Tx, d *Decoded) (Reply, error) {
 	if rej != nil || err != nil {
 		return deref(rej), err
 	}
+	if bk.Series != nil {
+		return settleHeldSeries(tx, d, &bk, true)
+	}
 	switch bk.Status {
 	case data.StatusHeld:
 		bk.Status = data.StatusConfirmed
@@ -242,6 +254,9 @@ func releaseHold(tx *data.Tx, d *Decoded) (Reply, error) {
 	bk, rej, err := holdFor(tx, d)
 	if rej != nil || err != nil {
 		return deref(rej), err
+	}
+	if bk.Series != nil {
+		return settleHeldSeries(tx, d, &bk, false)
 	}
 	switch bk.Status {
 	case data.StatusHeld:

@@ -548,7 +548,6 @@ var schemaRejects = []struct{ name, body string }{
 	{"series hourly", `{"v":3,"type":"booking.create","request_id":"x","calendar_id":"s","booking":{"start":"2026-12-01T10:00:00Z","end":"2026-12-01T11:00:00Z","customer":"c","recurrence":{"freq":"hourly","count":2}}}`},
 	{"series of 367", `{"v":3,"type":"booking.create","request_id":"x","calendar_id":"s","booking":{"start":"2026-12-01T10:00:00Z","end":"2026-12-01T11:00:00Z","customer":"c","recurrence":{"freq":"daily","count":367}}}`},
 	{"on_conflict maybe", `{"v":3,"type":"booking.create","request_id":"x","calendar_id":"s","booking":{"start":"2026-12-01T10:00:00Z","end":"2026-12-01T11:00:00Z","customer":"c","recurrence":{"freq":"daily","count":2},"on_conflict":"maybe"}}`},
-	{"a recurring hold", `{"v":3,"type":"hold.create","request_id":"x","calendar_id":"s","booking":{"start":"2026-12-01T10:00:00Z","end":"2026-12-01T11:00:00Z","customer":"c","recurrence":{"freq":"daily","count":2}}}`},
 	{"cancel with scope all", `{"v":3,"type":"booking.cancel","request_id":"x","calendar_id":"s","booking_id":"tf11b2643s1m87jckbpma5mgak","scope":"all"}`},
 }
 

@@ -169,10 +169,6 @@ func (c *Command) validateSeries(strict bool) []FieldError {
 	if r == nil {
 		return errs
 	}
-	if c.Type == TypeHoldCreate {
-		add("recurrence", "holds do not recur: book the series, or hold its occurrences one by one")
-		return errs
-	}
 	if r.unreadable {
 		add("recurrence", "must be an object: freq (daily or weekly), interval (a positive integer) and count or until (an RFC 3339 time)")
 		return errs
@@ -315,6 +311,16 @@ func createSeries(tx *data.Tx, d *Decoded) (Reply, error) {
 	if rej != nil || err != nil {
 		return deref(rej), err
 	}
+	hold := d.Cmd.Type == TypeHoldCreate
+	status, expires := data.StatusConfirmed, (*time.Time)(nil)
+	if hold {
+		ttl, rej := holdTTL(d, &cal)
+		if rej != nil {
+			return *rej, nil
+		}
+		exp := d.At.Add(ttl)
+		status, expires = data.StatusHeld, &exp
+	}
 	occ, ok := expandSeries(spec, loc)
 	if !ok || len(occ) == 0 {
 		// None is kept out by validation; more than MaxOccurrences can
@@ -351,7 +357,7 @@ func createSeries(tx *data.Tx, d *Decoded) (Reply, error) {
 				firstRefused, firstVerdict = i, v
 			}
 		} else {
-			o.Status, o.BookingID = data.StatusConfirmed, ids[i]
+			o.Status, o.BookingID = status, ids[i]
 			booked = append(booked, iv)
 		}
 		out[i] = o
@@ -368,8 +374,8 @@ func createSeries(tx *data.Tx, d *Decoded) (Reply, error) {
 		if out[i].BookingID == "" {
 			continue
 		}
-		bk := newBooking(d, ids[i], &cal, data.StatusConfirmed)
-		bk.Start, bk.End = occ[i].Start, occ[i].End
+		bk := newBooking(d, ids[i], &cal, status)
+		bk.Start, bk.End, bk.ExpiresAt = occ[i].Start, occ[i].End, expires
 		bk.SeriesID, bk.Series = seriesID, &data.SeriesRef{RequestID: d.Cmd.RequestID, Index: i, Count: len(occ)}
 		if err := tx.CreateBooking(bk, nil); err != nil {
 			return Reply{}, err
@@ -377,8 +383,10 @@ func createSeries(tx *data.Tx, d *Decoded) (Reply, error) {
 		if err := checkTaken(tx, d.partition, d, &cal, &bk); err != nil {
 			return Reply{}, err
 		}
-		if err := mirrorSub(tx, d, cal.Link, data.SyncCreate, &bk, uint32(i+1)); err != nil {
-			return Reply{}, err
+		if !hold { // a hold is mirrored once confirmed
+			if err := mirrorSub(tx, d, cal.Link, data.SyncCreate, &bk, uint32(i+1)); err != nil {
+				return Reply{}, err
+			}
 		}
 		if first == nil {
 			first = &bk
@@ -439,5 +447,66 @@ func cancelFollowing(tx *data.Tx, d *Decoded) (Reply, error) {
 	}
 	r := d.accept()
 	r.Booking, r.Occurrences = &named, out
+	return r, nil
+}
+
+// settleHeldSeries decides a hold.confirm (confirm) or hold.release naming
+// a held occurrence of a series: it acts on every occurrence of the
+// series together, so held occurrences become bookings all at once or not
+// at all, as a series does. The whole series is judged before anything is
+// written: one expired occurrence (they share their expiry) refuses a
+// confirm, a confirmed one refuses a release, as for a hold on its own.
+func settleHeldSeries(tx *data.Tx, d *Decoded, named *data.Booking, confirm bool) (Reply, error) {
+	cal, err := tx.Calendar(d.Cmd.CalendarID)
+	if err != nil {
+		return Reply{}, err
+	}
+	ref := *named.Series
+	var occ []data.Booking
+	for j := range ref.Count {
+		o, err := tx.Booking(cal.ID, BookingID(cal.ID, data.OccurrenceRequestID(ref.RequestID, j)))
+		if errors.Is(err, data.ErrNotFound) {
+			continue // skipped when the series was held
+		} else if err != nil {
+			return Reply{}, err
+		}
+		if err := expireIfDue(tx, &o, d.At); err != nil {
+			return Reply{}, err
+		}
+		occ = append(occ, o)
+	}
+	for _, o := range occ {
+		switch {
+		case confirm && o.Status == data.StatusExpired:
+			return d.reject(CodeHoldExpired, "the series' holds expired; their intervals were released"), nil
+		case confirm && o.Status == data.StatusReleased:
+			return d.reject(CodeHoldNotFound, "the series' holds were released"), nil
+		case !confirm && (o.Status == data.StatusConfirmed || o.Status == data.StatusCancelled):
+			return d.reject(CodeHoldConfirmed, "the series' holds were confirmed: cancel the bookings instead"), nil
+		}
+	}
+	r := d.accept()
+	for i := range occ {
+		o := &occ[i]
+		if o.Status == data.StatusHeld {
+			if confirm {
+				o.Status = data.StatusConfirmed
+			} else {
+				o.Status = data.StatusReleased
+			}
+			if err := tx.PutBooking(*o); err != nil {
+				return Reply{}, err
+			}
+			if confirm {
+				if err := mirrorSub(tx, d, cal.Link, data.SyncCreate, o, uint32(o.Series.Index+1)); err != nil {
+					return Reply{}, err
+				}
+			}
+		}
+		if o.ID == named.ID {
+			r.Booking = o
+		}
+		r.Occurrences = append(r.Occurrences, Occurrence{Index: o.Series.Index, Start: o.Start, End: o.End, Status: o.Status, BookingID: o.ID})
+	}
 	return r, nil
 }

@@ -259,9 +259,6 @@ func TestSeriesValidation(t *testing.T) {
 	}
 	_, r = h.send("c", seriesCmd("c", "oc", start, start.Add(time.Hour), "Sam", `{"freq":"daily","count":2}`, `,"on_conflict":"maybe"`))
 	wantCode(t, r, actor.CodeInvalidRequest)
-	hold := strings.Replace(seriesCmd("c", "h", start, start.Add(time.Hour), "Sam", `{"freq":"daily","count":2}`, ""), "booking.create", "hold.create", 1)
-	_, r = h.send("c", hold)
-	wantCode(t, r, actor.CodeInvalidRequest)
 	_, r = h.send("c", strings.Replace(bookCmd("c", "noscope", start, start.Add(time.Hour), "Ann"), `"v":1`, `"v":3`, 1))
 	wantCode(t, r, actor.CodeSlotTaken) // a version 3 booking without a recurrence is a booking
 }
@@ -391,4 +388,84 @@ func TestSeriesMirrored(t *testing.T) {
 	if strings.Join(ops, " ") != strings.Join(want, " ") {
 		t.Fatalf("mirror operations\n%v\nwant\n%v", ops, want)
 	}
+}
+
+// holdSeriesCmd is seriesCmd for a hold.create with a ttl.
+func holdSeriesCmd(cal, req string, start time.Time, ttl int, recurrence string) string {
+	return strings.Replace(seriesCmd(cal, req, start, start.Add(time.Hour), "Hal", recurrence, fmt.Sprintf(`,"ttl_seconds":%d`, ttl)),
+		"booking.create", "hold.create", 1)
+}
+
+// TestHeldSeries: a series of holds holds every occurrence or none; a
+// confirm or release naming any of them settles all of them together;
+// once they expired, a confirm is refused, and a confirmed series cannot
+// be released.
+func TestHeldSeries(t *testing.T) {
+	h := newHarness(t)
+	h.send("g", linkedUpsertCmd("g", "u", "team@example.com", false))
+	start := time.Date(2026, 4, 1, 10, 0, 0, 0, time.UTC)
+	hold := func(id string) string {
+		return fmt.Sprintf(`{"v":1,"type":"hold.confirm","request_id":"c-%s","calendar_id":"g","booking_id":%q}`, id, id)
+	}
+	release := func(id string) string {
+		return fmt.Sprintf(`{"v":1,"type":"hold.release","request_id":"r-%s","calendar_id":"g","booking_id":%q}`, id, id)
+	}
+
+	_, r := h.send("g", holdSeriesCmd("g", "hs", start, 600, `{"freq":"daily","count":3}`))
+	wantCode(t, r, "")
+	if r.Booking.Status != data.StatusHeld || r.Booking.ExpiresAt == nil || len(r.Occurrences) != 3 || r.Occurrences[2].Status != data.StatusHeld {
+		t.Fatalf("held series: %+v", r)
+	}
+	// Held: the intervals are taken (capacity 3 on this calendar, so
+	// three more holds fill the first day).
+	for i := range 2 {
+		h.send("g", bookCmd("g", fmt.Sprint("fill", i), start, start.Add(time.Hour), "Ann"))
+	}
+	_, r = h.send("g", bookCmd("g", "over", start, start.Add(time.Hour), "Bob"))
+	wantCode(t, r, actor.CodeSlotTaken)
+
+	_, r = h.send("g", hold(occurrenceID("g", "hs", 1)))
+	wantCode(t, r, "")
+	if r.Booking.ID != occurrenceID("g", "hs", 1) || len(r.Occurrences) != 3 {
+		t.Fatalf("confirm: %+v", r)
+	}
+	for _, o := range r.Occurrences {
+		if o.Status != data.StatusConfirmed {
+			t.Fatalf("occurrence %d %s after the confirm", o.Index, o.Status)
+		}
+	}
+	_, r = h.send("g", release(occurrenceID("g", "hs", 0)))
+	wantCode(t, r, actor.CodeHoldConfirmed)
+	var creates int
+	h.view(func(tx *data.Tx) {
+		got, err := tx.PendingSync("g", 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range got {
+			if e.Op == data.SyncCreate && e.Booking.SeriesID == actor.BookingID("g", "hs") {
+				creates++
+			}
+		}
+	})
+	if creates != 3 {
+		t.Fatalf("%d occurrences mirrored once confirmed, want 3", creates)
+	}
+
+	later := start.AddDate(0, 0, 10)
+	_, r = h.send("g", holdSeriesCmd("g", "hr", later, 600, `{"freq":"weekly","count":2}`))
+	wantCode(t, r, "")
+	_, r = h.send("g", release(occurrenceID("g", "hr", 1)))
+	wantCode(t, r, "")
+	if len(r.Occurrences) != 2 || r.Occurrences[0].Status != data.StatusReleased {
+		t.Fatalf("release: %+v", r)
+	}
+	_, r = h.send("g", hold(occurrenceID("g", "hr", 0)))
+	wantCode(t, r, actor.CodeHoldNotFound)
+
+	_, r = h.send("g", holdSeriesCmd("g", "he", later.Add(3*time.Hour), 60, `{"freq":"daily","count":2}`))
+	wantCode(t, r, "")
+	h.sendAt("g", bookCmd("g", "tick", later.Add(8*time.Hour), later.Add(9*time.Hour), "Tim"), t0.Add(time.Hour))
+	_, r = h.sendAt("g", hold(occurrenceID("g", "he", 0)), t0.Add(time.Hour+time.Second))
+	wantCode(t, r, actor.CodeHoldExpired)
 }

@@ -94,8 +94,8 @@ func TestSeriesOverHTTP(t *testing.T) {
 }
 
 // TestWriteBodiesRefuseUnknownMembers: a member a write does not define is
-// refused with the member named, never dropped; a recurrence on a hold is
-// refused, as are malformed recurrences.
+// refused with the member named, never dropped, as are malformed
+// recurrences.
 func TestWriteBodiesRefuseUnknownMembers(t *testing.T) {
 	h := start(t, "", options{})
 	h.createCalendar("c", "UTC")
@@ -117,7 +117,6 @@ func TestWriteBodiesRefuseUnknownMembers(t *testing.T) {
 		{"/v1/calendars/c/bookings", base(map[string]any{"recurrence": map[string]any{"freq": "hourly", "count": 2}}), "recurrence.freq"},
 		{"/v1/calendars/c/bookings", base(map[string]any{"recurrence": "daily"}), "recurrence"},
 		{"/v1/calendars/c/bookings", base(map[string]any{"on_conflict": "skip"}), "on_conflict"},
-		{"/v1/calendars/c/holds", base(map[string]any{"recurrence": map[string]any{"freq": "daily", "count": 2}}), "recurrence"},
 		{"/v1/calendars/c/holds", base(map[string]any{"seats": 2}), "seats"},
 	} {
 		r := h.do("POST", tc.path, tc.body)
@@ -139,5 +138,35 @@ func TestWriteBodiesRefuseUnknownMembers(t *testing.T) {
 		"end": at.Add(3 * time.Hour).Format(time.RFC3339), "notify": true})
 	if r.Status != http.StatusBadRequest || !strings.Contains(string(r.Body), `"notify"`) {
 		t.Errorf("reschedule with an unknown member: %d %s", r.Status, r.Body)
+	}
+}
+
+// TestHeldSeriesOverHTTP: a hold with a recurrence holds every occurrence;
+// confirming the hold answered confirms them all.
+func TestHeldSeriesOverHTTP(t *testing.T) {
+	h := start(t, "", options{})
+	h.createCalendar("c", "UTC")
+	at := time.Date(2027, 6, 7, 9, 0, 0, 0, time.UTC)
+	r := h.do("POST", "/v1/calendars/c/holds", map[string]any{"start": at.Format(time.RFC3339), "end": at.Add(time.Hour).Format(time.RFC3339),
+		"customer": "Hal", "ttl": "10m", "recurrence": map[string]any{"freq": "weekly", "count": 3}})
+	h.mustStatus(r, http.StatusCreated)
+	var held struct {
+		seriesAnswer
+		HoldSecret string `json:"hold_secret"`
+	}
+	r.json(t, &held)
+	if held.Status != "held" || held.HoldSecret == "" || len(held.Occurrences) != 3 {
+		t.Fatalf("held series: %s", r.Body)
+	}
+	r = h.do("POST", "/v1/calendars/c/holds/"+held.ID+"/confirm", nil)
+	h.mustStatus(r, http.StatusOK)
+	var a seriesAnswer
+	r.json(t, &a)
+	if a.Status != "confirmed" || len(a.Occurrences) != 3 || a.Occurrences[2].Status != "confirmed" {
+		t.Fatalf("confirm: %s", r.Body)
+	}
+	list := h.do("GET", "/v1/calendars/c/bookings?from=2027-06-01T00:00:00Z&to=2027-07-01T00:00:00Z", nil)
+	if n := strings.Count(string(list.Body), `"status":"confirmed"`); n != 3 {
+		t.Fatalf("%d confirmed bookings listed: %s", n, list.Body)
 	}
 }
