@@ -22,6 +22,47 @@ type availabilityResponse struct {
 	Slots      []actor.BookableStart `json:"slots"`
 }
 
+// availabilityQuery is the parameters of an availability query.
+type availabilityQuery struct {
+	from, to       time.Time
+	duration, step time.Duration
+}
+
+// parseAvailabilityQuery reads from, to, duration and step, as every
+// availability route takes them.
+func parseAvailabilityQuery(c *fiber.Ctx) (q availabilityQuery, err error) {
+	var bad []actor.FieldError
+	var fe *actor.FieldError
+	if q.from, fe = parseTime("from", c.Query("from")); fe != nil {
+		bad = append(bad, *fe)
+	}
+	if q.to, fe = parseTime("to", c.Query("to")); fe != nil {
+		bad = append(bad, *fe)
+	}
+	q.duration, err = time.ParseDuration(c.Query("duration"))
+	if d := q.duration; err != nil || d <= 0 || d > actor.MaxBookingDuration || d%time.Minute != 0 {
+		bad = append(bad, actor.FieldError{Field: "duration", Message: "must be a whole number of minutes up to 168h, e.g. 30m or 1h30m"})
+	}
+	if v := c.Query("step"); v != "" {
+		q.step, err = time.ParseDuration(v)
+		if err != nil || q.step < time.Minute || q.step > 24*time.Hour || q.step%time.Minute != 0 {
+			bad = append(bad, actor.FieldError{Field: "step", Message: "must be whole minutes from 1m to 24h"})
+		}
+	}
+	if len(bad) == 0 {
+		switch {
+		case !q.to.After(q.from):
+			bad = append(bad, actor.FieldError{Field: "to", Message: "must be after from"})
+		case q.to.Sub(q.from) > actor.MaxAvailabilityRange:
+			bad = append(bad, actor.FieldError{Field: "to", Message: "the range may span at most 62 days"})
+		}
+	}
+	if len(bad) > 0 {
+		return q, invalid(bad...)
+	}
+	return q, nil
+}
+
 // availability lists the bookable starts of a duration in [from, to), as
 // the writer would decide them right now.
 func (s *Server) availability(c *fiber.Ctx) error {
@@ -29,37 +70,11 @@ func (s *Server) availability(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	var bad []actor.FieldError
-	from, fe := parseTime("from", c.Query("from"))
-	if fe != nil {
-		bad = append(bad, *fe)
+	q, err := parseAvailabilityQuery(c)
+	if err != nil {
+		return err
 	}
-	to, fe := parseTime("to", c.Query("to"))
-	if fe != nil {
-		bad = append(bad, *fe)
-	}
-	d, err := time.ParseDuration(c.Query("duration"))
-	if err != nil || d <= 0 || d > actor.MaxBookingDuration || d%time.Minute != 0 {
-		bad = append(bad, actor.FieldError{Field: "duration", Message: "must be a whole number of minutes up to 168h, e.g. 30m or 1h30m"})
-	}
-	step := time.Duration(0)
-	if v := c.Query("step"); v != "" {
-		step, err = time.ParseDuration(v)
-		if err != nil || step < time.Minute || step > 24*time.Hour || step%time.Minute != 0 {
-			bad = append(bad, actor.FieldError{Field: "step", Message: "must be whole minutes from 1m to 24h"})
-		}
-	}
-	if len(bad) == 0 {
-		switch {
-		case !to.After(from):
-			bad = append(bad, actor.FieldError{Field: "to", Message: "must be after from"})
-		case to.Sub(from) > actor.MaxAvailabilityRange:
-			bad = append(bad, actor.FieldError{Field: "to", Message: "the range may span at most 62 days"})
-		}
-	}
-	if len(bad) > 0 {
-		return invalid(bad...)
-	}
+	from, to, d, step := q.from, q.to, q.duration, q.step
 	if err := s.syncRead(c, cal); err != nil {
 		return err
 	}
