@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -124,6 +125,11 @@ func TestPowerLossKeepsEveryAnswer(t *testing.T) {
 	if totals.overlaps > 0 {
 		t.Errorf("%d overlapping bookings", totals.overlaps)
 	}
+	t.Logf("series booked: %d; cancels from an occurrence on: %d", w.seriesBooked.Load(), w.followingCancelled.Load())
+	if w.seriesBooked.Load() == 0 || w.followingCancelled.Load() == 0 {
+		t.Errorf("the load booked %d series and cancelled from an occurrence on %d times: it must do both",
+			w.seriesBooked.Load(), w.followingCancelled.Load())
+	}
 }
 
 func envOr(name, def string) string {
@@ -232,9 +238,15 @@ type powerWorld struct {
 	bookings map[string]*expected // booking id -> what the last answer said
 	keyed    []*keyedAnswer
 	byOwner  map[int][]string
+	// series lists the occurrences of each series booked, by index, under
+	// each occurrence's id (skipped ones are absent).
+	series map[string][]string
 
 	answers  atomic.Int64
 	inFlight atomic.Int64
+	// seriesBooked and followingCancelled count the series answered 201
+	// and the cancels with scope following answered 200.
+	seriesBooked, followingCancelled atomic.Int64
 	// mismatches are live retries of a keyed request that got another
 	// answer than the first.
 	mismatches []string
@@ -249,6 +261,7 @@ func newPowerWorld(mode string) *powerWorld {
 		http:     &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 128}},
 		bookings: map[string]*expected{},
 		byOwner:  map[int][]string{},
+		series:   map[string][]string{},
 	}
 }
 
@@ -481,6 +494,14 @@ func (w *powerWorld) client(l *powerLoad, rng *rand.Rand, c, cut int) {
 			w.reschedule(mine[rng.IntN(len(mine))], rng)
 		case op < 32 && keyed != nil:
 			w.retry(keyed)
+		case op < 36 && len(mine) > 0:
+			w.cancelFollowing(mine[rng.IntN(len(mine))])
+		case op < 44:
+			key := ""
+			if rng.IntN(2) == 0 {
+				key = fmt.Sprintf("pls-%d-%d-%d", cut, c, n)
+			}
+			w.bookSeries(powerCalendars[rng.IntN(len(powerCalendars))], key, c, rng)
 		default:
 			key := ""
 			if rng.IntN(2) == 0 {
@@ -513,6 +534,88 @@ func (w *powerWorld) book(cal, key string, owner int, rng *rand.Rand) {
 				w.bookings[bk.ID] = &expected{cal: cal, start: bk.Start, end: bk.End, owner: owner}
 				w.byOwner[owner] = append(w.byOwner[owner], bk.ID)
 			}
+		}
+	}
+}
+
+// bookSeries books a daily series of 2 to 4 occurrences, all or none, or
+// the free ones.
+func (w *powerWorld) bookSeries(cal, key string, owner int, rng *rand.Rand) {
+	start, end := powerSlot(rng)
+	onConflict := [2]string{"fail", "skip"}[rng.IntN(2)]
+	body := fmt.Sprintf(`{"start":%q,"end":%q,"customer":"client-%d","recurrence":{"freq":"daily","count":%d},"on_conflict":%q}`,
+		start.Format(time.RFC3339), end.Format(time.RFC3339), owner, 2+rng.IntN(3), onConflict)
+	w.inFlight.Add(1)
+	st, b, err := w.do("POST", "/v1/calendars/"+cal+"/bookings", key, body)
+	w.inFlight.Add(-1)
+	if err != nil || st >= 500 || st == 202 {
+		return
+	}
+	w.answers.Add(1)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if key != "" {
+		w.keyed = append(w.keyed, &keyedAnswer{cal: cal, key: key, body: body, status: st, reply: b})
+	}
+	var a struct {
+		Occurrences []struct {
+			Start     time.Time `json:"start"`
+			End       time.Time `json:"end"`
+			Status    string    `json:"status"`
+			BookingID string    `json:"booking_id"`
+		} `json:"occurrences"`
+	}
+	if st != 201 || json.Unmarshal(b, &a) != nil {
+		return
+	}
+	w.seriesBooked.Add(1)
+	var ids []string
+	for _, o := range a.Occurrences {
+		if o.Status != "confirmed" {
+			continue
+		}
+		ids = append(ids, o.BookingID)
+		if _, seen := w.bookings[o.BookingID]; !seen {
+			w.bookings[o.BookingID] = &expected{cal: cal, start: o.Start, end: o.End, owner: owner}
+			w.byOwner[owner] = append(w.byOwner[owner], o.BookingID)
+		}
+	}
+	for _, id := range ids {
+		w.series[id] = ids
+	}
+}
+
+// cancelFollowing cancels an occurrence of a series and the later ones.
+func (w *powerWorld) cancelFollowing(id string) {
+	w.mu.Lock()
+	e, occ := w.bookings[id], w.series[id]
+	from := slices.Index(occ, id)
+	if e == nil || from < 0 {
+		w.mu.Unlock()
+		return
+	}
+	for _, o := range occ[from:] {
+		if oe := w.bookings[o]; oe != nil {
+			oe.uncertain = true
+		}
+	}
+	w.mu.Unlock()
+	w.inFlight.Add(1)
+	st, b, err := w.do("DELETE", "/v1/calendars/"+e.cal+"/bookings/"+id+"?scope=following", "", "")
+	w.inFlight.Add(-1)
+	var a struct {
+		Occurrences []answeredBooking `json:"occurrences"`
+	}
+	if err != nil || st != 200 || json.Unmarshal(b, &a) != nil {
+		return
+	}
+	w.answers.Add(1)
+	w.followingCancelled.Add(1)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, o := range occ[from:] {
+		if oe := w.bookings[o]; oe != nil {
+			oe.cancelled, oe.uncertain = true, false
 		}
 	}
 }
