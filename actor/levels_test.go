@@ -44,13 +44,14 @@ type oldLogGolden struct {
 	Digest  string            `json:"digest"`
 }
 
-func readOldLog(t *testing.T) ([]actor.Input, []string, oldLogGolden) {
+// readOldLog reads testdata/<name>.log.json and testdata/<name>.golden.json.
+func readOldLog(t *testing.T, name string) ([]actor.Input, []string, oldLogGolden) {
 	t.Helper()
 	var (
 		entries []oldLogEntry
 		golden  oldLogGolden
 	)
-	for name, v := range map[string]any{"testdata/rules-level-1.log.json": &entries, "testdata/rules-level-1.golden.json": &golden} {
+	for name, v := range map[string]any{"testdata/" + name + ".log.json": &entries, "testdata/" + name + ".golden.json": &golden} {
 		b, err := os.ReadFile(name)
 		if err != nil {
 			t.Fatal(err)
@@ -76,7 +77,7 @@ func totalOf(t *testing.T, s *data.Store) string { t.Helper(); return digestOf(t
 // the strict rules. However the log is cut into batches, live or as a
 // replay, the index is the same.
 func TestOldLogDecidedAsBefore(t *testing.T) {
-	ins, notes, golden := readOldLog(t)
+	ins, notes, golden := readOldLog(t, "rules-level-1")
 	marker := golden.HeldAt
 	if marker == 0 || golden.Applied != marker-1 {
 		t.Fatalf("golden: held at %d, applied %d", marker, golden.Applied)

@@ -1,9 +1,7 @@
 package actor_test
 
 import (
-	"encoding/json"
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -304,23 +302,7 @@ func TestSeriesReplayEqualsLive(t *testing.T) {
 // build before version 3 did, byte for byte, up to the series; then it
 // decides the series, and a replay in one batch gives the same index.
 func TestOldLogSeriesDecidedAsBefore(t *testing.T) {
-	var (
-		entries []oldLogEntry
-		golden  oldLogGolden
-	)
-	for name, v := range map[string]any{"testdata/series-v3.log.json": &entries, "testdata/series-v3.golden.json": &golden} {
-		b, err := os.ReadFile(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := json.Unmarshal(b, v); err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-	}
-	ins := make([]actor.Input, len(entries))
-	for i, e := range entries {
-		ins[i] = actor.Input{Seq: e.Seq, At: e.At, SubjectCalendar: e.Subject, Schema: e.Schema, Data: e.Data}
-	}
+	ins, notes, golden := readOldLog(t, "series-v3")
 	held := golden.HeldAt
 	if held == 0 || golden.Applied != held-1 || len(golden.Replies) < int(held-2) {
 		t.Fatalf("golden: held at %d, applied %d, %d replies", held, golden.Applied, len(golden.Replies))
@@ -334,10 +316,10 @@ func TestOldLogSeriesDecidedAsBefore(t *testing.T) {
 		}
 		out := applyInputs(t, s, 0, in)[0]
 		if out.Held {
-			t.Fatalf("seq %d (%s) held", in.Seq, entries[in.Seq-1].Note)
+			t.Fatalf("seq %d (%s) held", in.Seq, notes[in.Seq-1])
 		}
 		if want, ok := golden.Replies[strconv.FormatUint(in.Seq, 10)]; ok && string(out.Reply) != want {
-			t.Errorf("seq %d (%s):\n got %s\nwant %s (build %s)", in.Seq, entries[in.Seq-1].Note, out.Reply, want, golden.Build)
+			t.Errorf("seq %d (%s):\n got %s\nwant %s (build %s)", in.Seq, notes[in.Seq-1], out.Reply, want, golden.Build)
 		}
 		if in.Seq == held {
 			r := decodeReply(t, out.Reply)
