@@ -424,7 +424,7 @@ func (c *Command) validate(strict bool) []FieldError {
 	if c.V < SeriesSchemaVersion {
 		c.dropSeriesFields()
 	} else {
-		errs = append(errs, c.validateSeries(strict)...)
+		errs = append(errs, c.validateSeries()...)
 	}
 	if c.RecordTTLSeconds < 0 || c.RecordTTLSeconds > MaxRecordTTLSeconds {
 		add("record_ttl_seconds", fmt.Sprintf("must be from 0 (keep the record forever) to %d seconds", MaxRecordTTLSeconds))

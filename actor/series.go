@@ -149,7 +149,7 @@ func (c *Command) dropSeriesFields() {
 }
 
 // validateSeries checks the members of version 3 (and normalises them).
-func (c *Command) validateSeries(strict bool) []FieldError {
+func (c *Command) validateSeries() []FieldError {
 	var errs []FieldError
 	add := func(f, m string) { errs = append(errs, FieldError{Field: f, Message: m}) }
 	if c.Scope != "" && (c.Type != TypeBookingCancel || c.Scope != ScopeFollowing) {
@@ -192,6 +192,10 @@ func (c *Command) validateSeries(strict bool) []FieldError {
 		add("recurrence", "needs exactly one of count and until")
 	case r.Count < 0 || r.Count > MaxOccurrences:
 		add("recurrence.count", fmt.Sprintf("must be from 1 to %d", MaxOccurrences))
+	case r.Count > 0:
+		if r.Interval >= 1 && b.Start.AddDate(0, 0, (r.Count-1)*r.Interval*days).Year() > MaxYear {
+			add("recurrence.count", fmt.Sprintf("makes occurrences after year %d", MaxYear))
+		}
 	case r.Count == 0:
 		var ends []FieldError
 		until := r.Until
@@ -329,11 +333,16 @@ func createSeries(tx *data.Tx, d *Decoded) (Reply, error) {
 		r.Details = []FieldError{{Field: "recurrence", Message: fmt.Sprintf("must make from 1 to %d occurrences", MaxOccurrences)}}
 		return r, nil
 	}
+	// The request id made something before (its record expired) when a
+	// booking has the series' id or an occurrence's.
+	seriesID := BookingID(cal.ID, d.Cmd.RequestID)
 	ids := make([]string, len(occ))
 	for i := range occ {
 		ids[i] = BookingID(cal.ID, data.OccurrenceRequestID(d.Cmd.RequestID, i))
-		if tx.BookingExists(cal.ID, ids[i]) {
-			return d.reject(CodeIdempotencyKeyReused, "this request id (idempotency key) was already used: its record has expired, the series it made remains"), nil
+	}
+	for _, id := range append([]string{seriesID}, ids...) {
+		if tx.BookingExists(cal.ID, id) {
+			return d.reject(CodeIdempotencyKeyReused, "this request id (idempotency key) was already used: its record has expired, what it made remains"), nil
 		}
 	}
 	skip := spec.OnConflict == OnConflictSkip
@@ -368,7 +377,6 @@ func createSeries(tx *data.Tx, d *Decoded) (Reply, error) {
 		r.Occurrences = out
 		return r, nil
 	}
-	seriesID := BookingID(cal.ID, d.Cmd.RequestID)
 	var first *data.Booking
 	for i := range out {
 		if out[i].BookingID == "" {

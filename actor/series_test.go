@@ -240,6 +240,7 @@ func TestSeriesValidation(t *testing.T) {
 		`{"freq":"daily","until":"2026-03-01T00:00:00Z"}`:           "recurrence.until",
 		`{"freq":"daily","until":"2028-01-01T00:00:00Z"}`:           "recurrence.until",
 		`"daily"`: "recurrence",
+		`{"freq":"weekly","interval":52,"count":366}`: "recurrence.count",
 	} {
 		_, r := h.send("c", seriesCmd("c", "v", start, start.Add(time.Hour), "Sam", rec, ""))
 		wantCode(t, r, actor.CodeInvalidRequest)
