@@ -216,3 +216,39 @@ func TestClusterNewerSchemaStopsEveryInstance(t *testing.T) {
 		}
 	}
 }
+
+// TestImporterPublishesASeries: a series written by hand as an importer
+// would (docs/protocol.md, "Series"), with its Bookline-Schema header, is
+// decided on a single instance: every occurrence booked, answered on the
+// importer's reply subject.
+func TestImporterPublishesASeries(t *testing.T) {
+	n := startNode(t, t.TempDir(), nil)
+	const cal = "imported-series"
+	submit(t, n, upsert(cal))
+	inbox := nats.NewInbox()
+	replies, err := n.Conn().SubscribeSync(inbox + ".*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := []byte(`{"v":3,"type":"booking.create","request_id":"imp.weekly","calendar_id":"imported-series",` +
+		`"booking":{"start":"2027-05-03T08:00:00Z","end":"2027-05-03T09:00:00Z","customer":"Team","recurrence":{"freq":"weekly","count":4}}}`)
+	publishRaw(t, n.JetStream(), cal, body, actor.SeriesSchemaVersion, inbox+".series")
+	m, err := replies.NextMsg(20 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := actor.UnmarshalReply(m.Data)
+	if err != nil || r.Outcome != actor.OutcomeAccepted || len(r.Occurrences) != 4 || r.Booking.SeriesID != actor.BookingID(cal, "imp.weekly") {
+		t.Fatalf("series answered %s (%v)", m.Data, err)
+	}
+	if err := n.Store().View(func(tx *data.Tx) error {
+		for _, o := range r.Occurrences {
+			if b, err := tx.Booking(cal, o.BookingID); err != nil || b.Status != data.StatusConfirmed {
+				return fmt.Errorf("occurrence %d: %+v %v", o.Index, b, err)
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
