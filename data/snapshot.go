@@ -14,9 +14,9 @@ import (
 	bolt "go.etcd.io/bbolt"
 )
 
-// Snapshots of the index: a consistent copy of the whole file, written in
-// one read transaction (bbolt's Tx.WriteTo), with what a restore needs to
-// know about it. A read transaction does not stop the writers; the one
+// Snapshots of the index: a consistent copy, written in one read
+// transaction (compacted, compact.go, or the whole file by bbolt's
+// Tx.WriteTo), with what a restore needs to know about it. A read transaction does not stop the writers; the one
 // thing in bbolt that waits for open readers is a remap of the file, which
 // the index's initial mapping (initialMmapSize) keeps off the path until
 // the file is that large.

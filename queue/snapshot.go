@@ -74,6 +74,11 @@ type SnapshotConfig struct {
 	// snapshot covers, so they need snapshots.
 	StreamMaxAge   time.Duration
 	StreamMaxBytes int64
+	// Uncompacted copies the index file page by page (bbolt's WriteTo)
+	// instead of writing a compacted copy of its live keys
+	// (data.Store.WriteCompactSnapshot): faster to take, as large as the
+	// file, free pages of past churn included.
+	Uncompacted bool
 	// TrimGrace keeps the commands stored this recently even when a
 	// snapshot covers them (default DefaultTrimGrace): in cluster mode
 	// the instances that do not own a partition follow it a few seconds
@@ -382,7 +387,11 @@ func (s *snapshotter) write(ctx context.Context) (SnapshotInfo, string, error) {
 		return SnapshotInfo{}, path, err
 	}
 	at := time.Now()
-	st, err := s.n.store.WriteSnapshot(w)
+	write := s.n.store.WriteCompactSnapshot
+	if s.cfg.Uncompacted {
+		write = s.n.store.WriteSnapshot
+	}
+	st, err := write(w)
 	if err == nil {
 		err = w.Close()
 	}

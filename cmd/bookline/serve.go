@@ -77,6 +77,7 @@ type serveConfig struct {
 	snapshotInterval time.Duration
 	snapshotEvery    uint64
 	snapshotKeep     int
+	snapshotCompact  bool
 	streamMaxAge     time.Duration
 	streamMaxBytes   memoryLimit
 	streamTrimGrace  time.Duration
@@ -298,7 +299,7 @@ func (c *serveConfig) nodeConfig(n nodeSetup) queue.NodeConfig {
 
 		InternalRecordRetention: c.keylessRetention,
 
-		Snapshots: queue.SnapshotConfig{Every: c.snapshotEvery, Interval: c.snapshotInterval, Keep: c.snapshotKeep,
+		Snapshots: queue.SnapshotConfig{Every: c.snapshotEvery, Interval: c.snapshotInterval, Keep: c.snapshotKeep, Uncompacted: !c.snapshotCompact,
 			StreamMaxAge: c.streamMaxAge, StreamMaxBytes: c.streamMaxBytes.bytes, TrimGrace: c.streamTrimGrace},
 		SnapshotTaken: n.metrics.SnapshotTaken,
 		EventsMaxAge:  eventsMaxAge(c.eventsMaxAge),
@@ -403,6 +404,7 @@ func (c *serveConfig) defineFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.snapshotInterval, "snapshot-interval", time.Hour, "take an index snapshot (to the NATS object store BOOKLINE_SNAPSHOTS) once the newest is this old and commands came since (0 = not by age); a new instance or a lost index restores the newest and applies only the stream after it")
 	fs.Uint64Var(&c.snapshotEvery, "snapshot-every", 1_000_000, "take an index snapshot once the command stream has this many messages more than the newest snapshot covers (0 = not by count); with --snapshot-interval 0 too, no periodic snapshots")
 	fs.IntVar(&c.snapshotKeep, "snapshot-keep", queue.DefaultSnapshotKeep, "how many of the newest index snapshots are kept; older ones are deleted after each snapshot")
+	fs.BoolVar(&c.snapshotCompact, "snapshot-compact", true, "write snapshots as a compacted copy of the index's live keys (its size follows the live data, not past churn; about ten times the CPU of a page copy); false copies the file page by page")
 	fs.DurationVar(&c.streamMaxAge, "stream-max-age", 0, "bound the command stream: remove commands older than this, but only below what the oldest kept snapshot covers (needs snapshots; 0 = keep all)")
 	fs.Var(&c.streamMaxBytes, "stream-max-bytes", "bound the command stream's size (units B, KiB, MiB, GiB), removing the oldest commands only below what the oldest kept snapshot covers (needs snapshots; at least 1MiB; 0 = no bound)")
 	fs.DurationVar(&c.streamTrimGrace, "stream-trim-grace", queue.DefaultTrimGrace, "with a bounded stream: commands stored this recently are never trimmed, even under a snapshot (instances that do not own a partition follow it a few seconds behind)")
