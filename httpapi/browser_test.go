@@ -11,13 +11,16 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/chromedp/cdproto/emulation"
+	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
 
 	"github.com/bookline/bookline/httpapi"
 )
@@ -519,9 +522,12 @@ func TestBookingPageExpiredHold(t *testing.T) {
 // (make screenshot).
 func TestBookingPageAccessibleAndPhone(t *testing.T) {
 	h := pageHarness(t)
-	h.putCalendar("clinic", map[string]any{"name": "Dr. Weber", "timezone": "Europe/Berlin", "slot_step_minutes": 30,
-		"allowed_durations_minutes": []int{30, 60}, "weekly_hours": allWeek("09:00", "17:00")})
 	day := futureDay()
+	// Two closed days, for the month view (and the picture) to show some.
+	closed := []map[string]any{{"date": day.AddDate(0, 0, 1).Format(time.DateOnly), "closed": true},
+		{"date": day.AddDate(0, 0, 2).Format(time.DateOnly), "closed": true}}
+	h.putCalendar("clinic", map[string]any{"name": "Dr. Weber", "timezone": "Europe/Berlin", "slot_step_minutes": 30,
+		"allowed_durations_minutes": []int{30, 60}, "weekly_hours": allWeek("09:00", "17:00"), "date_overrides": closed})
 	ctx := newVisitor(t, newBrowser(t), "Europe/Berlin")
 	run(t, ctx, "open the page",
 		chromedp.Navigate(h.pageURL("clinic", day)),
@@ -532,6 +538,21 @@ func TestBookingPageAccessibleAndPhone(t *testing.T) {
 	live := get(t, ctx, "live regions", chromedp.Evaluate[int](`document.querySelectorAll('bookline-booking [aria-live], bookline-booking [role=alert]').length`))
 	if len(unlabelled) > 0 || live < 2 {
 		t.Errorf("unlabelled controls %v, %d live regions", unlabelled, live)
+	}
+	// The month view: a grid named by its month, every day and button
+	// named, one day reached by Tab.
+	run(t, ctx, "month view", settled())
+	grid := get(t, ctx, "the month grid", chromedp.Evaluate[string](`(() => {
+		const g = document.querySelector('bookline-booking [role=grid]');
+		const name = g && document.getElementById(g.getAttribute('aria-labelledby'));
+		const unnamed = [...document.querySelectorAll('bookline-booking button')].filter(b => !(b.getAttribute('aria-label') || b.textContent.trim()));
+		const days = [...document.querySelectorAll('.bl-cal-day')];
+		return (name ? name.textContent : 'no grid') + (unnamed.length ? ', unnamed buttons' : '') +
+			(days.every(b => b.getAttribute('aria-label')) ? '' : ', unlabelled days') +
+			(days.filter(b => b.tabIndex === 0).length === 1 ? '' : ', not one day to Tab to');
+	})()`))
+	if grid != day.Format("January 2006") {
+		t.Errorf("month grid: %q", grid)
 	}
 	run(t, ctx, "phone screen",
 		chromedp.EmulateViewport(375, 740, chromedp.EmulateScale(2), chromedp.EmulateMobile),
@@ -556,5 +577,360 @@ func TestBookingPageAccessibleAndPhone(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Logf("wrote %s (%d bytes)", out, len(png))
+	}
+}
+
+// openURL is the page's link without ?date=: it opens on the first day
+// with free times.
+func (h *harness) openURL(cal string) string {
+	return h.URL + "/book/" + cal + "?key=" + url.QueryEscape(pageKey)
+}
+
+// localDate is the date of t in loc, as the page names days.
+func localDate(t time.Time, loc *time.Location) string { return t.In(loc).Format(time.DateOnly) }
+
+// freeDays is what the availability API says: the dates in loc with a
+// free start of d in [from, to), asked in pieces the API accepts.
+func (h *harness) freeDays(cal string, loc *time.Location, from, to time.Time, d time.Duration) map[string]bool {
+	h.t.Helper()
+	days := map[string]bool{}
+	for a := from; a.Before(to); a = a.Add(30 * 24 * time.Hour) {
+		b := a.Add(30 * 24 * time.Hour)
+		if b.After(to) {
+			b = to
+		}
+		r := h.do("GET", fmt.Sprintf("/v1/calendars/%s/availability?from=%s&to=%s&duration=%s", cal,
+			a.UTC().Format(time.RFC3339), b.UTC().Format(time.RFC3339), d), nil, bearer(adminKey)...)
+		h.mustStatus(r, http.StatusOK)
+		var out struct {
+			Slots []struct{ Start time.Time } `json:"slots"`
+		}
+		r.json(h.t, &out)
+		for _, s := range out.Slots {
+			days[localDate(s.Start, loc)] = true
+		}
+	}
+	return days
+}
+
+// recordFetches makes the visitor's tab keep the URL of every fetch the
+// page makes (window.blFetches), from the next page loaded on.
+func recordFetches(t *testing.T, ctx context.Context) {
+	t.Helper()
+	_, err := chromedp.Call(ctx, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{Source: `
+		window.blFetches = [];
+		const realFetch = window.fetch;
+		window.fetch = function (u) { window.blFetches.push(String(u)); return realFetch.apply(this, arguments); };`})
+	if err != nil {
+		t.Fatalf("record fetches: %v", err)
+	}
+}
+
+// availabilityQueries are the distinct availability queries the page
+// made, as [from, to) ranges, in order.
+func availabilityQueries(t *testing.T, ctx context.Context) [][2]time.Time {
+	t.Helper()
+	urls := get(t, ctx, "the page's fetches", chromedp.Evaluate[[]string](`window.blFetches`))
+	var out [][2]time.Time
+	seen := map[string]bool{}
+	for _, u := range urls {
+		p, err := url.Parse(u)
+		if err != nil || !strings.HasSuffix(p.Path, "/availability") || seen[u] {
+			continue // a retry after 429 asks the same again
+		}
+		seen[u] = true
+		from, err1 := time.Parse(time.RFC3339, p.Query().Get("from"))
+		to, err2 := time.Parse(time.RFC3339, p.Query().Get("to"))
+		if err1 != nil || err2 != nil {
+			t.Fatalf("availability query %s", u)
+		}
+		out = append(out, [2]time.Time{from, to})
+	}
+	return out
+}
+
+// monthView is what the month grid shows.
+type monthView struct {
+	Title              string
+	PrevOff, NextOff   bool
+	Days, Free, Marked []string // every day; not aria-disabled; styled free
+	Labels             []string
+	Selected           string // the date of the chosen day, "" if none
+	Tabbable           int    // days the Tab key reaches
+}
+
+func readMonth(t *testing.T, ctx context.Context) monthView {
+	t.Helper()
+	return get(t, ctx, "read the month view", chromedp.Evaluate[monthView](`(() => {
+		const days = [...document.querySelectorAll('.bl-cal-day')];
+		const sel = document.querySelector('td[aria-selected="true"] .bl-cal-day');
+		return {
+			Title: document.querySelector('.bl-month-title').textContent,
+			PrevOff: document.querySelector('.bl-prev').disabled,
+			NextOff: document.querySelector('.bl-next').disabled,
+			Days: days.map(b => b.dataset.date),
+			Free: days.filter(b => b.getAttribute('aria-disabled') !== 'true').map(b => b.dataset.date),
+			Marked: days.filter(b => b.classList.contains('bl-free')).map(b => b.dataset.date),
+			Labels: days.map(b => b.getAttribute('aria-label')),
+			Selected: sel ? sel.dataset.date : '',
+			Tabbable: days.filter(b => b.tabIndex === 0).length,
+		};
+	})()`))
+}
+
+// settled waits until the page has marked the month's days and listed a
+// day (or said that nothing is free): nothing is loading any more.
+func settled() chromedp.Action[chromedp.Void] {
+	return chromedp.Poll[chromedp.Void](`(() => {
+		const weeks = document.querySelector('.bl-weeks'), slots = document.querySelector('.bl-slots');
+		const days = [...document.querySelectorAll('.bl-cal-day')];
+		return !!weeks && days.length > 0 && !weeks.hasAttribute('aria-busy') && !slots.hasAttribute('aria-busy') &&
+			!days.some(b => b.getAttribute('aria-label').endsWith(', loading')) && !document.querySelector('.bl-pick').hidden;
+	})()`, chromedp.WithPollingTimeout(browserTimeout))
+}
+
+// checkMonth checks that the shown month marks exactly the days the
+// availability API gave free starts (want), and labels every day by it.
+func checkMonth(t *testing.T, v monthView, want map[string]bool) {
+	t.Helper()
+	var wantFree []string
+	for _, d := range v.Days {
+		if want[d] {
+			wantFree = append(wantFree, d)
+		}
+	}
+	if len(v.Days) < 28 || !slices.Equal(v.Free, wantFree) || !slices.Equal(v.Marked, wantFree) {
+		t.Errorf("%s: selectable %v, marked %v; the API has free times on %v", v.Title, v.Free, v.Marked, wantFree)
+	}
+	if v.Tabbable != 1 {
+		t.Errorf("%s: the Tab key reaches %d days, want one (the arrow keys move on)", v.Title, v.Tabbable)
+	}
+	for i, d := range v.Days {
+		if want[d] != strings.HasSuffix(v.Labels[i], ", free times") || (!want[d] && !strings.HasSuffix(v.Labels[i], ", no free times")) {
+			t.Errorf("%s: day %s labelled %q", v.Title, d, v.Labels[i])
+		}
+	}
+}
+
+// TestBookingPageOpensOnFirstFreeDay: a calendar closed today and
+// tomorrow (date overrides) opens, without ?date=, on the day after
+// tomorrow, chosen in the month view, with that day's times listed.
+func TestBookingPageOpensOnFirstFreeDay(t *testing.T) {
+	h := pageHarness(t)
+	berlin, _ := time.LoadLocation("Europe/Berlin")
+	now := time.Now().In(berlin)
+	y, m, d := now.Date()
+	day := func(n int) time.Time { return time.Date(y, m, d+n, 0, 0, 0, 0, berlin) }
+	h.putCalendar("clinic", map[string]any{"name": "Dr. Weber", "timezone": "Europe/Berlin", "slot_step_minutes": 60,
+		"allowed_durations_minutes": []int{60}, "weekly_hours": allWeek("09:00", "17:00"),
+		"date_overrides": []map[string]any{{"date": localDate(day(0), berlin), "closed": true}, {"date": localDate(day(1), berlin), "closed": true}}})
+	ctx := newVisitor(t, newBrowser(t), "Europe/Berlin")
+	run(t, ctx, "open the page without a date", chromedp.Navigate(h.openURL("clinic")), settled())
+
+	first := day(2)
+	var wantLocals []string
+	for hour := 9; hour < 17; hour++ {
+		wantLocals = append(wantLocals, time.Date(first.Year(), first.Month(), first.Day(), hour, 0, 0, 0, berlin).Format("2006-01-02T15:04"))
+	}
+	_, locals := slotsOf(t, ctx)
+	v := readMonth(t, ctx)
+	if v.Selected != localDate(first, berlin) || !slices.Equal(locals, wantLocals) {
+		t.Fatalf("opened on %q listing %v; want %s listing %v\npage text:\n%s", v.Selected, locals, localDate(first, berlin), wantLocals, pageText(ctx))
+	}
+	if title := textOf(t, ctx, ".bl-slots-title"); !strings.Contains(title, strconv.Itoa(first.Day())) {
+		t.Errorf("times titled %q", title)
+	}
+	for _, closed := range []time.Time{day(0), day(1)} {
+		if slices.Contains(v.Days, localDate(closed, berlin)) && slices.Contains(v.Free, localDate(closed, berlin)) {
+			t.Errorf("closed day %s is selectable", localDate(closed, berlin))
+		}
+	}
+}
+
+// TestBookingPageMonthMarks: the month view marks, month by month from
+// today to the horizon, exactly the days on which the availability API has
+// a free start; a fully booked day, a closed day and weekends are shown
+// unavailable and cannot be chosen; the months end at today and at the
+// horizon; choosing a marked day lists its times. The page asks for each
+// month once (not for each day) and every query stays within the budget.
+func TestBookingPageMonthMarks(t *testing.T) {
+	h := pageHarness(t)
+	ny, _ := time.LoadLocation("America/New_York")
+	now := time.Now().In(ny)
+	y, m, d := now.Date()
+	// The first weekday n or more days from today, and its n.
+	weekdayFrom := func(n int) (time.Time, int) {
+		for ; ; n++ {
+			if t := time.Date(y, m, d+n, 0, 0, 0, 0, ny); t.Weekday() != time.Saturday && t.Weekday() != time.Sunday {
+				return t, n
+			}
+		}
+	}
+	booked, n := weekdayFrom(3)
+	closed, _ := weekdayFrom(n + 1)
+	hours := map[string]any{"sat": []any{}, "sun": []any{}}
+	for _, wd := range []string{"mon", "tue", "wed", "thu", "fri"} {
+		hours[wd] = []map[string]string{{"start": "09:00", "end": "12:00"}}
+	}
+	const horizon = 45
+	h.putCalendar("clinic", map[string]any{"name": "Dr. Weber", "timezone": "America/New_York", "slot_step_minutes": 60,
+		"allowed_durations_minutes": []int{60}, "weekly_hours": hours, "horizon_days": horizon,
+		"date_overrides": []map[string]any{{"date": localDate(now, ny), "closed": true}, {"date": localDate(closed, ny), "closed": true}}})
+	for hour := 9; hour < 12; hour++ {
+		start := time.Date(booked.Year(), booked.Month(), booked.Day(), hour, 0, 0, 0, ny)
+		h.mustStatus(h.do("POST", "/v1/calendars/clinic/bookings", bookingBody(start, time.Hour, "Booked"), bearer(adminKey)...), http.StatusCreated)
+	}
+	want := h.freeDays("clinic", ny, now.Truncate(time.Minute), now.AddDate(0, 0, horizon+1), time.Hour)
+	if want[localDate(booked, ny)] || want[localDate(closed, ny)] || len(want) < 20 {
+		t.Fatalf("the API's free days %v", want)
+	}
+
+	ctx := newVisitor(t, newBrowser(t), "America/New_York")
+	recordFetches(t, ctx)
+	run(t, ctx, "open the page", chromedp.Navigate(h.openURL("clinic")), settled())
+	// Back to today's month, then forward month by month to the horizon.
+	for v := readMonth(t, ctx); !v.PrevOff; v = readMonth(t, ctx) {
+		run(t, ctx, "previous month", chromedp.Click(chromedp.CSS(".bl-prev")), settled())
+	}
+	lastDay := localDate(now.Add(horizon*24*time.Hour), ny)
+	var months []monthView
+	for {
+		v := readMonth(t, ctx)
+		checkMonth(t, v, want)
+		months = append(months, v)
+		if v.NextOff {
+			break
+		}
+		if len(months) > 4 {
+			t.Fatalf("more than 4 months before a %d-day horizon", horizon)
+		}
+		run(t, ctx, "next month", chromedp.Click(chromedp.CSS(".bl-next")), settled())
+	}
+	if first, last := months[0], months[len(months)-1]; !slices.Contains(first.Days, localDate(now, ny)) || !slices.Contains(last.Days, lastDay) {
+		t.Errorf("months %q..%q do not run from today (%s) to the horizon (%s)", first.Title, last.Title, localDate(now, ny), lastDay)
+	}
+
+	// The fully booked and the closed day cannot be chosen; a marked day can.
+	for _, day := range []time.Time{booked, closed} {
+		sel := chromedp.CSS(`.bl-cal-day[data-date="` + localDate(day, ny) + `"]`)
+		for readMonth(t, ctx).Title != dateTitle(day) {
+			run(t, ctx, "back to "+dateTitle(day), chromedp.Click(chromedp.CSS(".bl-prev")), settled())
+		}
+		before := readMonth(t, ctx).Selected
+		run(t, ctx, "click an unavailable day", chromedp.Click(sel), settled())
+		if v := readMonth(t, ctx); v.Selected != before || slices.Contains(v.Free, localDate(day, ny)) {
+			t.Errorf("unavailable day %s: chosen %q (before %q)", localDate(day, ny), v.Selected, before)
+		}
+	}
+	v := readMonth(t, ctx)
+	pick := v.Free[len(v.Free)-1]
+	run(t, ctx, "choose a marked day with the keyboard",
+		chromedp.Focus(chromedp.CSS(`.bl-cal-day[data-date="`+pick+`"]`)), chromedp.KeyEvent("\r"), settled(),
+		chromedp.Poll[chromedp.Void](`document.querySelector('.bl-slot') !== null`, chromedp.WithPollingTimeout(browserTimeout)))
+	_, locals := slotsOf(t, ctx)
+	if readMonth(t, ctx).Selected != pick || len(locals) == 0 || !strings.HasPrefix(locals[0], pick) {
+		t.Errorf("chose %s: listed %v", pick, locals)
+	}
+	// The arrow keys move by day; Page Up or Down by month, to the same
+	// day of the other month's grid (the last, if it is shorter).
+	focused := func() string {
+		return get(t, ctx, "the focused day", chromedp.Evaluate[string](`document.activeElement.dataset.date || document.activeElement.className`))
+	}
+	picked, _ := time.Parse(time.DateOnly, pick)
+	left := picked.AddDate(0, 0, -1)
+	run(t, ctx, "arrow left", chromedp.KeyEvent(kb.ArrowLeft), settled())
+	if f := focused(); f != left.Format(time.DateOnly) {
+		t.Errorf("ArrowLeft from %s focused %q", pick, f)
+	}
+	key, months1 := kb.PageUp, -1
+	if readMonth(t, ctx).PrevOff { // today's month: the next one is within the horizon
+		key, months1 = kb.PageDown, 1
+	}
+	other := time.Date(left.Year(), left.Month()+time.Month(months1), 1, 0, 0, 0, 0, time.UTC)
+	want1 := other.AddDate(0, 0, min(left.Day(), other.AddDate(0, 1, -1).Day())-1)
+	run(t, ctx, "page up or down", chromedp.KeyEvent(key), settled())
+	if f, v := focused(), readMonth(t, ctx); f != want1.Format(time.DateOnly) || v.Title != dateTitle(want1) {
+		t.Errorf("Page key from %s focused %q in %s, want %s", left.Format(time.DateOnly), f, v.Title, want1.Format(time.DateOnly))
+	}
+
+	// One query a month (each within the budget), one a chosen day.
+	var monthQueries, dayQueries int
+	for _, q := range availabilityQueries(t, ctx) {
+		span := q[1].Sub(q[0])
+		switch {
+		case span <= 25*time.Hour:
+			dayQueries++
+		case span <= 32*24*time.Hour && int(span/time.Hour) <= 3000:
+			monthQueries++
+		default:
+			t.Errorf("availability query %v..%v", q[0], q[1])
+		}
+	}
+	if monthQueries != len(months) || dayQueries != 2 {
+		t.Errorf("%d month queries for %d months, %d day queries for 2 days chosen", monthQueries, len(months), dayQueries)
+	}
+}
+
+// dateTitle is the month view's title of day's month (en-US).
+func dateTitle(day time.Time) string { return day.Format("January 2006") }
+
+// TestBookingPageNothingFree: a calendar with no free time before its
+// horizon (closed every day, open only on a day past the horizon) says so
+// on the page, lists no times and marks no day, within the default cost
+// budget of a publishable key (2 tokens a second, burst 40): the search
+// asks for each month up to the horizon once, and no further.
+func TestBookingPageNothingFree(t *testing.T) {
+	h := start(t, "", options{api: func(c *httpapi.Config) {
+		c.Keys = pageKeyring(t)
+		c.PageRateLimit, c.PageRateBurst = 2, 40 // bookline serve's defaults
+	}})
+	now := time.Now().UTC()
+	const horizon = 60
+	closedWeek := map[string]any{}
+	for _, wd := range []string{"mon", "tue", "wed", "thu", "fri", "sat", "sun"} {
+		closedWeek[wd] = []any{}
+	}
+	beyond := now.AddDate(0, 0, horizon+3)
+	// No slot step: the page uses availability's 15-minute grid, so the
+	// months up to the horizon cost about 60 tokens, more than a bucket.
+	h.putCalendar("clinic", map[string]any{"name": "Dr. Weber", "timezone": "UTC", "allowed_durations_minutes": []int{30},
+		"weekly_hours": closedWeek, "horizon_days": horizon,
+		"date_overrides": []map[string]any{{"date": localDate(beyond, time.UTC), "hours": []map[string]string{{"start": "09:00", "end": "12:00"}}}}})
+	ctx := newVisitor(t, newBrowser(t), "UTC")
+	recordFetches(t, ctx)
+	run(t, ctx, "open the page", chromedp.Navigate(h.openURL("clinic")),
+		chromedp.WaitVisible(chromedp.CSS(".bl-none")), settled())
+	none, live := textOf(t, ctx, ".bl-none"), textOf(t, ctx, ".bl-live")
+	lastDay := now.Add(horizon * 24 * time.Hour)
+	if !strings.HasPrefix(none, "No free times from today to ") || !strings.Contains(none, lastDay.Format("January")) || live != none {
+		t.Errorf("message %q, live region %q", none, live)
+	}
+	hidden := get(t, ctx, "the day's times", chromedp.Evaluate[bool](`document.querySelector('.bl-times').hidden && document.querySelectorAll('.bl-slot').length === 0`))
+	if !hidden {
+		t.Errorf("times are shown although nothing is free:\n%s", pageText(ctx))
+	}
+	if alert := get(t, ctx, "alert", chromedp.Evaluate[bool](`!document.querySelector('.bl-alert').hidden`)); alert {
+		t.Errorf("an error is shown: %s", textOf(t, ctx, ".bl-alert"))
+	}
+	queries := availabilityQueries(t, ctx)
+	months := 0
+	for v := readMonth(t, ctx); ; v = readMonth(t, ctx) {
+		months++
+		checkMonth(t, v, nil)
+		if v.NextOff {
+			if !slices.Contains(v.Days, localDate(lastDay, time.UTC)) {
+				t.Errorf("the last month %s does not hold the horizon's day %s", v.Title, localDate(lastDay, time.UTC))
+			}
+			break
+		}
+		run(t, ctx, "next month", chromedp.Click(chromedp.CSS(".bl-next")), settled())
+	}
+	if len(queries) != months {
+		t.Errorf("%d availability queries for %d months: %v", len(queries), months, queries)
+	}
+	for _, q := range queries {
+		if q[1].Sub(q[0]) > 31*24*time.Hour+time.Hour || q[1].After(lastDay.AddDate(0, 0, 1)) {
+			t.Errorf("availability query %v..%v: more than a month, or past the horizon", q[0], q[1])
+		}
 	}
 }

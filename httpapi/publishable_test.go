@@ -82,10 +82,11 @@ func TestPublishableKeyAccess(t *testing.T) {
 		Name       string `json:"name"`
 		Timezone   string `json:"timezone"`
 		Durations  []int  `json:"durations_minutes"`
+		Step       int    `json:"step_minutes"`
 		MaxTTL     int    `json:"max_hold_ttl_seconds"`
 	}
 	r.json(t, &info)
-	if info.CalendarID != "clinic" || info.Name != "Dr. clinic" || info.Timezone != "Europe/Berlin" || len(info.Durations) != 2 || info.MaxTTL != 600 {
+	if info.CalendarID != "clinic" || info.Name != "Dr. clinic" || info.Timezone != "Europe/Berlin" || len(info.Durations) != 2 || info.Step != 15 || info.MaxTTL != 600 {
 		t.Fatalf("page profile %s", r.Body)
 	}
 	if strings.Contains(string(r.Body), "allowed_durations") || strings.Contains(string(r.Body), "google") {

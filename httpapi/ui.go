@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"html/template"
 	"regexp"
+	"time"
 
 	"github.com/gofiber/fiber/v2"
 
@@ -93,9 +94,13 @@ type calendarPageResponse struct {
 	Timezone   string `json:"timezone"`
 	// DurationsMinutes are the durations a visitor may pick: the allowed
 	// durations, or one within the minimum and maximum (30 if it fits).
-	DurationsMinutes  []int `json:"durations_minutes"`
-	HorizonDays       int   `json:"horizon_days,omitempty"`
-	MaxHoldTTLSeconds int   `json:"max_hold_ttl_seconds"`
+	DurationsMinutes []int `json:"durations_minutes"`
+	// StepMinutes is the grid of the starts availability lists when asked
+	// without a step: the calendar's slot step, else the default. A page
+	// sizes its month queries by it to stay within the cost budget.
+	StepMinutes       int `json:"step_minutes"`
+	HorizonDays       int `json:"horizon_days,omitempty"`
+	MaxHoldTTLSeconds int `json:"max_hold_ttl_seconds"`
 }
 
 func (s *Server) calendarPage(c *fiber.Ctx) error {
@@ -119,6 +124,10 @@ func (s *Server) calendarPage(c *fiber.Ctx) error {
 	if ttl <= 0 {
 		ttl = int(actor.DefaultMaxHoldTTL.Seconds())
 	}
+	step := r.SlotStepMinutes
+	if step <= 0 {
+		step = int(actor.DefaultAvailabilityStep / time.Minute)
+	}
 	return c.JSON(calendarPageResponse{CalendarID: out.ID, Name: out.Name, Timezone: out.Timezone,
-		DurationsMinutes: durations, HorizonDays: r.HorizonDays, MaxHoldTTLSeconds: ttl})
+		DurationsMinutes: durations, StepMinutes: step, HorizonDays: r.HorizonDays, MaxHoldTTLSeconds: ttl})
 }

@@ -1,16 +1,17 @@
 // <bookline-booking calendar="id" key="publishable key" api="https://bookline.example">
 //
-// An embeddable booking widget for bookline: pick a day, see the bookable
-// starts in your own time zone, choose one, give your name, hold it,
-// confirm it, download it as .ics. Plain JavaScript without dependencies,
-// served by bookline at /ui/bookline.js.
+// An embeddable booking widget for bookline: pick a day in a month view
+// that marks the days with free times, see the bookable starts in your own
+// time zone, choose one, give your name, hold it, confirm it, download it
+// as .ics. Plain JavaScript without dependencies, served by bookline at
+// /ui/bookline.js.
 //
 // Attributes: calendar (required); key (a publishable API key; none on an
 // API without keys); api (bookline's base URL, default: where this script
-// was loaded from); date (YYYY-MM-DD, the day to open on); timezone (the
-// zone to show times in, default the visitor's); duration (minutes, default
-// the calendar's first); hold-ttl (seconds a hold lasts, default 300 or
-// the calendar's maximum if lower).
+// was loaded from); date (YYYY-MM-DD, the day to open on; default the first
+// day with free times); timezone (the zone to show times in, default the
+// visitor's); duration (minutes, default the calendar's first); hold-ttl
+// (seconds a hold lasts, default 300 or the calendar's maximum if lower).
 (() => {
   'use strict';
   if (window.customElements === undefined || customElements.get('bookline-booking')) {
@@ -46,10 +47,23 @@ bookline-booking button[disabled] { opacity: .55; cursor: default; }
 bookline-booking .bl-primary { background: #1f5fc9; border-color: #1f5fc9; color: #fff; font-weight: 600; }
 bookline-booking .bl-primary:hover { background: #194fa8; }
 bookline-booking .bl-nav { flex: 0 0 auto; width: 44px; padding: 0; }
+bookline-booking .bl-month-nav { display: flex; align-items: center; gap: .5rem; margin: .5rem 0; }
+bookline-booking .bl-month-title { flex: 1 1 auto; margin: 0; text-align: center; }
+bookline-booking .bl-cal { width: 100%; border-collapse: collapse; table-layout: fixed; margin-bottom: .5rem; }
+bookline-booking .bl-cal th { padding: .2rem 0; font-size: .8rem; font-weight: 600; color: #4a5563; text-align: center; }
+bookline-booking .bl-cal td { padding: 2px; text-align: center; }
+bookline-booking .bl-cal-day { width: 100%; min-width: 0; padding: 0; border-color: transparent; background: transparent; font-variant-numeric: tabular-nums; }
+bookline-booking .bl-cal-day.bl-free { border-color: #b9cff5; background: #eaf1fd; color: #1f5fc9; font-weight: 700; }
+bookline-booking .bl-cal-day.bl-free:hover { background: #d6e4fb; }
+bookline-booking .bl-cal-day.bl-off { color: #6b7482; cursor: default; }
+bookline-booking .bl-cal-day.bl-off:hover { background: transparent; }
+bookline-booking .bl-cal-day[aria-current="date"] { text-decoration: underline; text-underline-offset: 3px; }
+bookline-booking .bl-cal-day.bl-sel, bookline-booking .bl-cal-day.bl-sel:hover { background: #1f5fc9; border-color: #1f5fc9; color: #fff; }
 bookline-booking .bl-slots { list-style: none; margin: 0; padding: 0; display: grid; grid-template-columns: repeat(auto-fill, minmax(6rem, 1fr)); gap: .5rem; }
 bookline-booking .bl-slot { width: 100%; white-space: nowrap; padding: .5rem .3rem; background: #fff; border-color: #1f5fc9; color: #1f5fc9; font-weight: 600; }
 bookline-booking .bl-slot:hover { background: #eaf1fd; }
 bookline-booking .bl-empty, bookline-booking .bl-muted { color: #4a5563; }
+bookline-booking .bl-none { margin: .75rem 0; font-weight: 600; }
 bookline-booking .bl-alert { border-radius: 8px; padding: .75rem .9rem; margin: 0 0 1rem; background: #fff4e5; border: 1px solid #e0a04a; }
 bookline-booking .bl-alert.bl-bad { background: #fdecec; border-color: #d46a6a; }
 bookline-booking .bl-alert p { margin: 0; }
@@ -110,6 +124,9 @@ body.bl-page { margin: 0; padding: 1.5rem .5rem; background: #eef1f5; }
   const pad = (n, w = 2) => String(n).padStart(w, '0');
   const ymd = (w) => `${pad(w.y, 4)}-${pad(w.m)}-${pad(w.d)}`;
 
+  const nextMinute = () => Math.ceil(Date.now() / 60000) * 60000;
+  const LONG_DATE = { weekday: 'long', day: 'numeric', month: 'long', year: 'numeric' };
+
   function parseDate(s) {
     const m = /^(\d{4})-(\d{2})-(\d{2})$/.exec(s || '');
     return m ? { y: +m[1], m: +m[2], d: +m[3] } : null;
@@ -118,6 +135,38 @@ body.bl-page { margin: 0; padding: 1.5rem .5rem; background: #eef1f5; }
   function addDays(date, n) {
     const u = new Date(Date.UTC(date.y, date.m - 1, date.d + n));
     return { y: u.getUTCFullYear(), m: u.getUTCMonth() + 1, d: u.getUTCDate() };
+  }
+
+  // Months are {y, m}; dates {y, m, d}; both compare as their strings.
+  const ym = (mon) => `${pad(mon.y, 4)}-${pad(mon.m)}`;
+  const monthOf = (date) => ({ y: date.y, m: date.m });
+
+  function addMonths(mon, n) {
+    const u = new Date(Date.UTC(mon.y, mon.m - 1 + n, 1));
+    return { y: u.getUTCFullYear(), m: u.getUTCMonth() + 1 };
+  }
+
+  const daysIn = (mon) => new Date(Date.UTC(mon.y, mon.m, 0)).getUTCDate();
+  const weekday = (date) => new Date(Date.UTC(date.y, date.m - 1, date.d)).getUTCDay(); // 0 Sunday
+
+  // A date's own label, not an instant's: no zone can shift it.
+  function dateLabel(date, opts) {
+    return new Intl.DateTimeFormat(undefined, Object.assign({ timeZone: 'UTC' }, opts)).format(new Date(Date.UTC(date.y, date.m - 1, date.d)));
+  }
+
+  // firstWeekday is the locale's first day of the week (0 Sunday), Monday
+  // where the browser does not say.
+  function firstWeekday() {
+    try {
+      const loc = new Intl.Locale(navigator.language || 'en');
+      const info = loc.getWeekInfo ? loc.getWeekInfo() : loc.weekInfo;
+      if (info && info.firstDay) {
+        return info.firstDay % 7;
+      }
+    } catch (e) {
+      // an old browser: Monday
+    }
+    return 1;
   }
 
   // startOfDay is the first instant of a local date in tz: local midnight,
@@ -227,6 +276,23 @@ body.bl-page { margin: 0; padding: 1.5rem .5rem; background: #eef1f5; }
   // Codes that mean "this start is no longer free".
   const TAKEN = new Set(['slot_taken', 'external_busy', 'buffer_conflict', 'too_soon', 'too_far', 'outside_hours', 'misaligned']);
 
+  // The cost budget (docs/api.md, "Cost budgets"): an availability query
+  // costs a token per 100 candidate starts, a publishable key's client
+  // address holds 40 tokens and earns 2 a second, and one query may span 62
+  // days and 6,000 starts. The month view asks for a month at a time, in
+  // pieces of at most CHUNK_STARTS starts, so no piece needs a full bucket:
+  // a month on the default 15-minute grid is one query of 30 tokens, on a
+  // 30-minute grid one of 15. Days are never asked for one by one.
+  const CHUNK_STARTS = 3000;
+  const MAX_RANGE_DAYS = 62;
+  const DEFAULT_STEP_MINUTES = 15;
+  const DAY_MS = 86400000;
+  // Without a horizon the search for the first free day stops after this
+  // many days: a closed calendar must not spend a visitor's budget for ever.
+  const SEARCH_DAYS = 366;
+  // A month's marks are asked for again when older than this.
+  const MARKS_FRESH_MS = 5 * 60000;
+
   let instances = 0;
 
   const TEMPLATE = (id) => `
@@ -237,17 +303,27 @@ body.bl-page { margin: 0; padding: 1.5rem .5rem; background: #eef1f5; }
   <div class="bl-alert" role="alert" hidden><p class="bl-alert-text"></p><button type="button" class="bl-retry" hidden>Try again</button></div>
   <section class="bl-step bl-pick" aria-labelledby="${id}-slots-title" hidden>
     <div class="bl-row">
-      <button type="button" class="bl-nav bl-prev" aria-label="Previous day">&#8249;</button>
-      <div class="bl-field"><label for="${id}-date">Day</label><input type="date" id="${id}-date" class="bl-date"></div>
-      <button type="button" class="bl-nav bl-next" aria-label="Next day">&#8250;</button>
-    </div>
-    <div class="bl-row">
       <div class="bl-field"><label for="${id}-tz">Show times in</label><select id="${id}-tz" class="bl-tz"></select></div>
       <div class="bl-field bl-dur-field" hidden><label for="${id}-dur">Duration</label><select id="${id}-dur" class="bl-dur"></select></div>
     </div>
-    <h3 id="${id}-slots-title" class="bl-slots-title" tabindex="-1">Available times</h3>
-    <ul class="bl-slots" aria-labelledby="${id}-slots-title"></ul>
-    <p class="bl-empty" hidden>No free times on this day. Try another day.</p>
+    <div class="bl-month">
+      <div class="bl-month-nav">
+        <button type="button" class="bl-nav bl-prev" aria-label="Previous month">&#8249;</button>
+        <h3 class="bl-month-title" id="${id}-month-title" aria-live="polite"></h3>
+        <button type="button" class="bl-nav bl-next" aria-label="Next month">&#8250;</button>
+      </div>
+      <table class="bl-cal" role="grid" aria-labelledby="${id}-month-title" aria-describedby="${id}-month-help">
+        <thead><tr class="bl-weekdays"></tr></thead>
+        <tbody class="bl-weeks"></tbody>
+      </table>
+      <p id="${id}-month-help" class="bl-muted bl-sr">Days with free times can be chosen. Arrow keys move between days, Page Up and Page Down between months.</p>
+    </div>
+    <p class="bl-none" hidden></p>
+    <div class="bl-times">
+      <h3 id="${id}-slots-title" class="bl-slots-title" tabindex="-1">Available times</h3>
+      <ul class="bl-slots" aria-labelledby="${id}-slots-title"></ul>
+      <p class="bl-empty" hidden>No free times on this day. Choose a day marked in the month above.</p>
+    </div>
   </section>
   <section class="bl-step bl-details" aria-labelledby="${id}-details-title" hidden>
     <h3 id="${id}-details-title" tabindex="-1">Your details</h3>
@@ -329,8 +405,10 @@ body.bl-page { margin: 0; padding: 1.5rem .5rem; background: #eef1f5; }
           await sleep(500);
           continue;
         }
+        // A month of availability may need more tokens than a few seconds
+        // earn; the server says how long (a full bucket refills in 20 s).
         if (res.status === 429 && attempt < 3) {
-          await sleep(1000 * Math.min(5, +res.headers.get('Retry-After') || 1));
+          await sleep(1000 * Math.min(30, +res.headers.get('Retry-After') || 1));
           continue;
         }
         let data = {};
@@ -349,23 +427,35 @@ body.bl-page { margin: 0; padding: 1.5rem .5rem; background: #eef1f5; }
 
     _wire() {
       const q = this._q;
-      q('.bl-date').addEventListener('change', () => {
-        const d = parseDate(q('.bl-date').value);
-        if (d) {
-          this._date = d;
-          this._loadDay();
+      q('.bl-prev').addEventListener('click', () => this._shiftMonth(-1));
+      q('.bl-next').addEventListener('click', () => this._shiftMonth(1));
+      q('.bl-weeks').addEventListener('click', (ev) => {
+        const b = ev.target.closest('.bl-cal-day');
+        if (b && b.getAttribute('aria-disabled') !== 'true') {
+          this._selectDay(parseDate(b.dataset.date));
         }
       });
-      q('.bl-prev').addEventListener('click', () => this._shiftDay(-1));
-      q('.bl-next').addEventListener('click', () => this._shiftDay(1));
+      q('.bl-weeks').addEventListener('keydown', (ev) => this._gridKey(ev));
       q('.bl-tz').addEventListener('change', () => {
         this._tz = q('.bl-tz').value;
-        this._renderSlots();
+        // Days are the visitor's: the month's marks change with the zone.
+        if (this._searching || this._nothing) {
+          this._findFirstFree();
+        } else {
+          this._renderMonth();
+          this._loadMarks();
+          this._renderSlots();
+        }
         this._announce('Times are now shown in ' + this._tz + '.');
       });
       q('.bl-dur').addEventListener('change', () => {
         this._duration = +q('.bl-dur').value;
-        this._loadDay();
+        if (this._searching || this._nothing) {
+          this._findFirstFree();
+        } else {
+          this._loadMarks();
+          this._loadDay();
+        }
       });
       q('.bl-slots').addEventListener('click', (ev) => {
         const b = ev.target.closest('.bl-slot');
@@ -421,20 +511,22 @@ body.bl-page { margin: 0; padding: 1.5rem .5rem; background: #eef1f5; }
         tzSel.add(new Option(z.replace(/_/g, ' '), z, false, z === this._tz));
       }
       tzSel.value = this._tz;
-      const today = wall(Date.now(), this._tz);
-      const todayDate = { y: today.y, m: today.m, d: today.d };
-      this._date = parseDate(this.getAttribute('date')) || todayDate;
-      q('.bl-date').min = ymd(todayDate);
-      if (info.horizon_days) {
-        q('.bl-date').max = ymd(addDays(todayDate, info.horizon_days));
-      }
+      this._step = info.step_minutes > 0 ? info.step_minutes : DEFAULT_STEP_MINUTES;
+      this._months = new Map();
+      this._mseq = 0;
+      this._firstDay = firstWeekday();
+      this._renderWeekdays();
       this._show('pick', false);
-      this._loadDay();
-    }
-
-    _shiftDay(n) {
-      this._date = addDays(this._date, n);
-      this._loadDay();
+      const asked = parseDate(this.getAttribute('date'));
+      if (asked) {
+        this._date = asked;
+        this._month = monthOf(asked);
+        this._renderMonth();
+        this._loadMarks();
+        this._loadDay();
+      } else {
+        this._findFirstFree();
+      }
     }
 
     _dayLabel(t) {
@@ -454,24 +546,342 @@ body.bl-page { margin: 0; padding: 1.5rem .5rem; background: #eef1f5; }
       return this._dayLabel(s) + ', ' + this._timeLabel(s) + '–' + this._timeLabel(Date.parse(end), true);
     }
 
+    // The grid's column heads: short names shown, full names read out.
+    _renderWeekdays() {
+      const head = this._q('.bl-weekdays');
+      for (let i = 0; i < 7; i++) {
+        const day = { y: 2023, m: 1, d: 1 + (this._firstDay + i) % 7 }; // 2023-01-01 was a Sunday
+        const th = document.createElement('th');
+        th.scope = 'col';
+        const short = document.createElement('span');
+        short.setAttribute('aria-hidden', 'true');
+        short.textContent = dateLabel(day, { weekday: 'short' });
+        const long = document.createElement('span');
+        long.className = 'bl-sr';
+        long.textContent = dateLabel(day, { weekday: 'long' });
+        th.append(short, long);
+        head.appendChild(th);
+      }
+    }
+
+    _today() {
+      const w = wall(Date.now(), this._tz);
+      return { y: w.y, m: w.m, d: w.d };
+    }
+
+    // _lastDay is the last day on which a booking may start (the horizon
+    // counts from now), or null when the calendar has no horizon.
+    _lastDay() {
+      const days = this._info && this._info.horizon_days;
+      if (!days) {
+        return null;
+      }
+      const w = wall(Date.now() + days * DAY_MS, this._tz);
+      return { y: w.y, m: w.m, d: w.d };
+    }
+
+    _monthKey(mon, tz, duration) {
+      return tz + ' ' + duration + ' ' + ym(mon);
+    }
+
+    // _monthFree is the set of the days ("YYYY-MM-DD", in the shown zone)
+    // of month mon with a free start for the selected duration, from now to
+    // the horizon: from one query a month, cut into pieces within the
+    // budget (CHUNK_STARTS), on the grid the day's list uses.
+    async _monthFree(mon) {
+      const tz = this._tz;
+      const key = this._monthKey(mon, tz, this._duration);
+      const known = this._months.get(key);
+      if (known && Date.now() - known.at < MARKS_FRESH_MS) {
+        return known.days;
+      }
+      const from = Math.max(startOfDay({ y: mon.y, m: mon.m, d: 1 }, tz), nextMinute());
+      const next = addMonths(mon, 1);
+      let to = startOfDay({ y: next.y, m: next.m, d: 1 }, tz);
+      const last = this._lastDay();
+      if (last) {
+        to = Math.min(to, startOfDay(addDays(last, 1), tz));
+      }
+      const piece = Math.min(CHUNK_STARTS * this._step * 60000, MAX_RANGE_DAYS * DAY_MS);
+      const days = new Set();
+      for (let a = from; a < to; a += piece) {
+        const qs = new URLSearchParams({
+          from: new Date(a).toISOString(), to: new Date(Math.min(to, a + piece)).toISOString(), duration: this._duration + 'm',
+        });
+        const res = await this._api('GET', '/availability?' + qs);
+        for (const slot of res.slots || []) {
+          days.add(ymd(wall(Date.parse(slot.start), tz)));
+        }
+      }
+      this._months.set(key, { at: Date.now(), days });
+      return days;
+    }
+
+    // _findFirstFree opens the page on the first day, from today to the
+    // horizon, with a free start for the selected duration. It asks a
+    // month at a time, and each month's answer is also that month's marks,
+    // so the search costs what showing those months costs.
+    async _findFirstFree() {
+      const q = this._q;
+      const seq = ++this._mseq;
+      ++this._seq; // a day asked for before is not shown any more
+      const today = this._today();
+      const last = this._lastDay() || addDays(today, SEARCH_DAYS);
+      this._searching = true;
+      this._nothing = false;
+      this._date = null;
+      this._slots = null;
+      this._marks = null;
+      this._month = monthOf(today);
+      this._renderMonth();
+      q('.bl-none').hidden = true;
+      q('.bl-times').hidden = false;
+      q('.bl-slots').replaceChildren();
+      q('.bl-slots').setAttribute('aria-busy', 'true');
+      q('.bl-empty').hidden = true;
+      q('.bl-slots-title').textContent = 'Looking for the first day with free times…';
+      this._announce('Looking for the first day with free times…');
+      for (let mon = monthOf(today); ym(mon) <= ym(last); mon = addMonths(mon, 1)) {
+        let days;
+        try {
+          days = await this._monthFree(mon);
+        } catch (e) {
+          if (seq === this._mseq) {
+            this._searching = false;
+            q('.bl-slots').removeAttribute('aria-busy');
+            this._applyMarks();
+            this._alert(e.message, true);
+          }
+          return;
+        }
+        if (seq !== this._mseq) {
+          return; // another zone or duration was asked for meanwhile
+        }
+        if (days.size > 0) {
+          this._searching = false;
+          this._month = mon;
+          this._marks = days;
+          this._date = parseDate([...days].sort()[0]);
+          this._renderMonth();
+          this._loadDay();
+          return;
+        }
+      }
+      this._searching = false;
+      this._nothing = true;
+      this._marks = new Set(); // today's month was searched: nothing in it
+      this._applyMarks();
+      q('.bl-slots').removeAttribute('aria-busy');
+      q('.bl-times').hidden = true;
+      const text = 'No free times from today to ' + dateLabel(last, LONG_DATE) + '. Please check again later.';
+      q('.bl-none').textContent = text;
+      q('.bl-none').hidden = false;
+      this._announce(text);
+    }
+
+    // _loadMarks marks the shown month's days from its availability.
+    async _loadMarks() {
+      const seq = ++this._mseq;
+      const weeks = this._q('.bl-weeks');
+      this._marks = null;
+      this._applyMarks();
+      weeks.setAttribute('aria-busy', 'true');
+      let days;
+      try {
+        days = await this._monthFree(this._month);
+      } catch (e) {
+        if (seq === this._mseq) {
+          weeks.removeAttribute('aria-busy');
+          this._alert(e.message, true);
+        }
+        return;
+      }
+      if (seq !== this._mseq) {
+        return; // another month, zone or duration was asked for meanwhile
+      }
+      weeks.removeAttribute('aria-busy');
+      this._marks = days;
+      this._applyMarks();
+    }
+
+    // _markDay keeps a month's marks true to a fresher answer for one day.
+    _markDay(date, tz, duration, free) {
+      const known = this._months.get(this._monthKey(monthOf(date), tz, duration));
+      const k = ymd(date);
+      if (known && known.days.has(k) !== free) {
+        if (free) {
+          known.days.add(k);
+        } else {
+          known.days.delete(k);
+        }
+        this._applyMarks();
+      }
+    }
+
+    _shiftMonth(n) {
+      this._month = addMonths(this._month, n);
+      this._renderMonth();
+      this._loadMarks();
+      const button = this._q(n < 0 ? '.bl-prev' : '.bl-next');
+      if (button.disabled) {
+        const day = this.querySelector('.bl-cal-day[tabindex="0"]');
+        if (day) {
+          day.focus();
+        }
+      }
+    }
+
+    // _renderMonth draws the shown month as a grid of weeks.
+    _renderMonth() {
+      const q = this._q;
+      const mon = this._month;
+      const active = document.activeElement;
+      if (!this._focusDate && active && active.classList.contains('bl-cal-day') && this.contains(active)) {
+        this._focusDate = active.dataset.date; // kept when it is in the new month
+      }
+      q('.bl-month-title').textContent = dateLabel({ y: mon.y, m: mon.m, d: 1 }, { month: 'long', year: 'numeric' });
+      const rows = [];
+      let row = null;
+      const lead = (weekday({ y: mon.y, m: mon.m, d: 1 }) - this._firstDay + 7) % 7;
+      for (let i = -lead; i < daysIn(mon); i++) {
+        if (!row || row.children.length === 7) {
+          row = document.createElement('tr');
+          rows.push(row);
+        }
+        const td = document.createElement('td');
+        if (i >= 0) {
+          const b = document.createElement('button');
+          b.type = 'button';
+          b.className = 'bl-cal-day';
+          b.dataset.date = ymd({ y: mon.y, m: mon.m, d: i + 1 });
+          b.textContent = String(i + 1);
+          td.appendChild(b);
+        }
+        row.appendChild(td);
+      }
+      while (row.children.length < 7) {
+        row.appendChild(document.createElement('td'));
+      }
+      q('.bl-weeks').replaceChildren(...rows);
+      this._applyMarks();
+    }
+
+    // _applyMarks shows each day of the grid as free (selectable) or not,
+    // the chosen day, today, and which day the Tab key reaches (one day:
+    // the arrow keys move between days, as in a grid).
+    _applyMarks() {
+      const q = this._q;
+      const today = ymd(this._today());
+      const last = this._lastDay();
+      const end = last ? ymd(last) : '9999-12-31';
+      const mon = ym(this._month);
+      q('.bl-prev').disabled = !!this._searching || mon <= today.slice(0, 7);
+      q('.bl-next').disabled = !!this._searching || mon >= end.slice(0, 7);
+      const chosen = this._date ? ymd(this._date) : '';
+      const active = document.activeElement && this.contains(document.activeElement) ? document.activeElement.dataset.date : undefined;
+      const want = this._focusDate || active;
+      this._focusDate = null;
+      let tab = null;
+      let tabRank = 5;
+      for (const b of this.querySelectorAll('.bl-cal-day')) {
+        const k = b.dataset.date;
+        const open = k >= today && k <= end;
+        const free = open && !!this._marks && this._marks.has(k);
+        b.classList.toggle('bl-free', free);
+        b.classList.toggle('bl-off', !free);
+        b.classList.toggle('bl-sel', k === chosen);
+        b.parentElement.setAttribute('aria-selected', String(k === chosen));
+        if (free) {
+          b.removeAttribute('aria-disabled');
+        } else {
+          b.setAttribute('aria-disabled', 'true');
+        }
+        if (k === today) {
+          b.setAttribute('aria-current', 'date');
+        } else {
+          b.removeAttribute('aria-current');
+        }
+        const state = free ? 'free times' : open && !this._marks ? 'loading' : 'no free times';
+        b.setAttribute('aria-label', dateLabel(parseDate(k), LONG_DATE) + ', ' + state);
+        b.tabIndex = -1;
+        const rank = k === want ? 0 : k === chosen ? 1 : free ? 2 : open ? 3 : 4;
+        if (rank < tabRank) {
+          tab = b;
+          tabRank = rank;
+        }
+      }
+      if (tab) {
+        tab.tabIndex = 0;
+        if (tabRank === 0 && document.activeElement !== tab) {
+          tab.focus();
+        }
+      }
+    }
+
+    _gridKey(ev) {
+      const b = ev.target.closest('.bl-cal-day');
+      if (!b || ev.altKey || ev.ctrlKey || ev.metaKey) {
+        return;
+      }
+      const d = parseDate(b.dataset.date);
+      const col = (weekday(d) - this._firstDay + 7) % 7;
+      const moves = { ArrowLeft: -1, ArrowRight: 1, ArrowUp: -7, ArrowDown: 7, Home: -col, End: 6 - col };
+      let to;
+      if (ev.key in moves) {
+        to = addDays(d, moves[ev.key]);
+      } else if (ev.key === 'PageUp' || ev.key === 'PageDown') {
+        const mon = addMonths(d, ev.key === 'PageUp' ? -1 : 1);
+        to = { y: mon.y, m: mon.m, d: Math.min(d.d, daysIn(mon)) };
+      } else {
+        return;
+      }
+      ev.preventDefault();
+      const here = this.querySelector('.bl-cal-day[data-date="' + ymd(to) + '"]');
+      if (here) {
+        b.tabIndex = -1;
+        here.tabIndex = 0;
+        here.focus();
+        return;
+      }
+      const nav = this._q(ym(to) < ym(this._month) ? '.bl-prev' : '.bl-next');
+      if (!nav.disabled) {
+        this._focusDate = ymd(to);
+        this._month = monthOf(to);
+        this._renderMonth();
+        this._loadMarks();
+      }
+    }
+
+    _selectDay(date) {
+      this._date = date;
+      this._nothing = false;
+      this._q('.bl-none').hidden = true;
+      this._q('.bl-times').hidden = false;
+      this._applyMarks();
+      this._loadDay();
+    }
+
     async _loadDay() {
       const q = this._q;
       const seq = ++this._seq;
-      q('.bl-date').value = ymd(this._date);
-      const dayStart = startOfDay(this._date, this._tz);
-      const to = startOfDay(addDays(this._date, 1), this._tz);
+      const date = this._date;
+      if (!date) {
+        return; // no day is chosen: nothing was found, or the search failed
+      }
+      const tz = this._tz;
+      const duration = this._duration;
+      const dayStart = startOfDay(date, tz);
+      const to = startOfDay(addDays(date, 1), tz);
       // Calendars without a minimum notice accept starts in the past; a
       // page offers none. The next whole minute keeps the grid intact.
-      const from = Math.max(dayStart, Math.ceil(Date.now() / 60000) * 60000);
-      const min = q('.bl-date').min;
-      q('.bl-prev').disabled = !!min && ymd(this._date) <= min;
+      const from = Math.max(dayStart, nextMinute());
       this._slots = null;
       q('.bl-slots').replaceChildren();
       q('.bl-slots').setAttribute('aria-busy', 'true');
       q('.bl-empty').hidden = true;
       this._announce('Loading times for ' + this._dayLabel(dayStart) + '…');
       const qs = new URLSearchParams({
-        from: new Date(from).toISOString(), to: new Date(to).toISOString(), duration: this._duration + 'm',
+        from: new Date(from).toISOString(), to: new Date(to).toISOString(), duration: duration + 'm',
       });
       let res;
       try {
@@ -488,6 +898,7 @@ body.bl-page { margin: 0; padding: 1.5rem .5rem; background: #eef1f5; }
       }
       this._slots = res.slots || [];
       this._dayFrom = dayStart;
+      this._markDay(date, tz, duration, this._slots.length > 0);
       q('.bl-slots-title').textContent = 'Free times on ' + this._dayLabel(dayStart);
       this._renderSlots();
       const n = this._slots.length;
@@ -669,7 +1080,7 @@ body.bl-page { margin: 0; padding: 1.5rem .5rem; background: #eef1f5; }
       const sub = this._q('.bl-sub');
       sub.textContent = this._duration ? this._duration + ' minutes' : '';
       if (focus) {
-        const h = this._q('.bl-' + step + ' h3');
+        const h = this._q('.bl-' + step + ' h3[tabindex]');
         if (h) {
           h.focus();
         }

@@ -9,5 +9,8 @@
 // DOM with "bl-" class names, so a host page can restyle it; its styles are
 // scoped under the element's tag name. Times come from the API as UTC and
 // are shown in the visitor's time zone through Intl, never by adding
-// offsets by hand, so DST days list the right starts.
+// offsets by hand, so DST days list the right starts; the month view's
+// days are that zone's days too. The month view reads availability a
+// month per query (docs/api.md, "Booking pages and publishable keys"), so
+// the cost of a month follows the calendar's grid (step_minutes).
 package ui
