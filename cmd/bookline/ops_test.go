@@ -20,6 +20,7 @@ import (
 
 	"github.com/bookline/bookline/httpapi"
 	"github.com/bookline/bookline/queue"
+	"github.com/bookline/bookline/queue/queuetest"
 )
 
 func TestServeRefusesOpenNonLoopback(t *testing.T) {
@@ -212,10 +213,16 @@ func TestServeWithKeysMetricsPprof(t *testing.T) {
 	if st, _ := httpDo(t, "POST", p.URL+"/v1/calendars/p2/bookings", booker, `{"start":"2027-01-01T10:00:00Z","end":"2027-01-01T11:00:00Z","customer":"x"}`); st != 403 {
 		t.Fatalf("booker on another calendar: %d", st)
 	}
-	st, b := httpDo(t, "GET", p.URL+"/metrics", "", "")
-	if st != 200 || !strings.Contains(string(b), `bookline_commands_total{outcome="accepted",reason="none",type="booking.create"} 1`) {
-		t.Fatalf("metrics: %d\n%s", st, b)
-	}
+	// The writer counts a batch after it sent its replies: poll.
+	var b []byte
+	queuetest.CheckFor(t, 10*time.Second, func() error {
+		var st int
+		st, b = httpDo(t, "GET", p.URL+"/metrics", "", "")
+		if st != 200 || !strings.Contains(string(b), `bookline_commands_total{outcome="accepted",reason="none",type="booking.create"} 1`) {
+			return fmt.Errorf("metrics: %d\n%s", st, b)
+		}
+		return nil
+	})
 	if !strings.Contains(string(b), `bookline_invariant_violations_total{invariant="slot_overlap"} 0`) {
 		t.Fatalf("metrics without the invariant violations:\n%s", b)
 	}
