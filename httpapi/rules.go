@@ -184,10 +184,14 @@ func (s *Server) createHold(c *fiber.Ctx) error {
 		return invalid(bad...)
 	}
 	spec.TTLSeconds = ttl
-	// A recurrence on a hold is refused by validation (version 3 says
-	// holds do not recur), never dropped.
+	// With a recurrence, a held series (version 3), which costs what the
+	// series of bookings costs: its writer decides every occurrence, and
+	// a publishable key may ask for one.
 	cmd := &actor.Command{Type: actor.TypeHoldCreate, RequestID: reqID, CalendarID: cal, Booking: spec}
 	cmd.V = cmd.MinVersion()
+	if err := s.chargeSeries(c, spec); err != nil {
+		return err
+	}
 	return s.submit(c, cmd)
 }
 

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/bookline/bookline/actor"
+	"github.com/bookline/bookline/httpapi"
 )
 
 type seriesAnswer struct {
@@ -169,4 +170,31 @@ func TestHeldSeriesOverHTTP(t *testing.T) {
 	if n := strings.Count(string(list.Body), `"status":"confirmed"`); n != 3 {
 		t.Fatalf("%d confirmed bookings listed: %s", n, list.Body)
 	}
+}
+
+// TestSeriesCost: a series, of bookings or of holds (which a publishable
+// key may ask for), takes a token per 10 occurrences it may make from the
+// caller's bucket; without enough, 429 with its cost, and nothing is held.
+func TestSeriesCost(t *testing.T) {
+	h := start(t, "", options{api: func(c *httpapi.Config) {
+		c.Keys = pageKeyring(t)
+		c.PageRateLimit, c.PageRateBurst = 0.01, 40
+		c.RateLimit, c.RateBurst = 0.01, 40
+	}})
+	h.mustStatus(h.do("PUT", "/v1/calendars/clinic", map[string]any{"timezone": "UTC"}, bearer(adminKey)...), http.StatusCreated)
+	at := time.Date(2027, 6, 7, 9, 0, 0, 0, time.UTC)
+	body := func(count int) map[string]any {
+		return map[string]any{"start": at.Format(time.RFC3339), "end": at.Add(time.Hour).Format(time.RFC3339), "customer": "Hal",
+			"recurrence": map[string]any{"freq": "daily", "count": count}}
+	}
+	// 40 occurrences cost 4 of the page address's 40 tokens (one of
+	// them taken on arrival).
+	h.mustStatus(h.do("POST", "/v1/calendars/clinic/holds", body(40), bearer(pageKey)...), http.StatusCreated)
+	// 366 cost 37: more than the 36 left.
+	r := h.do("POST", "/v1/calendars/clinic/holds", body(366), bearer(pageKey)...)
+	if r.Status != http.StatusTooManyRequests || !strings.Contains(string(r.Body), "costs 37") {
+		t.Fatalf("a held series over the budget: %d %s", r.Status, r.Body)
+	}
+	r = h.do("POST", "/v1/calendars/clinic/bookings", body(366), bearer(bookerKey)...)
+	h.mustStatus(r, http.StatusConflict) // its first 40 days are held: the booker's own bucket paid for it
 }

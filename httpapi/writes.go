@@ -114,14 +114,20 @@ func (s *Server) createBooking(c *fiber.Ctx) error {
 	}
 	cmd := &actor.Command{Type: actor.TypeBookingCreate, RequestID: reqID, CalendarID: cal, Booking: spec}
 	cmd.V = cmd.MinVersion()
-	if spec.Recurrence != nil {
-		// A series is decided as one command, but its writer decides
-		// every occurrence: it costs a token per SeriesOccurrencesPerToken.
-		if err := s.charge(c, costOf(actor.SeriesCount(spec), SeriesOccurrencesPerToken)); err != nil {
-			return err
-		}
+	if err := s.chargeSeries(c, spec); err != nil {
+		return err
 	}
 	return s.submit(c, cmd)
+}
+
+// chargeSeries charges a series (a booking or hold with a recurrence): it
+// is decided as one command, but its writer decides every occurrence, so
+// it costs a token per SeriesOccurrencesPerToken occurrences it may make.
+func (s *Server) chargeSeries(c *fiber.Ctx, spec *actor.BookingSpec) error {
+	if spec.Recurrence == nil {
+		return nil
+	}
+	return s.charge(c, costOf(actor.SeriesCount(spec), SeriesOccurrencesPerToken))
 }
 
 // byIDCommand handles a body-less write naming an existing booking or hold
