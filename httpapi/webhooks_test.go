@@ -107,6 +107,10 @@ type delivery struct {
 	Seq                uint64
 	Status             int
 	Signatures         int
+	// SeriesID and Occurrences are a series' (its booking's series_id,
+	// and how many occurrences the payload lists).
+	SeriesID    string
+	Occurrences int
 }
 
 // receiver is a webhook endpoint that verifies every signature and
@@ -151,13 +155,18 @@ func (r *receiver) serve(w http.ResponseWriter, req *http.Request) {
 		Data struct {
 			CalendarID string `json:"calendar_id"`
 			Seq        uint64 `json:"seq"`
+			Booking    struct {
+				SeriesID string `json:"series_id"`
+			} `json:"booking"`
+			Occurrences []json.RawMessage `json:"occurrences"`
 		} `json:"data"`
 	}
 	if err := json.Unmarshal(body, &env); err != nil {
 		r.t.Errorf("body %q: %v", body, err)
 	}
 	d := delivery{ID: req.Header.Get(webhook.HeaderID), Type: env.Type, Calendar: env.Data.CalendarID, Seq: env.Data.Seq,
-		Signatures: len(strings.Fields(req.Header.Get(webhook.HeaderSignature)))}
+		Signatures: len(strings.Fields(req.Header.Get(webhook.HeaderSignature))),
+		SeriesID:   env.Data.Booking.SeriesID, Occurrences: len(env.Data.Occurrences)}
 	switch r.mode.Load().(string) {
 	case "500":
 		d.Status = 500
@@ -454,6 +463,39 @@ func TestWebhookFiltersAndTypes(t *testing.T) {
 		}
 		if want := []string{"calendar.updated", "booking.cancelled", "hold.created"}; !slices.Equal(got, want) {
 			return fmt.Errorf("filtered endpoint got %v, want %v", got, want)
+		}
+		return nil
+	})
+}
+
+// TestWebhookCarriesSeries: a series is one delivery whose payload carries
+// its series id and every occurrence; so is a cancel from an occurrence on.
+func TestWebhookCarriesSeries(t *testing.T) {
+	rcv := newReceiver(t)
+	h := startHooks(t, "", fastHooks())
+	h.createCalendar("sr", "UTC")
+	hook := h.createHook(map[string]any{"url": rcv.srv.URL, "events": []string{"booking.confirmed", "booking.cancelled"}})
+	rcv.setSecrets(hook.Secret)
+	start := time.Date(2030, 3, 4, 9, 0, 0, 0, time.UTC)
+	r := h.do("POST", "/v1/calendars/sr/bookings", map[string]any{"start": start.Format(time.RFC3339), "end": start.Add(time.Hour).Format(time.RFC3339),
+		"customer": "Sam", "recurrence": map[string]any{"freq": "weekly", "count": 3}})
+	h.mustStatus(r, http.StatusCreated)
+	var series struct {
+		SeriesID    string `json:"series_id"`
+		Occurrences []struct {
+			BookingID string `json:"booking_id"`
+		} `json:"occurrences"`
+	}
+	r.json(t, &series)
+	h.mustStatus(h.do("DELETE", "/v1/calendars/sr/bookings/"+series.Occurrences[1].BookingID+"?scope=following", nil), http.StatusOK)
+	queuetest.CheckFor(t, 20*time.Second, func() error {
+		got := rcv.deliveries()
+		if len(got) < 2 {
+			return fmt.Errorf("%d deliveries", len(got))
+		}
+		if got[0].Type != "booking.confirmed" || got[0].SeriesID != series.SeriesID || got[0].Occurrences != 3 ||
+			got[1].Type != "booking.cancelled" || got[1].SeriesID != series.SeriesID || got[1].Occurrences != 2 {
+			return fmt.Errorf("deliveries %+v, want the series %s confirmed with 3 occurrences, then 2 cancelled", got, series.SeriesID)
 		}
 		return nil
 	})
