@@ -103,7 +103,7 @@ func submit(t testing.TB, n node, cmd *actor.Command) actor.Reply {
 		reqN++
 		cmd.RequestID = fmt.Sprintf("t.%d.%d", time.Now().UnixNano(), reqN)
 	}
-	cmd.V = actor.SchemaVersion
+	cmd.V = cmd.MinVersion()
 	if errs := cmd.Validate(); len(errs) > 0 {
 		t.Fatalf("invalid command: %v", errs)
 	}

@@ -462,3 +462,30 @@ func TestPreconditionFailedReadsAgain(t *testing.T) {
 		t.Fatalf("status %+v", st)
 	}
 }
+
+// TestSeriesMirroredEachOccurrence: every occurrence of a series is an
+// event of its own in the linked calendar, and a cancel from an occurrence
+// on deletes those events, through the real sync path.
+func TestSeriesMirroredEachOccurrence(t *testing.T) {
+	fake := googletest.New(t)
+	const g = "series@example.com"
+	fake.AddCalendar(g)
+	n := startNode(t, t.TempDir(), fastRetries(fake.Service))
+	defer stopNode(t, n)
+	upsert(t, n, "weekly", actor.CalendarSpec{Timezone: "Europe/Berlin", Link: &data.ExternalLink{CalendarID: g}})
+	s, e := slot(2)
+	r := submit(t, n, &actor.Command{Type: actor.TypeBookingCreate, CalendarID: "weekly",
+		Booking: &actor.BookingSpec{Start: s, End: e, Customer: "Sam", Recurrence: &actor.RecurrenceSpec{Freq: actor.FreqWeekly, Count: 4}}})
+	if r.Outcome != actor.OutcomeAccepted || len(r.Occurrences) != 4 {
+		t.Fatalf("series: %+v", r)
+	}
+	waitDrained(t, n, "weekly")
+	if evs := fake.Events(g); len(evs) != 4 {
+		t.Fatalf("%d events for 4 occurrences: %v", len(evs), evs)
+	}
+	submit(t, n, &actor.Command{Type: actor.TypeBookingCancel, CalendarID: "weekly", BookingID: r.Occurrences[2].BookingID, Scope: actor.ScopeFollowing})
+	waitDrained(t, n, "weekly")
+	if confirmed := compareMirror(t, n, fake, "weekly", g); confirmed != 2 {
+		t.Fatalf("%d confirmed events after cancelling the last two occurrences, want 2", confirmed)
+	}
+}
