@@ -712,12 +712,42 @@ func checkMonth(t *testing.T, v monthView, want map[string]bool) {
 	}
 }
 
+// awayFromEdges waits, when the wall clock in loc is within two minutes
+// before one of the given hours (0 is midnight), until that hour has
+// passed: a test whose expectations depend on the day or on which starts
+// the horizon holds must not straddle it.
+func awayFromEdges(t *testing.T, loc *time.Location, hours ...int) {
+	t.Helper()
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		now := time.Now().In(loc)
+		near := false
+		for _, hr := range hours {
+			edge := time.Date(now.Year(), now.Month(), now.Day(), hr, 0, 0, 0, loc)
+			if !edge.After(now) {
+				edge = edge.AddDate(0, 0, 1)
+			}
+			if edge.Sub(now) < 2*time.Minute {
+				near = true
+			}
+		}
+		if !near {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the clock stayed near an edge of %v in %s", hours, loc)
+		}
+		time.Sleep(time.Second) // waiting for the wall clock itself
+	}
+}
+
 // TestBookingPageOpensOnFirstFreeDay: a calendar closed today and
 // tomorrow (date overrides) opens, without ?date=, on the day after
 // tomorrow, chosen in the month view, with that day's times listed.
 func TestBookingPageOpensOnFirstFreeDay(t *testing.T) {
 	h := pageHarness(t)
 	berlin, _ := time.LoadLocation("Europe/Berlin")
+	awayFromEdges(t, berlin, 0) // "today" must not change while the test runs
 	now := time.Now().In(berlin)
 	y, m, d := now.Date()
 	day := func(n int) time.Time { return time.Date(y, m, d+n, 0, 0, 0, 0, berlin) }
@@ -756,6 +786,9 @@ func TestBookingPageOpensOnFirstFreeDay(t *testing.T) {
 func TestBookingPageMonthMarks(t *testing.T) {
 	h := pageHarness(t)
 	ny, _ := time.LoadLocation("America/New_York")
+	// Today changes at midnight, and the horizon's last day gains its
+	// first start (09:00) at 09:00: neither may happen mid-test.
+	awayFromEdges(t, ny, 0, 9)
 	now := time.Now().In(ny)
 	y, m, d := now.Date()
 	// The first weekday n or more days from today, and its n.
@@ -884,6 +917,7 @@ func TestBookingPageNothingFree(t *testing.T) {
 		c.Keys = pageKeyring(t)
 		c.PageRateLimit, c.PageRateBurst = 2, 40 // bookline serve's defaults
 	}})
+	awayFromEdges(t, time.UTC, 0) // the message names the horizon's last day
 	now := time.Now().UTC()
 	const horizon = 60
 	closedWeek := map[string]any{}
