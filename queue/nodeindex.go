@@ -69,7 +69,7 @@ func (n *Node) recoverIndex(cfg NodeConfig, stream jetstream.Stream, obs jetstre
 	// A bucket created just now holds no snapshot: no need to list it
 	// (on a JetStream cluster under load, listing a new bucket can take
 	// a good part of the start-up time).
-	if err = n.restoreIfEmpty(ctx, cfg, !fresh); err != nil {
+	if err = n.restoreIfEmpty(cfg, !fresh); err != nil {
 		return nil, err
 	}
 	if time.Since(began) > time.Second {
@@ -153,7 +153,7 @@ func convertIndex(path string, why error, log *slog.Logger) (*data.Store, error)
 // loss) with the newest snapshot the command stream can continue, so that
 // the writers apply only the stream's tail after it. Without a usable
 // snapshot the index stays empty and is rebuilt from the whole stream.
-func (n *Node) restoreIfEmpty(ctx context.Context, cfg NodeConfig, look bool) error {
+func (n *Node) restoreIfEmpty(cfg NodeConfig, look bool) error {
 	if !look {
 		return nil
 	}
@@ -164,9 +164,9 @@ func (n *Node) restoreIfEmpty(ctx context.Context, cfg NodeConfig, look bool) er
 	}); err != nil || !empty {
 		return err
 	}
-	list, err := listSnapshots(ctx, n.snaps.obs)
-	if err != nil || len(list) == 0 {
-		return err
+	list := n.snapshotsAtStart()
+	if len(list) == 0 {
+		return nil
 	}
 	path := IndexFile(cfg.DataDir)
 	if err := n.store.Close(); err != nil {
@@ -195,6 +195,37 @@ func (n *Node) restoreIfEmpty(ctx context.Context, cfg NodeConfig, look bool) er
 		return err
 	}
 	return n.store.Commit(func(tx *data.Tx) error { return tx.AdoptRestored(si.Horizon) })
+}
+
+// startSnapshotWait is how long a start with an empty index asks for the
+// snapshots before it rebuilds the index from the stream instead.
+const startSnapshotWait = time.Minute
+
+// snapshotsAtStart lists the snapshots an empty index could be restored
+// from. Right after an outage of the NATS servers the object store may not
+// answer for a while (its stream elects a leader like every other): it is
+// asked again, each time for up to 10 s, for startSnapshotWait. If it still
+// does not answer the index is rebuilt from the command stream, which is
+// slower but needs nothing else, and a trimmed stream is found out by the
+// history check after it (restoreBehind). Giving up the start instead made
+// an instance that restarted in such a moment exit.
+func (n *Node) snapshotsAtStart() []SnapshotInfo {
+	deadline := time.Now().Add(startSnapshotWait)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		list, err := listSnapshots(ctx, n.snaps.obs)
+		cancel()
+		if err == nil {
+			return list
+		}
+		if time.Now().After(deadline) {
+			n.log.Error("SNAPSHOTS NOT READABLE AT START: rebuilding the index from the command stream instead", "err", err,
+				"waited", startSnapshotWait)
+			return nil
+		}
+		n.log.Warn("listing the snapshots at start failed; asking again", "err", err)
+		time.Sleep(time.Second) // the object store's own recovery: nothing to poll but it
+	}
 }
 
 // restoreBehind replaces an index whose history the command stream no
@@ -232,7 +263,7 @@ func (n *Node) restoreBehind(ctx context.Context, cfg NodeConfig, gap error) err
 	if n.store, err = data.OpenWith(path, indexOptions); err != nil {
 		return err
 	}
-	return n.restoreIfEmpty(ctx, cfg, true)
+	return n.restoreIfEmpty(cfg, true)
 }
 
 // noteTzdata records in the index that this build's time zone data decides
