@@ -59,8 +59,10 @@ func (n *Node) recoverIndex(cfg NodeConfig, stream jetstream.Stream, obs jetstre
 	defer cancel()
 	n.snaps = &snapshotter{n: n, cfg: cfg.Snapshots, obs: obs, dir: cfg.DataDir, log: cfg.Logger.With("component", "snapshots"),
 		taken: cfg.SnapshotTaken, busy: make(chan struct{}, 1)}
-	// Copies left by a snapshot that a crash interrupted.
-	if stale, _ := filepath.Glob(IndexFile(cfg.DataDir) + ".snapshot-*"); len(stale) > 0 {
+	// Copies, and compaction scratch files, left by a snapshot that a
+	// crash interrupted.
+	for _, pattern := range []string{".snapshot-*", ".compact-*"} {
+		stale, _ := filepath.Glob(IndexFile(cfg.DataDir) + pattern)
 		for _, f := range stale {
 			_ = os.Remove(f)
 		}

@@ -331,3 +331,24 @@ func TestClusterFollowsAndRestoresBehindTrimmedStream(t *testing.T) {
 }
 
 func slogTo(w io.Writer) *slog.Logger { return slog.New(slog.NewTextHandler(w, nil)) }
+
+// TestStartRemovesSnapshotLeftovers: a crash in the middle of a snapshot
+// leaves its copy or its compaction scratch file in the data directory;
+// the next start removes both.
+func TestStartRemovesSnapshotLeftovers(t *testing.T) {
+	dir := t.TempDir()
+	var left []string
+	for _, name := range []string{"index.db.snapshot-123", "index.db.compact-456"} {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte("partial"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		left = append(left, path)
+	}
+	startNode(t, dir, nil)
+	for _, path := range left {
+		if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s left after the start: %v", path, err)
+		}
+	}
+}
