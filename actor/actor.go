@@ -515,6 +515,16 @@ func decide(tx *data.Tx, p int, d *Decoded) (*Reply, error) {
 		return &r, nil
 	case TypePartitionSkip:
 		r, err = decideSkip(tx, p, d)
+	case TypeCollectivePrepare:
+		r, err = preparePart(tx, d)
+	case TypeCollectiveDecide:
+		r = decideCollective(d)
+	case TypeCollectiveCommit:
+		r, err = commitPart(tx, d)
+	case TypeCollectiveAbort:
+		r, err = abortPart(tx, d)
+	case TypeCollectiveCancel:
+		r, err = cancelPart(tx, d)
 	default:
 		err = fmt.Errorf("validated command of unknown type %q", cmd.Type)
 	}
@@ -570,7 +580,7 @@ func answeredBefore(tx *data.Tx, d *Decoded) (*Reply, error) {
 
 // answerFrom is d's answer given the record of its request id.
 func answerFrom(rec data.RequestRecord, d *Decoded) (*Reply, error) {
-	if rec.Fingerprint == d.Fingerprint {
+	if rec.Fingerprint == d.Fingerprint || firstAnswerWins(&d.Cmd) {
 		r, err := ReplyFromRecord(rec)
 		return &r, err
 	}

@@ -128,6 +128,9 @@ type Command struct {
 	// Scope following makes a booking.cancel cancel the occurrences of
 	// the booking's series from it on (schema version 3: series.go).
 	Scope LenientString `json:"scope,omitempty"`
+	// Collective is the body of the collective.* commands (schema
+	// version 4: collective.go).
+	Collective *CollectiveSpec `json:"collective,omitempty"`
 }
 
 // SkipSpec is the body of partition.skip: the stream sequence of the
@@ -411,6 +414,20 @@ func (c *Command) validate(strict bool) []FieldError {
 		default:
 			c.Busy.Start, c.Busy.End = time.Time{}, time.Time{}
 		}
+	case TypeCollectivePrepare, TypeCollectiveAbort:
+		if c.V < CollectiveSchemaVersion {
+			add("type", fmt.Sprintf("unknown command type %q", c.Type))
+		} else if c.Booking == nil {
+			if c.Type == TypeCollectivePrepare {
+				add("booking", "is required")
+			}
+		} else {
+			errs = append(errs, validateBooking(c.Booking, strict)...)
+		}
+	case TypeCollectiveDecide, TypeCollectiveCommit, TypeCollectiveCancel:
+		if c.V < CollectiveSchemaVersion {
+			add("type", fmt.Sprintf("unknown command type %q", c.Type))
+		}
 	case TypeSchemaUpgrade, TypePartitionSkip:
 		switch {
 		case c.V < 2:
@@ -425,6 +442,11 @@ func (c *Command) validate(strict bool) []FieldError {
 		c.dropSeriesFields()
 	} else {
 		errs = append(errs, c.validateSeries()...)
+	}
+	if c.V < CollectiveSchemaVersion {
+		c.dropCollectiveFields()
+	} else {
+		errs = append(errs, c.validateCollective()...)
 	}
 	if c.RecordTTLSeconds < 0 || c.RecordTTLSeconds > MaxRecordTTLSeconds {
 		add("record_ttl_seconds", fmt.Sprintf("must be from 0 (keep the record forever) to %d seconds", MaxRecordTTLSeconds))

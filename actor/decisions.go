@@ -362,6 +362,9 @@ func rescheduleBooking(tx *data.Tx, d *Decoded) (Reply, error) {
 	if bk.Status != data.StatusConfirmed {
 		return d.reject(CodeBookingNotConfirmed, "only a confirmed booking can be rescheduled"), nil
 	}
+	if rej := d.collectiveRefusal(&bk); rej != nil {
+		return *rej, nil
+	}
 	iv := data.Interval{Start: d.Cmd.Reschedule.Start, End: d.Cmd.Reschedule.End}
 	// Checked without the booking itself: moving into its own old interval
 	// is fine. If refused, nothing is written: the old interval stays.
@@ -394,6 +397,9 @@ func cancelBooking(tx *data.Tx, d *Decoded) (Reply, error) {
 		return d.reject(CodeBookingNotFound, "booking not found"), nil
 	} else if err != nil {
 		return Reply{}, err
+	}
+	if rej := d.collectiveRefusal(&bk); rej != nil {
+		return *rej, nil
 	}
 	if bk.Status != data.StatusCancelled {
 		at := d.At

@@ -30,6 +30,9 @@ func (c *Command) Fingerprint() string {
 		// two cannot be read otherwise.
 		b = append(b, ext...)
 	}
+	if ext := c.collectiveFingerprint(); ext != nil {
+		b = append(b, ext...)
+	}
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:16])
 }

@@ -18,7 +18,8 @@ import (
 // commandTypes numbers the command types in records: never reorder, only
 // append (0 means the type's name follows).
 var commandTypes = []string{"", TypeCalendarUpsert, TypeBookingCreate, TypeBookingCancel, TypeBookingReschedule,
-	TypeHoldCreate, TypeHoldConfirm, TypeHoldRelease, TypeHoldExpire, TypeBusySet, TypeBusyClear}
+	TypeHoldCreate, TypeHoldConfirm, TypeHoldRelease, TypeHoldExpire, TypeBusySet, TypeBusyClear,
+	TypeCollectivePrepare, TypeCollectiveDecide, TypeCollectiveCommit, TypeCollectiveAbort, TypeCollectiveCancel}
 
 func typeCode(t string) uint8 {
 	for i, name := range commandTypes[1:] {

@@ -125,6 +125,16 @@ func appendBookingJSON(b []byte, bk *data.Booking) ([]byte, bool) {
 		return b, false
 	}
 	b = appendOmitString(b, `,"series_id":`, bk.SeriesID)
+	if len(bk.CalendarIDs) > 0 {
+		b = append(b, `,"calendar_ids":[`...)
+		for i, id := range bk.CalendarIDs {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = AppendJSONString(b, id)
+		}
+		b = append(b, ']')
+	}
 	return append(b, '}'), true
 }
 

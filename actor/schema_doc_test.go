@@ -415,7 +415,7 @@ func everyOutcome() (msgs []actor.Input, want []string) {
 	// Schema version 2: the marker, and a command of version 3 that
 	// stopped the partition until a skip named it.
 	addOn("_bookline-0", "", `{"v":2,"type":"schema.upgrade","request_id":"schema-upgrade.2","calendar_id":"_bookline-0"}`)
-	add(actor.CodeCommandSkipped, strings.Replace(bookCmd("s", "s-v3", wed(8, 0), wed(9, 0), "Vi"), `"v":1`, `"v":4`, 1))
+	add(actor.CodeCommandSkipped, strings.Replace(bookCmd("s", "s-v3", wed(8, 0), wed(9, 0), "Vi"), `"v":1`, `"v":5`, 1))
 	skipped := len(msgs)
 	skip := func(req string, seq int) string {
 		return fmt.Sprintf(`{"v":2,"type":"partition.skip","request_id":%q,"calendar_id":"_bookline-0","skip":{"seq":%d}}`, req, seq)
@@ -430,6 +430,25 @@ func everyOutcome() (msgs []actor.Input, want []string) {
 	add("", cancelFollowingCmd("s", "s-s1c", actor.BookingID("s", data.OccurrenceRequestID("s-s1", 1))))
 	add(actor.CodeInvalidRequest, cancelFollowingCmd("s", "s-s4", id("s-b10")))
 	add("", strings.Replace(seriesCmd("s", "s-s5", wed(11, 0), wed(11, 30), "Old", `{"freq":"daily","count":2}`, ""), `"v":3`, `"v":1`, 1))
+	// Schema version 4: a collective on s and t committed, then
+	// cancelled; one aborted (t refuses), with its steps refused after.
+	addOn("t", "", upsertCmd("t", "t-u1", "T"))
+	ids := []string{"s", "t"}
+	mon := func(h, m int) time.Time { return time.Date(2026, 3, 9, h, m, 0, 0, cet) }
+	add("", prepareCmd("s", "s-k1", ids, mon(10, 0), mon(11, 0)))
+	add(actor.CodeCollectivePending, collectiveCancelCmd("s", "s-k1x", "s-k1", ids))
+	addOn("t", "", prepareCmd("t", "s-k1", ids, mon(10, 0), mon(11, 0)))
+	add("", decideCmd("s-k1", ids, actor.DecisionCommit))
+	add("", stepCmd(actor.TypeCollectiveCommit, "s", "s-k1", ids, mon(10, 0), mon(11, 0)))
+	addOn("t", "", stepCmd(actor.TypeCollectiveCommit, "t", "s-k1", ids, mon(10, 0), mon(11, 0)))
+	add(actor.CodeCollectiveBooking, cancelCmd("s", "s-k1c", actor.CollectiveID(ids, "s-k1")))
+	add("", collectiveCancelCmd("s", "s-k1y", "s-k1", ids))
+	addOn("t", "", collectiveCancelCmd("t", "s-k1y", "s-k1", ids))
+	add("", prepareCmd("s", "s-k2", ids, mon(11, 0), mon(12, 0)))
+	addOn("t", "", bookCmd("t", "t-b1", mon(11, 0), mon(12, 0), "Tom"))
+	addOn("t", actor.CodeSlotTaken, prepareCmd("t", "s-k2", ids, mon(11, 0), mon(12, 0)))
+	add(actor.CodeCollectiveAborted, decideCmd("s-k2", ids, actor.DecisionAbort))
+	add("", stepCmd(actor.TypeCollectiveAbort, "s", "s-k2", ids, mon(11, 0), mon(12, 0)))
 	return msgs, want
 }
 

@@ -109,6 +109,9 @@ type Occurrence struct {
 // producer writes, so that every build that can decide c can read it
 // (docs/protocol.md, "Versions").
 func (c *Command) MinVersion() int {
+	if c.Collective != nil || isCollectiveType(c.Type) {
+		return CollectiveSchemaVersion
+	}
 	if c.hasSeriesFields() {
 		return SeriesSchemaVersion
 	}

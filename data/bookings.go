@@ -96,6 +96,11 @@ func (t *Tx) putBooking(bk Booking, cr *Creation, fresh bool) error {
 				return err
 			}
 		}
+		if prev.Status == StatusPending && bk.Status != StatusPending {
+			if err := t.pendingIndex(false, prev.CreatedAt, prev.CalendarID, prev.ID); err != nil {
+				return err
+			}
+		}
 		cr, original = prev.creation, prev.original
 		if cr != nil && original == nil {
 			was := appendCompactBooking(nil, &prev.Booking, nil, nil)
@@ -107,6 +112,11 @@ func (t *Tx) putBooking(bk Booking, cr *Creation, fresh bool) error {
 	v := appendCompactBooking(make([]byte, 0, 64+len(bk.Customer)+len(bk.Metadata)+len(original)), &bk, cr, original)
 	if err := bookings.Put(ik, v); err != nil {
 		return err
+	}
+	if bk.Status == StatusPending {
+		if err := t.pendingIndex(true, bk.CreatedAt, bk.CalendarID, bk.ID); err != nil {
+			return err
+		}
 	}
 	key := slotKey(bk.Start, bk.ID)
 	if !Occupies(bk.Status) {

@@ -110,11 +110,16 @@ func (r *Reader) Time() time.Time { return time.Unix(0, r.Int64()).UTC() }
 const (
 	bookingCodecVersion       = 2
 	bookingCodecVersionSeries = 3
+	// bookingCodecVersionMembers is 3 followed by a collective's member
+	// calendars, written only for a collective's part.
+	bookingCodecVersionMembers = 4
 )
 
 // AppendBooking appends the binary form of bk.
 func AppendBooking(b []byte, bk *Booking) []byte {
-	if bk.Series != nil || bk.SeriesID != "" {
+	if len(bk.CalendarIDs) > 0 {
+		b = append(b, bookingCodecVersionMembers)
+	} else if bk.Series != nil || bk.SeriesID != "" {
 		b = append(b, bookingCodecVersionSeries)
 	} else {
 		b = append(b, bookingCodecVersion)
@@ -141,7 +146,9 @@ func AppendBooking(b []byte, bk *Booking) []byte {
 	b = AppendInt64(b, int64(bk.BufferBefore))
 	b = AppendInt64(b, int64(bk.BufferAfter))
 	b = AppendBytes(b, bk.Metadata)
-	if bk.Series != nil || bk.SeriesID != "" {
+	if len(bk.CalendarIDs) > 0 {
+		b = appendMembers(appendSeries(b, bk), bk.CalendarIDs)
+	} else if bk.Series != nil || bk.SeriesID != "" {
 		b = appendSeries(b, bk)
 	}
 	return b
@@ -151,7 +158,7 @@ func AppendBooking(b []byte, bk *Booking) []byte {
 func ReadBooking(r *Reader) Booking {
 	var bk Booking
 	v := r.Byte()
-	if v != bookingCodecVersion && v != bookingCodecVersionSeries {
+	if v != bookingCodecVersion && v != bookingCodecVersionSeries && v != bookingCodecVersionMembers {
 		r.fail()
 		return bk
 	}
@@ -173,8 +180,11 @@ func ReadBooking(r *Reader) Booking {
 	bk.BufferBefore = time.Duration(r.Int64())
 	bk.BufferAfter = time.Duration(r.Int64())
 	bk.Metadata = r.Bytes()
-	if v == bookingCodecVersionSeries {
+	if v >= bookingCodecVersionSeries {
 		r.series(&bk)
+	}
+	if v == bookingCodecVersionMembers {
+		bk.CalendarIDs = r.members()
 	}
 	return bk
 }

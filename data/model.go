@@ -14,10 +14,18 @@ const (
 	StatusHeld      = "held"
 	StatusReleased  = "released"
 	StatusExpired   = "expired"
+	// StatusPending is a collective booking's part between its prepare
+	// and the collective's decision: it holds its interval, and only the
+	// decision (commit or abort) changes it.
+	StatusPending = "pending"
+	// StatusAborted is a part whose collective was aborted.
+	StatusAborted = "aborted"
 )
 
 // Occupies reports whether a booking in this status holds its interval.
-func Occupies(status string) bool { return status == StatusConfirmed || status == StatusHeld }
+func Occupies(status string) bool {
+	return status == StatusConfirmed || status == StatusHeld || status == StatusPending
+}
 
 // Calendar is a bookable calendar. Its id is also a NATS subject token, so it
 // is restricted to [A-Za-z0-9_-]{1,64} (checked by the actor).
@@ -136,6 +144,10 @@ type Booking struct {
 	// own): with it the writer finds the occurrences that follow without
 	// a scan (docs/protocol.md, "booking.cancel").
 	Series *SeriesRef `json:"-"`
+	// CalendarIDs are a collective booking's member calendars, in id
+	// order, this one among them; nil for a booking of one calendar. A
+	// collective's part has the collective's id on every member.
+	CalendarIDs []string `json:"calendar_ids,omitempty"`
 	// Buffers in force when the booking was made; they travel with it.
 	BufferBefore time.Duration `json:"-"`
 	BufferAfter  time.Duration `json:"-"`

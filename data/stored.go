@@ -25,7 +25,13 @@ type Creation struct {
 	Fingerprint [16]byte
 }
 
-const storedBookingVersion = 3
+// Stored booking versions: 4 is 3 with a second flags byte after the
+// first (sb2 flags), written only for a booking that needs one, so every
+// other booking keeps the bytes it always had.
+const (
+	storedBookingVersion   = 3
+	storedBookingVersionV4 = 4
+)
 
 // Flags of a stored booking.
 const (
@@ -39,7 +45,12 @@ const (
 	sbSeries
 )
 
-var statusCodes = []string{"", StatusConfirmed, StatusCancelled, StatusHeld, StatusReleased, StatusExpired}
+// Flags of a stored booking's second flags byte (version 4).
+const (
+	sb2Collective = 1 << iota
+)
+
+var statusCodes = []string{"", StatusConfirmed, StatusCancelled, StatusHeld, StatusReleased, StatusExpired, StatusPending, StatusAborted}
 
 // appendDuration writes whole seconds in a byte or three, other
 // durations in full.
@@ -86,7 +97,15 @@ func appendCompactBooking(b []byte, bk *Booking, cr *Creation, original []byte) 
 	if bk.Series != nil || bk.SeriesID != "" {
 		flags |= sbSeries
 	}
-	b = append(b, storedBookingVersion, flags)
+	var flags2 byte
+	if len(bk.CalendarIDs) > 0 {
+		flags2 |= sb2Collective
+	}
+	if flags2 != 0 {
+		b = append(b, storedBookingVersionV4, flags, flags2)
+	} else {
+		b = append(b, storedBookingVersion, flags)
+	}
 	b = AppendTime(b, bk.Start)
 	b = appendDuration(b, bk.End.Sub(bk.Start))
 	b = AppendString(b, bk.Customer)
@@ -117,6 +136,9 @@ func appendCompactBooking(b []byte, bk *Booking, cr *Creation, original []byte) 
 	if flags&sbSeries != 0 {
 		b = appendSeries(b, bk)
 	}
+	if flags2&sb2Collective != 0 {
+		b = appendMembers(b, bk.CalendarIDs)
+	}
 	if cr != nil {
 		b = binary.AppendUvarint(b, uint64(cr.V))
 		b = append(b, cr.Kind)
@@ -142,10 +164,15 @@ type storedBooking struct {
 func decodeStoredBooking(calID, id string, v []byte) (storedBooking, error) {
 	var s storedBooking
 	r := NewReader(v)
-	if r.Byte() != storedBookingVersion {
+	version := r.Byte()
+	if version != storedBookingVersion && version != storedBookingVersionV4 {
 		return s, ErrCorrupt
 	}
 	flags := r.Byte()
+	var flags2 byte
+	if version == storedBookingVersionV4 {
+		flags2 = r.Byte()
+	}
 	bk := &s.Booking
 	bk.ID, bk.CalendarID = id, calID
 	bk.Start = r.Time()
@@ -176,6 +203,9 @@ func decodeStoredBooking(calID, id string, v []byte) (storedBooking, error) {
 	}
 	if flags&sbSeries != 0 {
 		r.series(bk)
+	}
+	if flags2&sb2Collective != 0 {
+		bk.CalendarIDs = r.members()
 	}
 	if flags&sbCreation != 0 {
 		cr := &Creation{V: uint8(r.Uvarint()), Kind: r.Byte(), Seq: r.Uvarint()}
@@ -256,4 +286,30 @@ func (r *Reader) series(bk *Booking) {
 	if ref != (SeriesRef{}) {
 		bk.Series = &ref
 	}
+}
+
+// MaxMembers bounds a collective booking's member calendars.
+const MaxMembers = 16
+
+// appendMembers writes a collective's member calendars.
+func appendMembers(b []byte, ids []string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(ids)))
+	for _, id := range ids {
+		b = AppendString(b, id)
+	}
+	return b
+}
+
+// members reads what appendMembers wrote.
+func (r *Reader) members() []string {
+	n := r.Uvarint()
+	if n == 0 || n > MaxMembers {
+		r.fail()
+		return nil
+	}
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = r.String()
+	}
+	return ids
 }

@@ -1,0 +1,397 @@
+package actor
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/bookline/bookline/data"
+)
+
+// Collective bookings (schema version 4): one interval on 2..MaxMembers
+// calendars, confirmed on every one or on none. The calendars hash to
+// different partitions, decided by different writers that never wait for
+// each other, so a collective is two-phase commit through the log
+// (docs/architecture.md, "Team scheduling across partitions"):
+//
+//  1. collective.prepare on every member: its writer decides the interval
+//     as a booking and, if free, writes the part in status pending, which
+//     holds the interval and does not expire on its own. The reply is the
+//     member's vote.
+//  2. collective.decide on the coordinator, the first member in id order:
+//     its writer records the first decision it gets (commit or abort)
+//     under the request id DecisionRequestID, and answers every later
+//     decide, whatever it asks, with that one.
+//  3. collective.commit or collective.abort on every member: the part
+//     becomes confirmed, or aborted. An abort that finds no part leaves an
+//     aborted one, so that a prepare decided after it is refused.
+//
+// Every step is a command decided from its own partition's log, so a
+// replay decides each the same. A part left pending (its API instance
+// stopped mid-way) is found by its partition's owner, which asks the
+// coordinator for an abort and applies whatever decision it answers.
+
+// CollectiveSchemaVersion is the schema version that defines collective
+// bookings: the collective.* types and the command's collective member. A
+// command of a lower version that carries the member is decided as before:
+// it is ignored (docs/protocol.md, "Versions").
+const CollectiveSchemaVersion = 4
+
+// Command types of schema version 4.
+const (
+	TypeCollectivePrepare = "collective.prepare"
+	TypeCollectiveDecide  = "collective.decide"
+	TypeCollectiveCommit  = "collective.commit"
+	TypeCollectiveAbort   = "collective.abort"
+	TypeCollectiveCancel  = "collective.cancel"
+)
+
+// A collective.decide's decisions.
+const (
+	DecisionCommit = "commit"
+	DecisionAbort  = "abort"
+)
+
+// Codes of collective bookings.
+const (
+	// CodeCollectiveAborted: the collective was decided aborted (a
+	// member refused, or its prepare came too late).
+	CodeCollectiveAborted = "collective_aborted"
+	// CodeCollectivePending: the collective is not decided yet on this
+	// member; it will be within seconds.
+	CodeCollectivePending = "collective_pending"
+	// CodeCollectiveBooking: the command would change one part of a
+	// collective booking alone; a collective changes on all of its
+	// calendars at once.
+	CodeCollectiveBooking = "collective_booking"
+)
+
+// MaxMembers bounds a collective's calendars.
+const MaxMembers = data.MaxMembers
+
+// CollectiveSpec is the collective member of the collective.* commands:
+// the collective's id and its calendars (sorted, distinct), and a
+// decide's decision.
+type CollectiveSpec struct {
+	ID          string        `json:"id"`
+	CalendarIDs []string      `json:"calendar_ids"`
+	Decision    LenientString `json:"decision,omitempty"`
+	// bad is set when the member was not an object of these shapes.
+	bad bool
+}
+
+// UnmarshalJSON reads the collective member and never fails: a command of
+// a version before 4 that carries a member named collective (which its
+// decoder ignored) must be decided as before, and a collective command
+// whose member is malformed is refused by Validate with the field named.
+func (s *CollectiveSpec) UnmarshalJSON(b []byte) error {
+	var v struct {
+		ID          string        `json:"id"`
+		CalendarIDs []string      `json:"calendar_ids"`
+		Decision    LenientString `json:"decision"`
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		*s = CollectiveSpec{bad: true}
+		return nil
+	}
+	*s = CollectiveSpec{ID: v.ID, CalendarIDs: v.CalendarIDs, Decision: v.Decision}
+	return nil
+}
+
+// CollectiveID is the id of the collective booking that request reqID
+// makes on calendars ids (sorted): the id of its part on every member.
+// ',' is not a calendar id character, so no booking of one calendar has it.
+func CollectiveID(ids []string, reqID string) string {
+	return data.BookingID(strings.Join(ids, ","), reqID)
+}
+
+// Request ids of a collective's steps, derived from its id (a request id
+// is at most 128 characters, a collective id 26): the coordinator records
+// the decision under DecisionRequestID, the members their commit and
+// abort under CommitRequestID and AbortRequestID. No client request id
+// can be told from them, but a client choosing one of these would only
+// reach the same answers.
+func DecisionRequestID(id string) string { return "collective.decision." + id }
+
+// CommitRequestID is the request id of a member's collective.commit.
+func CommitRequestID(id string) string { return "collective.commit." + id }
+
+// AbortRequestID is the request id of a member's collective.abort.
+func AbortRequestID(id string) string { return "collective.abort." + id }
+
+func isCollectiveType(t string) bool {
+	switch t {
+	case TypeCollectivePrepare, TypeCollectiveDecide, TypeCollectiveCommit, TypeCollectiveAbort, TypeCollectiveCancel:
+		return true
+	}
+	return false
+}
+
+// firstAnswerWins reports whether every command of d's request id gets the
+// answer its first one got, whatever it asks: the steps whose request id
+// is derived from the collective's id, so that the first decision is the
+// one every member applies.
+func firstAnswerWins(c *Command) bool {
+	return c.V >= CollectiveSchemaVersion &&
+		(c.Type == TypeCollectiveDecide || c.Type == TypeCollectiveCommit || c.Type == TypeCollectiveAbort)
+}
+
+// dropCollectiveFields forgets the member of version 4 in a command of an
+// earlier version, whose decoder did not know it.
+func (c *Command) dropCollectiveFields() { c.Collective = nil }
+
+// validateCollective checks a command of version 4 (and normalises it).
+func (c *Command) validateCollective() []FieldError {
+	var errs []FieldError
+	add := func(f, m string) { errs = append(errs, FieldError{Field: f, Message: m}) }
+	if !isCollectiveType(c.Type) {
+		if c.Collective != nil {
+			add("collective", "only the collective.* commands have a collective")
+		}
+		return errs
+	}
+	s := c.Collective
+	if s == nil || s.bad {
+		add("collective", "must be an object: id and calendar_ids (and decision for collective.decide)")
+		return errs
+	}
+	n := len(s.CalendarIDs)
+	switch {
+	case n < 2 || n > MaxMembers:
+		add("collective.calendar_ids", fmt.Sprintf("must list 2 to %d calendars", MaxMembers))
+	case !strictlyAscending(s.CalendarIDs):
+		add("collective.calendar_ids", "must be distinct and in ascending order")
+	case !slices.ContainsFunc(s.CalendarIDs, func(id string) bool { return id == c.CalendarID }):
+		add("calendar_id", "must be one of collective.calendar_ids")
+	}
+	for _, id := range s.CalendarIDs {
+		if !ValidCalendarID(id) {
+			add("collective.calendar_ids", "must match [A-Za-z0-9_-]{1,64}")
+			break
+		}
+	}
+	if !ValidBookingID(s.ID) {
+		add("collective.id", "is not a collective id")
+	}
+	if c.RecordTTLSeconds != 0 && c.Type != TypeCollectiveCancel {
+		// The decision and the parts' records must outlive every step
+		// that may still ask for them.
+		add("record_ttl_seconds", "must be 0: a collective's records are kept")
+	}
+	if s.Decision != "" && c.Type != TypeCollectiveDecide {
+		add("collective.decision", "only collective.decide has a decision")
+	}
+	switch c.Type {
+	case TypeCollectivePrepare:
+		if len(errs) == 0 && s.ID != CollectiveID(s.CalendarIDs, c.RequestID) {
+			add("collective.id", "must be the collective id of calendar_ids and request_id")
+		}
+		if c.Booking != nil && c.Booking.Recurrence != nil {
+			add("recurrence", "a collective booking has no recurrence")
+		}
+		if c.Booking != nil && c.Booking.TTLSeconds != 0 {
+			add("ttl", "a collective booking has no ttl")
+		}
+	case TypeCollectiveDecide:
+		switch {
+		case s.Decision != DecisionCommit && s.Decision != DecisionAbort:
+			add("collective.decision", "must be commit or abort")
+		case n > 0 && c.CalendarID != s.CalendarIDs[0]:
+			add("calendar_id", "must be the first of collective.calendar_ids (the coordinator)")
+		case c.RequestID != DecisionRequestID(s.ID):
+			add("request_id", "must be collective.decision.<collective id>")
+		}
+	case TypeCollectiveCommit, TypeCollectiveAbort:
+		want := CommitRequestID(s.ID)
+		if c.Type == TypeCollectiveAbort {
+			want = AbortRequestID(s.ID)
+		}
+		if c.RequestID != want {
+			add("request_id", "must be "+strings.TrimSuffix(want, s.ID)+"<collective id>")
+		}
+	}
+	if c.Type != TypeCollectivePrepare && c.Type != TypeCollectiveAbort && c.Booking != nil {
+		add("booking", "only collective.prepare and collective.abort have a booking")
+	}
+	return errs
+}
+
+// collectiveFingerprint is what a version 4 command adds to its
+// fingerprint: the collective member.
+func (c *Command) collectiveFingerprint() []byte {
+	if c.V < CollectiveSchemaVersion || c.Collective == nil {
+		return nil
+	}
+	out, _ := json.Marshal(struct {
+		Collective *CollectiveSpec `json:"collective"`
+	}{c.Collective})
+	return out
+}
+
+// preparePart decides a collective.prepare: the member's part in status
+// pending when the interval is free, the member's refusal otherwise.
+func preparePart(tx *data.Tx, d *Decoded) (Reply, error) {
+	s := d.Cmd.Collective
+	if prev, err := tx.Booking(d.Cmd.CalendarID, s.ID); err == nil {
+		if prev.Status == data.StatusAborted {
+			return d.reject(CodeCollectiveAborted, "the collective was aborted before this calendar's prepare arrived"), nil
+		}
+		r := d.reject(CodeIdempotencyKeyReused, "this request id (idempotency key) was already used: its record has expired, the booking it made remains")
+		return r, nil
+	} else if !errors.Is(err, data.ErrNotFound) {
+		return Reply{}, err
+	}
+	cal, rej, err := bookable(tx, d)
+	if rej != nil || err != nil {
+		return deref(rej), err
+	}
+	bk := newBooking(d, s.ID, &cal, data.StatusPending)
+	bk.CalendarIDs = slices.Clone(s.CalendarIDs)
+	if err := tx.CreateBooking(bk, nil); err != nil {
+		return Reply{}, err
+	}
+	if err := checkTaken(tx, d.partition, d, &cal, &bk); err != nil {
+		return Reply{}, err
+	}
+	r := d.accept()
+	r.Booking = &bk
+	return r, nil
+}
+
+// decideCollective records a collective's decision on its coordinator: the
+// one asked for, unless one was recorded before (decide answers it then,
+// before coming here). Accepted means commit; rejected with
+// collective_aborted, abort.
+func decideCollective(d *Decoded) Reply {
+	if d.Cmd.Collective.Decision == DecisionCommit {
+		r := d.accept()
+		r.Message = "committed: every member confirms its part"
+		return r
+	}
+	return d.reject(CodeCollectiveAborted, "the collective booking was aborted: no member keeps it")
+}
+
+// collectivePart loads the part a commit, abort or cancel names.
+func collectivePart(tx *data.Tx, d *Decoded) (bk data.Booking, found bool, err error) {
+	bk, err = tx.Booking(d.Cmd.CalendarID, d.Cmd.Collective.ID)
+	if errors.Is(err, data.ErrNotFound) {
+		return bk, false, nil
+	}
+	if err == nil && len(bk.CalendarIDs) == 0 {
+		return bk, false, nil // a booking of one calendar with this id
+	}
+	return bk, err == nil, err
+}
+
+// commitPart decides a collective.commit: the pending part is confirmed.
+func commitPart(tx *data.Tx, d *Decoded) (Reply, error) {
+	bk, found, err := collectivePart(tx, d)
+	if err != nil {
+		return Reply{}, err
+	}
+	if !found {
+		return d.reject(CodeBookingNotFound, "this calendar has no part of the collective booking"), nil
+	}
+	switch bk.Status {
+	case data.StatusPending:
+		bk.Status = data.StatusConfirmed
+		if err := tx.PutBooking(bk); err != nil {
+			return Reply{}, err
+		}
+		if err := mirrorLinked(tx, d, data.SyncCreate, &bk); err != nil {
+			return Reply{}, err
+		}
+	case data.StatusAborted:
+		return d.reject(CodeCollectiveAborted, "the collective booking was aborted on this calendar"), nil
+	}
+	r := d.accept()
+	r.Booking = &bk
+	return r, nil
+}
+
+// abortPart decides a collective.abort: a pending part is aborted, and a
+// calendar without a part gets an aborted one (from the command's
+// booking), so that its prepare, if it comes later, is refused.
+func abortPart(tx *data.Tx, d *Decoded) (Reply, error) {
+	bk, found, err := collectivePart(tx, d)
+	if err != nil {
+		return Reply{}, err
+	}
+	switch {
+	case !found && d.Cmd.Booking == nil:
+		return d.reject(CodeBookingNotFound, "this calendar has no part of the collective booking"), nil
+	case !found:
+		if tx.BookingExists(d.Cmd.CalendarID, d.Cmd.Collective.ID) {
+			return d.reject(CodeBookingNotFound, "this calendar has no part of the collective booking"), nil
+		}
+		if !tx.CalendarExists(d.Cmd.CalendarID) {
+			return d.reject(CodeCalendarNotFound, "calendar not found"), nil
+		}
+		bk = newBooking(d, d.Cmd.Collective.ID, &data.Calendar{}, data.StatusAborted)
+		bk.CalendarIDs = slices.Clone(d.Cmd.Collective.CalendarIDs)
+		if err := tx.CreateBooking(bk, nil); err != nil {
+			return Reply{}, err
+		}
+	case bk.Status == data.StatusPending:
+		bk.Status = data.StatusAborted
+		if err := tx.PutBooking(bk); err != nil {
+			return Reply{}, err
+		}
+	case bk.Status != data.StatusAborted:
+		return d.reject(CodeCollectiveBooking, "the collective booking was committed: it cannot be aborted"), nil
+	}
+	r := d.accept()
+	r.Booking = &bk
+	return r, nil
+}
+
+// cancelPart decides a collective.cancel: a confirmed part is cancelled.
+// The API cancels every member's part; each cancel is idempotent.
+func cancelPart(tx *data.Tx, d *Decoded) (Reply, error) {
+	bk, found, err := collectivePart(tx, d)
+	if err != nil {
+		return Reply{}, err
+	}
+	if !found || bk.Status == data.StatusAborted {
+		return d.reject(CodeBookingNotFound, "booking not found"), nil
+	}
+	switch bk.Status {
+	case data.StatusPending:
+		return d.reject(CodeCollectivePending, "the collective booking is not decided yet on this calendar; try again in a few seconds"), nil
+	case data.StatusConfirmed:
+		at := d.At
+		bk.Status, bk.CancelledAt = data.StatusCancelled, &at
+		if err := tx.PutBooking(bk); err != nil {
+			return Reply{}, err
+		}
+		if err := mirrorLinked(tx, d, data.SyncDelete, &bk); err != nil {
+			return Reply{}, err
+		}
+	}
+	r := d.accept()
+	r.Booking = &bk
+	return r, nil
+}
+
+// collectiveRefusal refuses a command of one calendar that names a
+// collective's part (booking.cancel, booking.reschedule): it would change
+// the collective on this member alone. nil when bk is no part.
+func (d *Decoded) collectiveRefusal(bk *data.Booking) *Reply {
+	if len(bk.CalendarIDs) == 0 {
+		return nil
+	}
+	r := d.reject(CodeCollectiveBooking, "this booking is part of a collective booking on "+strings.Join(bk.CalendarIDs, ", ")+
+		": it is cancelled on all of its calendars at once (DELETE /v1/bookings/{id}); a collective cannot be rescheduled")
+	return &r
+}
+
+func strictlyAscending(ids []string) bool {
+	for i := 1; i < len(ids); i++ {
+		if ids[i-1] >= ids[i] {
+			return false
+		}
+	}
+	return true
+}
