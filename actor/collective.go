@@ -175,10 +175,10 @@ func (c *Command) validateCollective() []FieldError {
 	if !ValidBookingID(s.ID) {
 		add("collective.id", "is not a collective id")
 	}
-	if c.RecordTTLSeconds != 0 && c.Type != TypeCollectiveCancel {
-		// The decision and the parts' records must outlive every step
-		// that may still ask for them.
-		add("record_ttl_seconds", "must be 0: a collective's records are kept")
+	if c.RecordTTLSeconds != 0 && firstAnswerWins(c) {
+		// The decision and what the members did with it must outlive
+		// every step that may still ask for them.
+		add("record_ttl_seconds", "must be 0: the records of a collective's decision are kept")
 	}
 	if s.Decision != "" && c.Type != TypeCollectiveDecide {
 		add("collective.decision", "only collective.decide has a decision")
@@ -383,7 +383,7 @@ func (d *Decoded) collectiveRefusal(bk *data.Booking) *Reply {
 		return nil
 	}
 	r := d.reject(CodeCollectiveBooking, "this booking is part of a collective booking on "+strings.Join(bk.CalendarIDs, ", ")+
-		": it is cancelled on all of its calendars at once (DELETE /v1/bookings/{id}); a collective cannot be rescheduled")
+		": it is cancelled on all of its calendars at once (collective.cancel to each; the HTTP API's DELETE does that), and cannot be rescheduled")
 	return &r
 }
 
@@ -394,4 +394,50 @@ func strictlyAscending(ids []string) bool {
 		}
 	}
 	return true
+}
+
+// The steps as producers publish them: the HTTP API runs a collective
+// with them, and a partition's owner resolves a part left pending.
+
+// PrepareCommand is the collective.prepare of request reqID on member
+// cal of the collective on ids (sorted).
+func PrepareCommand(cal, reqID string, ids []string, b BookingSpec, recordTTL int) *Command {
+	return &Command{V: CollectiveSchemaVersion, Type: TypeCollectivePrepare, RequestID: reqID, CalendarID: cal, Booking: &b,
+		RecordTTLSeconds: recordTTL, Collective: &CollectiveSpec{ID: CollectiveID(ids, reqID), CalendarIDs: ids}}
+}
+
+// DecideCommand is the collective.decide asking for decision.
+func DecideCommand(id string, ids []string, decision string) *Command {
+	return &Command{V: CollectiveSchemaVersion, Type: TypeCollectiveDecide, RequestID: DecisionRequestID(id), CalendarID: ids[0],
+		Collective: &CollectiveSpec{ID: id, CalendarIDs: ids, Decision: LenientString(decision)}}
+}
+
+// ApplyCommand is a member's collective.commit (commit true) or
+// collective.abort; b, the booking, is sent with an abort (nil: none).
+func ApplyCommand(cal, id string, ids []string, commit bool, b *BookingSpec) *Command {
+	c := &Command{V: CollectiveSchemaVersion, Type: TypeCollectiveCommit, RequestID: CommitRequestID(id), CalendarID: cal,
+		Collective: &CollectiveSpec{ID: id, CalendarIDs: ids}}
+	if !commit {
+		c.Type, c.RequestID, c.Booking = TypeCollectiveAbort, AbortRequestID(id), b
+	}
+	return c
+}
+
+// CancelCommand is a member's collective.cancel under request reqID.
+func CancelCommand(cal, reqID, id string, ids []string, recordTTL int) *Command {
+	return &Command{V: CollectiveSchemaVersion, Type: TypeCollectiveCancel, RequestID: reqID, CalendarID: cal,
+		RecordTTLSeconds: recordTTL, Collective: &CollectiveSpec{ID: id, CalendarIDs: ids}}
+}
+
+// Committed reads a collective.decide's reply: whether the recorded
+// decision is commit (ok false: the reply is no decision at all, e.g. an
+// invalid command).
+func Committed(r *Reply) (commit, ok bool) {
+	switch {
+	case r.Outcome == OutcomeAccepted:
+		return true, true
+	case r.Code == CodeCollectiveAborted:
+		return false, true
+	}
+	return false, false
 }

@@ -4,11 +4,11 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"time"
 
 	"github.com/gofiber/fiber/v2"
 
 	"github.com/bookline/bookline/actor"
-	"github.com/bookline/bookline/data"
 )
 
 // Error codes of the HTTP API that are not actor rejection codes. Together
@@ -55,6 +55,9 @@ var statusOf = map[string]int{
 	actor.CodeBookingNotConfirmed:  http.StatusConflict,
 	actor.CodeCommandSkipped:       http.StatusConflict,
 	actor.CodeNotStopped:           http.StatusConflict,
+	actor.CodeCollectiveAborted:    http.StatusConflict,
+	actor.CodeCollectivePending:    http.StatusConflict,
+	actor.CodeCollectiveBooking:    http.StatusConflict,
 	CodePayloadTooLarge:            http.StatusRequestEntityTooLarge,
 	actor.CodeIdempotencyKeyReused: http.StatusUnprocessableEntity,
 	CodeUnavailable:                http.StatusServiceUnavailable,
@@ -73,7 +76,7 @@ type Error struct {
 	Code     string             `json:"code"`
 	Message  string             `json:"message"`
 	Details  []actor.FieldError `json:"details,omitempty"`
-	Conflict *data.Interval     `json:"conflict,omitempty"`
+	Conflict *Conflict          `json:"conflict,omitempty"`
 	// Occurrences are a refused series': the occurrence that refused it,
 	// or every occurrence when none was free (docs/api.md).
 	Occurrences json.RawMessage `json:"occurrences,omitempty"`
@@ -154,4 +157,14 @@ func sendJSON(c *fiber.Ctx, status int, code string, body []byte) error {
 	}
 	c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSON)
 	return c.Status(status).Send(body)
+}
+
+// Conflict is what a slot_taken or external_busy refusal says is in the
+// way: its interval and, for a collective booking, the member calendar
+// that refused and the booking there (when the index still has it).
+type Conflict struct {
+	Start      time.Time `json:"start"`
+	End        time.Time `json:"end"`
+	CalendarID string    `json:"calendar_id,omitempty"`
+	BookingID  string    `json:"booking_id,omitempty"`
 }

@@ -24,7 +24,7 @@ func decodedRejection(t *testing.T, raw []byte) (status int, body []byte) {
 		Code     string             `json:"code"`
 		Message  string             `json:"message"`
 		Details  []actor.FieldError `json:"details"`
-		Conflict *data.Interval     `json:"conflict"`
+		Conflict *Conflict          `json:"conflict"`
 	}
 	if err := json.Unmarshal(raw, &r); err != nil || r.Outcome != actor.OutcomeRejected {
 		t.Fatalf("not a rejection: %s (%v)", raw, err)
@@ -172,11 +172,17 @@ func TestReplyAnswerCarriesEveryField(t *testing.T) {
 			for _, details := range [][]actor.FieldError{nil, e.Details} {
 				want := e
 				want.Code, want.Details, want.Occurrences = actor.CodeSlotTaken, details, nil
+				// A reply's conflict is an interval: the member and the
+				// booking in the way are added by a collective's answer
+				// (collective.go), not carried by the reply.
+				c := *want.Conflict
+				c.CalendarID, c.BookingID = "", ""
+				want.Conflict = &c
 				if occ != nil {
 					want.Occurrences, _ = json.Marshal(occ)
 				}
 				raw, err := actor.MarshalReply(&actor.Reply{V: 1, RequestID: "r", CalendarID: "c", Type: actor.TypeBookingCreate,
-					Outcome: actor.OutcomeRejected, Code: want.Code, Message: want.Message, Details: want.Details, Conflict: want.Conflict,
+					Outcome: actor.OutcomeRejected, Code: want.Code, Message: want.Message, Details: want.Details, Conflict: intervalOf(want.Conflict),
 					Occurrences: occ, Seq: 9})
 				if err != nil {
 					t.Fatal(err)
@@ -190,4 +196,11 @@ func TestReplyAnswerCarriesEveryField(t *testing.T) {
 			}
 		}
 	}
+}
+
+func intervalOf(c *Conflict) *data.Interval {
+	if c == nil {
+		return nil
+	}
+	return &data.Interval{Start: c.Start, End: c.End}
 }

@@ -250,6 +250,7 @@ func (s *Server) routes() {
 	}
 	v1 := s.app.Group("/v1")
 	v1.Get("/availability", page(s.availabilityAll)...)
+	v1.Post("/bookings", booker(s.createCollective)...)
 	v1.Put("/calendars/:calendarId", admin(s.putCalendar)...)
 	v1.Get("/calendars/:calendarId", booker(s.getCalendar)...)
 	v1.Post("/calendars/:calendarId/bookings", booker(s.createBooking)...)

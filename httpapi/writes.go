@@ -151,6 +151,11 @@ func (s *Server) byIDCommand(typ, param string, notFound *Error) fiber.Handler {
 			return err
 		}
 		cmd := &actor.Command{Type: typ, RequestID: reqID, CalendarID: cal, BookingID: id}
+		if typ == actor.TypeBookingCancel && c.Query("scope") == "" {
+			if ids := s.collectivePartOf(cal, id); ids != nil {
+				return s.cancelCollective(c, cal, id, ids)
+			}
+		}
 		if typ == actor.TypeBookingCancel {
 			switch scope := c.Query("scope"); scope {
 			case "", actor.ScopeFollowing:

@@ -40,10 +40,11 @@ type Node struct {
 	cmdSync, evtSync *logSync
 	// snapSync makes a snapshot's parts durable as they are stored (same
 	// condition as cmdSync).
-	snapSync *logSync
-	events   *eventPublisher
-	memory   *memoryReleaser
-	holds    *holdExpirer
+	snapSync    *logSync
+	events      *eventPublisher
+	memory      *memoryReleaser
+	holds       *holdExpirer
+	collectives *collectiveResolver
 	// members and progress spread partitions and their side effects over
 	// the instances (cluster mode; membership.go, progress.go).
 	members  *membership
@@ -285,6 +286,11 @@ func (n *Node) build(cfg NodeConfig, stream jetstream.Stream, refused map[int]*H
 	n.holds = &holdExpirer{js: n.js, stream: stream, store: n.store, log: cfg.Logger.With("component", "holds"), every: every,
 		now: time.Now, early: map[string]earlyExpire{}, recordTTL: actor.RecordTTLSeconds(cfg.InternalRecordRetention)}
 	n.internalTTL = actor.RecordTTLSeconds(cfg.InternalRecordRetention)
+	after := cfg.CollectiveResolveAfter
+	if after <= 0 {
+		after = DefaultCollectiveResolveAfter
+	}
+	n.collectives = &collectiveResolver{n: n, log: cfg.Logger.With("component", "collectives"), every: every, after: after, now: time.Now}
 	if cfg.Observer != nil {
 		n.events.failed = cfg.Observer.EventPublishFailed
 	}
@@ -355,7 +361,7 @@ func (n *Node) StartWriters() {
 		}
 		mcancel()
 	}
-	n.wg.Add(6)
+	n.wg.Add(7)
 	go func() {
 		defer n.wg.Done()
 		n.events.run(ctx)
@@ -379,6 +385,10 @@ func (n *Node) StartWriters() {
 	go func() {
 		defer n.wg.Done()
 		n.holds.run(ctx)
+	}()
+	go func() {
+		defer n.wg.Done()
+		n.collectives.run(ctx)
 	}()
 	if n.members != nil {
 		n.wg.Add(2)

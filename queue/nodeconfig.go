@@ -81,6 +81,11 @@ type NodeConfig struct {
 	FollowInterval time.Duration
 	// HoldExpiryInterval is how often due holds are looked for (default 1s).
 	HoldExpiryInterval time.Duration
+	// CollectiveResolveAfter is how long a collective booking's part may
+	// stay pending before the partition's owner resolves it (default
+	// DefaultCollectiveResolveAfter); they are looked for as often as due
+	// holds.
+	CollectiveResolveAfter time.Duration
 	// InternalRecordRetention is the log time for which the request
 	// records of the commands bookline makes itself (hold.expire, busy
 	// time from Google) are kept; the commands carry it

@@ -53,9 +53,12 @@ func EventType(payload []byte) string {
 			return EventCalendarCreated
 		}
 		return EventCalendarUpdated
-	case "booking.create", "hold.confirm":
+	case "booking.create", "hold.confirm", actor.TypeCollectiveCommit:
+		// A collective's part becomes a booking when its member commits
+		// it: each member's part is delivered as that calendar's, with
+		// the collective's id and calendar_ids.
 		return EventBookingConfirmed
-	case "booking.cancel":
+	case "booking.cancel", actor.TypeCollectiveCancel:
 		return EventBookingCancelled
 	case "booking.reschedule":
 		return EventBookingRescheduled

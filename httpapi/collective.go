@@ -1,0 +1,263 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/gofiber/fiber/v2"
+
+	"github.com/bookline/bookline/actor"
+	"github.com/bookline/bookline/data"
+)
+
+// Collective bookings (docs/api.md, "Collective bookings"): one interval
+// on 2..actor.MaxMembers calendars, confirmed on all or none. The API runs
+// the steps of actor/collective.go through the log: a prepare on every
+// member at once, the decision on the coordinator, the decision on every
+// member. Each step is decided by its own partition's writer; nothing here
+// holds a lock, and a retry under the same Idempotency-Key runs the same
+// steps again and gets their recorded answers.
+
+type collectiveRequest struct {
+	CalendarIDs []string        `json:"calendar_ids"`
+	Start       string          `json:"start"`
+	End         string          `json:"end"`
+	Customer    string          `json:"customer"`
+	Metadata    json.RawMessage `json:"metadata"`
+}
+
+func (*collectiveRequest) strictBody() {}
+
+// collectiveVote is one member's answer to a step.
+type collectiveVote struct {
+	cal   string
+	raw   []byte
+	reply actor.Reply
+	err   error
+}
+
+// runStep submits cmds at once and waits for every answer.
+func (s *Server) runStep(ctx context.Context, cmds []*actor.Command) []collectiveVote {
+	out := make([]collectiveVote, len(cmds))
+	var wg sync.WaitGroup
+	for i, cmd := range cmds {
+		wg.Go(func() {
+			v := &out[i]
+			v.cal = cmd.CalendarID
+			if errs := cmd.Validate(); len(errs) > 0 {
+				v.err = invalid(errs...)
+				return
+			}
+			v.raw, v.err = s.backend.Submit(ctx, cmd, cmd.Fingerprint())
+			if v.err == nil {
+				v.err = json.Unmarshal(v.raw, &v.reply)
+			}
+		})
+	}
+	wg.Wait()
+	return out
+}
+
+// createCollective serves POST /v1/bookings.
+func (s *Server) createCollective(c *fiber.Ctx) error {
+	var req collectiveRequest
+	if err := decodeBody(c, &req); err != nil {
+		return err
+	}
+	reqID, err := requestID(c)
+	if err != nil {
+		return err
+	}
+	ids, bad := collectiveMembers(req.CalendarIDs)
+	spec, more := bookingSpec(&bookingRequest{Start: req.Start, End: req.End, Customer: req.Customer, Metadata: req.Metadata})
+	if bad = append(bad, more...); len(bad) > 0 {
+		return invalid(bad...)
+	}
+	// Every member decides a booking: a collective costs what as many
+	// bookings of one calendar cost.
+	if err := s.charge(c, len(ids)); err != nil {
+		return err
+	}
+	ttl := actor.RecordTTLSeconds(s.cfg.KeylessRecordRetention)
+	if c.Get("Idempotency-Key") != "" {
+		ttl = actor.RecordTTLSeconds(s.cfg.KeyedRecordRetention)
+	}
+	id := actor.CollectiveID(ids, reqID)
+	prepares := make([]*actor.Command, len(ids))
+	for i, cal := range ids {
+		prepares[i] = actor.PrepareCommand(cal, reqID, ids, *spec, ttl)
+	}
+	// Validated here, once, so that a bad body is a 400 before anything
+	// is published (runStep validates each again, cheaply).
+	if errs := prepares[0].Validate(); len(errs) > 0 {
+		return invalid(errs...)
+	}
+	ctx, cancel := context.WithTimeout(s.withTrace(context.Background(), requestIDOf(c)), s.cfg.ReplyTimeout)
+	defer cancel()
+
+	votes := s.runStep(ctx, prepares)
+	all := true
+	for _, v := range votes {
+		all = all && v.err == nil && v.reply.Outcome == actor.OutcomeAccepted
+	}
+	decision := actor.DecisionAbort
+	if all {
+		decision = actor.DecisionCommit
+	}
+	decided := s.runStep(ctx, []*actor.Command{actor.DecideCommand(id, ids, decision)})[0]
+	commit, ok := actor.Committed(&decided.reply)
+	if decided.err != nil || !ok {
+		s.log.Warn("a collective booking's decision is not known", "id", id, "trace_id", requestIDOf(c), "err", decided.err, "reply", string(decided.raw))
+		return &Error{Code: CodeUnavailable, Message: "the collective booking's outcome is not known yet: retry with the same Idempotency-Key " +
+			"(a booking left undecided is resolved within a minute)"}
+	}
+	// The decision to every member that may have a part: on commit all of
+	// them; on abort those that did not refuse (a member whose prepare is
+	// still on its way gets an aborted part that refuses it).
+	var applies []*actor.Command
+	for _, v := range votes {
+		if commit || v.err != nil || v.reply.Outcome == actor.OutcomeAccepted {
+			applies = append(applies, actor.ApplyCommand(v.cal, id, ids, commit, spec))
+		}
+	}
+	applied := s.runStep(ctx, applies)
+	if !commit {
+		return s.collectiveRefusal(votes, decided)
+	}
+	for _, a := range applied {
+		if a.err != nil || a.reply.Outcome != actor.OutcomeAccepted {
+			// Committed: the part of this member is confirmed when its
+			// commit is decided, or when its owner resolves it.
+			s.log.Warn("a committed collective booking's member did not confirm in time", "id", id, "calendar", a.cal, "err", a.err)
+			return c.Status(http.StatusAccepted).JSON(fiber.Map{"status": "pending", "id": id, "calendar_ids": ids})
+		}
+	}
+	var view actor.ReplyView
+	if err := actor.ReadReply(applied[0].raw, &view); err != nil {
+		return err
+	}
+	return sendJSON(c, http.StatusCreated, "", view.Booking)
+}
+
+// collectiveMembers checks and sorts a collective's calendar ids.
+func collectiveMembers(in []string) ([]string, []actor.FieldError) {
+	bad := func(m string) []actor.FieldError {
+		return []actor.FieldError{{Field: "calendar_ids", Message: m}}
+	}
+	if len(in) < 2 || len(in) > actor.MaxMembers {
+		return nil, bad(fmt.Sprintf("must list 2 to %d calendars", actor.MaxMembers))
+	}
+	ids := slices.Clone(in)
+	for _, id := range ids {
+		if !actor.ValidCalendarID(id) {
+			return nil, bad("must be calendar ids ([A-Za-z0-9_-]{1,64})")
+		}
+	}
+	slices.Sort(ids)
+	if len(slices.Compact(slices.Clone(ids))) != len(ids) {
+		return nil, bad("must not list a calendar twice")
+	}
+	return ids, nil
+}
+
+// collectiveRefusal is the answer to an aborted collective: the refusal of
+// the first member (in id order) that refused, its conflict naming that
+// calendar and the booking in the way; unavailable when a member could not
+// be reached; collective_aborted when every member agreed but the
+// collective was aborted anyway (its owner resolved it first).
+func (s *Server) collectiveRefusal(votes []collectiveVote, decided collectiveVote) error {
+	for _, v := range votes {
+		if v.err != nil || v.reply.Outcome == actor.OutcomeAccepted {
+			continue
+		}
+		r := &v.reply
+		e := &Error{Code: r.Code, Message: v.cal + ": " + r.Message, Details: r.Details}
+		if r.Conflict != nil {
+			e.Conflict = &Conflict{Start: r.Conflict.Start, End: r.Conflict.End, CalendarID: v.cal, BookingID: s.bookingAt(v.cal, *r.Conflict)}
+		}
+		return e
+	}
+	for _, v := range votes {
+		if v.err != nil {
+			if e, ok := v.err.(*Error); ok {
+				return e
+			}
+			return &Error{Code: CodeUnavailable, Message: "calendar " + v.cal + " could not be reached; nothing was booked, retry later"}
+		}
+	}
+	return &Error{Code: decided.reply.Code, Message: decided.reply.Message}
+}
+
+// bookingAt names the booking whose interval is iv on cal, as the index
+// holds it now ("" when it is gone or was a busy block).
+func (s *Server) bookingAt(cal string, iv data.Interval) string {
+	id := ""
+	_ = s.backend.View(func(tx *data.Tx) error {
+		tx.SlotsNear(cal, iv.Start, iv.End, func(e data.SlotEntry) bool {
+			if e.Start.Equal(iv.Start) && e.End.Equal(iv.End) {
+				id = e.ID
+				return false
+			}
+			return true
+		})
+		return nil
+	})
+	return id
+}
+
+// collectivePartOf reads whether booking id of cal is a collective's part,
+// and its members.
+func (s *Server) collectivePartOf(cal, id string) []string {
+	var ids []string
+	_ = s.backend.View(func(tx *data.Tx) error {
+		if bk, err := tx.Booking(cal, id); err == nil {
+			ids = bk.CalendarIDs
+		}
+		return nil
+	})
+	return ids
+}
+
+// cancelCollective cancels a collective booking on every member, answering
+// with the part of the calendar in the path.
+func (s *Server) cancelCollective(c *fiber.Ctx, cal, id string, ids []string) error {
+	reqID, err := requestID(c)
+	if err != nil {
+		return err
+	}
+	ttl := actor.RecordTTLSeconds(s.cfg.KeylessRecordRetention)
+	if c.Get("Idempotency-Key") != "" {
+		ttl = actor.RecordTTLSeconds(s.cfg.KeyedRecordRetention)
+	}
+	cmds := make([]*actor.Command, len(ids))
+	for i, m := range ids {
+		cmds[i] = actor.CancelCommand(m, reqID, id, ids, ttl)
+	}
+	ctx, cancel := context.WithTimeout(s.withTrace(context.Background(), requestIDOf(c)), s.cfg.ReplyTimeout)
+	defer cancel()
+	var mine []byte
+	var failed []string
+	for _, v := range s.runStep(ctx, cmds) {
+		switch {
+		case v.err != nil:
+			failed = append(failed, v.cal)
+		case v.reply.Outcome != actor.OutcomeAccepted:
+			return s.writeReply(c, v.raw)
+		case v.cal == cal:
+			mine = v.raw
+		}
+	}
+	if len(failed) > 0 {
+		return &Error{Code: CodeUnavailable, Message: "the cancel did not reach " + strings.Join(failed, ", ") + ": retry it (cancelling again is harmless)"}
+	}
+	var view actor.ReplyView
+	if err := actor.ReadReply(mine, &view); err != nil {
+		return err
+	}
+	return sendJSON(c, http.StatusOK, "", view.Booking)
+}

@@ -1,0 +1,210 @@
+package httpapi_test
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/bookline/bookline/actor"
+	"github.com/bookline/bookline/queue"
+)
+
+type collectiveAnswer struct {
+	ID          string   `json:"id"`
+	CalendarID  string   `json:"calendar_id"`
+	CalendarIDs []string `json:"calendar_ids"`
+	Status      string   `json:"status"`
+	Start       time.Time
+	Error       *struct {
+		Code     string `json:"code"`
+		Message  string `json:"message"`
+		Conflict *struct {
+			Start      time.Time `json:"start"`
+			End        time.Time `json:"end"`
+			CalendarID string    `json:"calendar_id"`
+			BookingID  string    `json:"booking_id"`
+		} `json:"conflict"`
+	} `json:"error"`
+}
+
+// twoPartitions returns n calendar ids of which no two share a partition
+// of parts partitions.
+func twoPartitions(t *testing.T, parts, n int) []string {
+	t.Helper()
+	seen := map[int]bool{}
+	var ids []string
+	for i := 0; len(ids) < n && i < 1000; i++ {
+		id := fmt.Sprintf("host%d", i)
+		if p := queue.PartitionOf(id, parts); !seen[p] {
+			seen[p] = true
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) < n {
+		t.Fatalf("no %d calendars in distinct partitions", n)
+	}
+	return ids
+}
+
+// TestCollectiveOverHTTP: POST /v1/bookings books one interval on
+// calendars of different partitions, on all or none: 201 with the
+// collective, listed on every member with calendar_ids; a conflict on one
+// member is 409 slot_taken naming that calendar and booking, and leaves
+// nothing on the others; a retry with the key gets the same answer; a
+// DELETE on any member cancels every part.
+func TestCollectiveOverHTTP(t *testing.T) {
+	h := start(t, "", options{})
+	ids := twoPartitions(t, 4, 3)
+	for _, id := range ids {
+		h.createCalendar(id, "UTC")
+	}
+	at := time.Date(2027, 5, 3, 10, 0, 0, 0, time.UTC)
+	body := func(cals []string, start time.Time) map[string]any {
+		return map[string]any{"calendar_ids": cals, "start": start.Format(time.RFC3339), "end": start.Add(time.Hour).Format(time.RFC3339),
+			"customer": "Panel", "metadata": map[string]any{"round": 2}}
+	}
+	// Given in any order: the answer lists them in id order.
+	r := h.do("POST", "/v1/bookings", body([]string{ids[2], ids[0], ids[1]}, at), "Idempotency-Key", "panel-1")
+	h.mustStatus(r, http.StatusCreated)
+	var a collectiveAnswer
+	r.json(t, &a)
+	if a.ID == "" || a.Status != "confirmed" || strings.Join(a.CalendarIDs, ",") != strings.Join(ids, ",") {
+		t.Fatalf("collective: %s", r.Body)
+	}
+	again := h.do("POST", "/v1/bookings", body([]string{ids[2], ids[0], ids[1]}, at), "Idempotency-Key", "panel-1")
+	if again.Status != http.StatusCreated || string(again.Body) != string(r.Body) {
+		t.Fatalf("retry: %d %s, first %s", again.Status, again.Body, r.Body)
+	}
+	for _, cal := range ids {
+		list := h.listAll(cal)
+		if len(list) != 1 || list[0].ID != a.ID || list[0].Status != "confirmed" {
+			t.Fatalf("%s lists %+v", cal, list)
+		}
+		g := h.do("GET", "/v1/calendars/"+cal+"/bookings/"+a.ID, nil)
+		if g.Status != http.StatusOK || !strings.Contains(string(g.Body), `"calendar_ids":["`+strings.Join(ids, `","`)+`"]`) {
+			t.Fatalf("GET on %s: %d %s", cal, g.Status, g.Body)
+		}
+	}
+
+	// ids[1] is taken an hour later: a collective there books nothing.
+	later := at.Add(2 * time.Hour)
+	blocker := h.do("POST", "/v1/calendars/"+ids[1]+"/bookings", bookingBody(later, time.Hour, "Solo"))
+	h.mustStatus(blocker, http.StatusCreated)
+	var solo booking
+	blocker.json(t, &solo)
+	r = h.do("POST", "/v1/bookings", body(ids, later), "Idempotency-Key", "panel-2")
+	h.mustStatus(r, http.StatusConflict)
+	r.json(t, &a)
+	if a.Error == nil || a.Error.Code != actor.CodeSlotTaken || a.Error.Conflict == nil ||
+		a.Error.Conflict.CalendarID != ids[1] || a.Error.Conflict.BookingID != solo.ID {
+		t.Fatalf("conflict: %s", r.Body)
+	}
+	again = h.do("POST", "/v1/bookings", body(ids, later), "Idempotency-Key", "panel-2")
+	if again.Status != http.StatusConflict || !strings.Contains(string(again.Body), `"code":"slot_taken"`) {
+		t.Fatalf("retry of a refused collective: %d %s", again.Status, again.Body)
+	}
+	for _, cal := range []string{ids[0], ids[2]} {
+		// The interval is free again on the members that voted yes.
+		ok := h.do("POST", "/v1/calendars/"+cal+"/bookings", bookingBody(later, time.Hour, "Next"))
+		h.mustStatus(ok, http.StatusCreated)
+	}
+
+	// A part cannot be moved alone; a DELETE on any member cancels all.
+	mv := h.do("POST", "/v1/calendars/"+ids[0]+"/bookings/"+a.ID+"/reschedule", map[string]any{"start": at.Add(5 * time.Hour).Format(time.RFC3339), "end": at.Add(6 * time.Hour).Format(time.RFC3339)})
+	if mv.Status != http.StatusConflict || !strings.Contains(string(mv.Body), actor.CodeCollectiveBooking) {
+		t.Fatalf("reschedule of a part: %d %s", mv.Status, mv.Body)
+	}
+	var first collectiveAnswer
+	h.do("POST", "/v1/bookings", body(ids, at), "Idempotency-Key", "panel-1").json(t, &first)
+	del := h.do("DELETE", "/v1/calendars/"+ids[2]+"/bookings/"+first.ID, nil)
+	h.mustStatus(del, http.StatusOK)
+	for _, cal := range ids {
+		for _, b := range h.listAll(cal) {
+			if b.ID == first.ID {
+				t.Fatalf("%s still lists the cancelled collective: %+v", cal, b)
+			}
+		}
+	}
+
+	bad := h.do("POST", "/v1/bookings", body([]string{ids[0]}, at), "Idempotency-Key", "panel-3")
+	if bad.Status != http.StatusBadRequest || !strings.Contains(string(bad.Body), "calendar_ids") {
+		t.Fatalf("one calendar: %d %s", bad.Status, bad.Body)
+	}
+	bad = h.do("POST", "/v1/bookings", body([]string{ids[0], ids[0]}, at))
+	if bad.Status != http.StatusBadRequest {
+		t.Fatalf("a calendar twice: %d %s", bad.Status, bad.Body)
+	}
+}
+
+// TestCollectiveConcurrent: collectives and single bookings race for the
+// same hour on calendars of different partitions: no calendar is booked
+// twice, and every collective answered 201 is on all of its calendars.
+func TestCollectiveConcurrent(t *testing.T) {
+	h := start(t, "", options{})
+	ids := twoPartitions(t, 4, 4)
+	for _, id := range ids {
+		h.createCalendar(id, "UTC")
+	}
+	at := time.Date(2027, 5, 4, 9, 0, 0, 0, time.UTC)
+	var (
+		mu        sync.Mutex
+		confirmed = map[string][]string{} // collective id -> calendars
+		wg        sync.WaitGroup
+	)
+	for i := range 24 {
+		wg.Go(func() {
+			start := at.Add(time.Duration(i%3) * time.Hour)
+			if i%4 == 3 {
+				h.do("POST", "/v1/calendars/"+ids[i%len(ids)]+"/bookings", bookingBody(start, time.Hour, "Solo"))
+				return
+			}
+			cals := []string{ids[i%len(ids)], ids[(i+1+i/5)%len(ids)]}
+			if cals[0] == cals[1] {
+				cals[1] = ids[(i+2)%len(ids)]
+			}
+			r := h.do("POST", "/v1/bookings", map[string]any{"calendar_ids": cals, "start": start.Format(time.RFC3339),
+				"end": start.Add(time.Hour).Format(time.RFC3339), "customer": fmt.Sprint("c", i)})
+			var a collectiveAnswer
+			switch r.Status {
+			case http.StatusCreated:
+				r.json(t, &a)
+				mu.Lock()
+				confirmed[a.ID] = a.CalendarIDs
+				mu.Unlock()
+			case http.StatusConflict:
+			default:
+				t.Errorf("collective %d: %d %s", i, r.Status, r.Body)
+			}
+		})
+	}
+	wg.Wait()
+	if len(confirmed) == 0 {
+		t.Fatal("no collective was booked: the test proves nothing")
+	}
+	on := map[string]map[string]bool{}
+	for _, cal := range ids {
+		on[cal] = map[string]bool{}
+		list := h.listAll(cal)
+		for i, b := range list {
+			if b.Status != "confirmed" {
+				t.Errorf("%s lists %s in status %s", cal, b.ID, b.Status)
+			}
+			on[cal][b.ID] = true
+			for _, o := range list[i+1:] {
+				if b.Start.Before(o.End) && o.Start.Before(b.End) {
+					t.Errorf("%s: %s and %s overlap", cal, b.ID, o.ID)
+				}
+			}
+		}
+	}
+	for id, cals := range confirmed {
+		for _, cal := range cals {
+			if !on[cal][id] {
+				t.Errorf("collective %s answered 201 is not on %s", id, cal)
+			}
+		}
+	}
+}
