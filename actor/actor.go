@@ -41,7 +41,10 @@ type Reply struct {
 	// booked, those cancelled by a cancel with scope following, the one
 	// that refused a series.
 	Occurrences []Occurrence `json:"occurrences,omitempty"`
-	Seq         uint64       `json:"seq"`
+	// Pool is a pool.* command's pool (pool.go): with the order to try
+	// its calendars in, for a pool.choose.
+	Pool *data.Pool `json:"pool,omitempty"`
+	Seq  uint64     `json:"seq"`
 }
 
 // Input is one message of a partition's stream, as delivered.
@@ -525,6 +528,12 @@ func decide(tx *data.Tx, p int, d *Decoded) (*Reply, error) {
 		r, err = abortPart(tx, d)
 	case TypeCollectiveCancel:
 		r, err = cancelPart(tx, d)
+	case TypePoolUpsert:
+		r, err = upsertPool(tx, d)
+	case TypePoolChoose:
+		r, err = choosePool(tx, d)
+	case TypePoolRecord:
+		r, err = recordPool(tx, d)
 	default:
 		err = fmt.Errorf("validated command of unknown type %q", cmd.Type)
 	}

@@ -20,6 +20,7 @@ const (
 	hasBooking
 	hasConflict
 	hasOccurrences
+	hasPool
 )
 
 // AppendReply appends the binary form of r.
@@ -80,6 +81,9 @@ func appendReplyParts(b []byte, r *Reply, appendBooking func([]byte, *data.Booki
 	if r.Occurrences != nil {
 		flags |= hasOccurrences
 	}
+	if r.Pool != nil {
+		flags |= hasPool
+	}
 	b = append(b, flags)
 	if r.Calendar != nil {
 		// Calendars are written rarely and will grow (rules): JSON here.
@@ -97,6 +101,11 @@ func appendReplyParts(b []byte, r *Reply, appendBooking func([]byte, *data.Booki
 		// Rare and bounded (MaxOccurrences): JSON, like a calendar.
 		oj, _ := json.Marshal(r.Occurrences)
 		b = data.AppendBytes(b, oj)
+	}
+	if r.Pool != nil {
+		// Rare and bounded (MaxPoolMembers): JSON, like a calendar.
+		pj, _ := json.Marshal(r.Pool)
+		b = data.AppendBytes(b, pj)
 	}
 	return b
 }
@@ -132,6 +141,13 @@ func readReplyParts(rd *data.Reader, r *Reply, size int, readBooking func(*data.
 		if err := json.Unmarshal(rd.Bytes(), &r.Occurrences); err != nil {
 			return data.ErrCorrupt
 		}
+	}
+	if flags&hasPool != 0 {
+		var p data.Pool
+		if err := json.Unmarshal(rd.Bytes(), &p); err != nil {
+			return data.ErrCorrupt
+		}
+		r.Pool = &p
 	}
 	return nil
 }

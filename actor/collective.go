@@ -140,7 +140,7 @@ func firstAnswerWins(c *Command) bool {
 
 // dropCollectiveFields forgets the member of version 4 in a command of an
 // earlier version, whose decoder did not know it.
-func (c *Command) dropCollectiveFields() { c.Collective = nil }
+func (c *Command) dropCollectiveFields() { c.Collective, c.Pool = nil, nil }
 
 // validateCollective checks a command of version 4 (and normalises it).
 func (c *Command) validateCollective() []FieldError {
@@ -212,7 +212,7 @@ func (c *Command) validateCollective() []FieldError {
 			add("request_id", "must be "+strings.TrimSuffix(want, s.ID)+"<collective id>")
 		}
 	}
-	if c.Type != TypeCollectivePrepare && c.Type != TypeCollectiveAbort && c.Booking != nil {
+	if c.Type != TypeCollectivePrepare && c.Type != TypeCollectiveAbort && c.Booking != nil && !isPoolType(c.Type) {
 		add("booking", "only collective.prepare and collective.abort have a booking")
 	}
 	return errs

@@ -131,6 +131,8 @@ type Command struct {
 	// Collective is the body of the collective.* commands (schema
 	// version 4: collective.go).
 	Collective *CollectiveSpec `json:"collective,omitempty"`
+	// Pool is the body of the pool.* commands (schema version 4: pool.go).
+	Pool *PoolSpec `json:"pool,omitempty"`
 }
 
 // SkipSpec is the body of partition.skip: the stream sequence of the
@@ -424,7 +426,7 @@ func (c *Command) validate(strict bool) []FieldError {
 		} else {
 			errs = append(errs, validateBooking(c.Booking, strict)...)
 		}
-	case TypeCollectiveDecide, TypeCollectiveCommit, TypeCollectiveCancel:
+	case TypeCollectiveDecide, TypeCollectiveCommit, TypeCollectiveCancel, TypePoolUpsert, TypePoolChoose, TypePoolRecord:
 		if c.V < CollectiveSchemaVersion {
 			add("type", fmt.Sprintf("unknown command type %q", c.Type))
 		}
@@ -447,6 +449,7 @@ func (c *Command) validate(strict bool) []FieldError {
 		c.dropCollectiveFields()
 	} else {
 		errs = append(errs, c.validateCollective()...)
+		errs = append(errs, c.validatePool()...)
 	}
 	if c.RecordTTLSeconds < 0 || c.RecordTTLSeconds > MaxRecordTTLSeconds {
 		add("record_ttl_seconds", fmt.Sprintf("must be from 0 (keep the record forever) to %d seconds", MaxRecordTTLSeconds))

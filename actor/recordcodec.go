@@ -19,7 +19,8 @@ import (
 // append (0 means the type's name follows).
 var commandTypes = []string{"", TypeCalendarUpsert, TypeBookingCreate, TypeBookingCancel, TypeBookingReschedule,
 	TypeHoldCreate, TypeHoldConfirm, TypeHoldRelease, TypeHoldExpire, TypeBusySet, TypeBusyClear,
-	TypeCollectivePrepare, TypeCollectiveDecide, TypeCollectiveCommit, TypeCollectiveAbort, TypeCollectiveCancel}
+	TypeCollectivePrepare, TypeCollectiveDecide, TypeCollectiveCommit, TypeCollectiveAbort, TypeCollectiveCancel,
+	TypePoolUpsert, TypePoolChoose, TypePoolRecord}
 
 func typeCode(t string) uint8 {
 	for i, name := range commandTypes[1:] {

@@ -23,7 +23,7 @@ import (
 
 // replyJSONFallback are the Reply fields whose presence alone sends
 // MarshalReply to encoding/json.
-var replyJSONFallback = []string{"Calendar", "Occurrences"}
+var replyJSONFallback = []string{"Calendar", "Occurrences", "Pool"}
 
 // The shapes the reply scans exist for, as the fields cleared from a
 // completely filled reply: an accepted booking (AcceptedBooking) and a
@@ -31,10 +31,11 @@ var replyJSONFallback = []string{"Calendar", "Occurrences"}
 // such a reply must be taught to the scan; one that cannot must be added
 // here. A series' rejection carries its refused occurrence, which the
 // HTTP API's error object names in another shape (occurrence): it is read
-// the slow way, so Occurrences is cleared for the rejection's scan.
+// the slow way, so Occurrences is cleared for the rejection's scan. A
+// pool's reply (Pool) carries no booking and is never a rejection.
 var (
-	acceptedBookingClears = []string{"Code", "Message", "Details", "Created", "Calendar", "Conflict"}
-	rejectedErrorClears   = []string{"Details", "Created", "Calendar", "Booking", "Occurrences"}
+	acceptedBookingClears = []string{"Code", "Message", "Details", "Created", "Calendar", "Conflict", "Pool"}
+	rejectedErrorClears   = []string{"Details", "Created", "Calendar", "Booking", "Occurrences", "Pool"}
 )
 
 var (

@@ -34,7 +34,7 @@ func MarshalReply(r *Reply) ([]byte, error) {
 // calendar, a time json.Marshal refuses, or metadata that Marshal would
 // rewrite (not compact, not HTML-safe, not valid).
 func appendReplyJSON(b []byte, r *Reply) ([]byte, bool) {
-	if r.Calendar != nil || r.Occurrences != nil {
+	if r.Calendar != nil || r.Occurrences != nil || r.Pool != nil {
 		return b, false
 	}
 	ok := true
@@ -183,7 +183,9 @@ type ReplyView struct {
 	Calendar, Booking, Conflict  json.RawMessage
 	// Occurrences are a series' (Reply.Occurrences), as encoded.
 	Occurrences json.RawMessage
-	Seq         uint64
+	// Pool is a pool.* command's (Reply.Pool), as encoded.
+	Pool json.RawMessage
+	Seq  uint64
 	// ErrorMembers are, for a rejection with a message and without
 	// details, its members `"code":…,"message":…[,"conflict":{…}]` as
 	// encoded, which are also how the HTTP API's error object encodes
@@ -216,13 +218,14 @@ func ReadReply(raw []byte, v *ReplyView) error {
 		Booking  json.RawMessage `json:"booking"`
 		Conflict json.RawMessage `json:"conflict"`
 		Occur    json.RawMessage `json:"occurrences"`
+		Pool     json.RawMessage `json:"pool"`
 		Seq      uint64          `json:"seq"`
 	}
 	if err := json.Unmarshal(raw, &r); err != nil {
 		return err
 	}
 	*v = ReplyView{Type: r.Type, Outcome: r.Outcome, Code: r.Code, Message: r.Message, Details: r.Details,
-		Created: r.Created, Calendar: r.Calendar, Booking: r.Booking, Conflict: r.Conflict, Occurrences: r.Occur, Seq: r.Seq}
+		Created: r.Created, Calendar: r.Calendar, Booking: r.Booking, Conflict: r.Conflict, Occurrences: r.Occur, Pool: r.Pool, Seq: r.Seq}
 	return nil
 }
 
@@ -308,6 +311,9 @@ func scanReply(raw []byte, v *ReplyView) bool {
 		}
 		p.i, v.Occurrences = e, raw[at:e]
 	}
+	if v.Pool, ok = p.rawMember(`,"pool":`); !ok {
+		return false
+	}
 	end := p.i
 	if !p.lit(`,"seq":`) {
 		return false
@@ -318,7 +324,7 @@ func scanReply(raw []byte, v *ReplyView) bool {
 	}
 	v.Seq = uint64(seq)
 	if v.Outcome == OutcomeRejected && code != nil && message != nil && v.Details == nil && !v.Created &&
-		v.Calendar == nil && v.Booking == nil && v.Occurrences == nil {
+		v.Calendar == nil && v.Booking == nil && v.Occurrences == nil && v.Pool == nil {
 		v.ErrorMembers = raw[start:end]
 	}
 	return true

@@ -449,6 +449,12 @@ func everyOutcome() (msgs []actor.Input, want []string) {
 	addOn("t", actor.CodeSlotTaken, prepareCmd("t", "s-k2", ids, mon(11, 0), mon(12, 0)))
 	add(actor.CodeCollectiveAborted, decideCmd("s-k2", ids, actor.DecisionAbort))
 	add("", stepCmd(actor.TypeCollectiveAbort, "s", "s-k2", ids, mon(11, 0), mon(12, 0)))
+	// Pools: one upserted, a choice, a booking recorded; an unknown pool.
+	tok := actor.PoolToken("team")
+	addOn(tok, actor.CodePoolNotFound, poolChooseCmd("team", "s-q0"))
+	addOn(tok, "", poolUpsertCmd("team", "s-q1", []string{"t", "s"}, "weighted", map[string]int{"s": 2}))
+	addOn(tok, "", poolChooseCmd("team", "s-q2"))
+	addOn(tok, "", poolRecordCmd("team", "s", actor.BookingID("s", "s-q2")))
 	return msgs, want
 }
 

@@ -101,6 +101,16 @@ func (t *Tx) Digest() (Digest, error) {
 		d.Calendars = append(d.Calendars, CalendarDigest{ID: id, Hash: sum})
 		hashKV(total, []byte(id), []byte(sum))
 	}
+	// Pools (absent from every index before them, which keeps its
+	// digest): a pool's record is a function of its token's log.
+	if pb := t.tx.Bucket(bucketPools); pb != nil {
+		_ = pb.ForEach(func(k, v []byte) error {
+			sum := sha256.Sum256(v)
+			d.Calendars = append(d.Calendars, CalendarDigest{ID: string(k), Hash: hex.EncodeToString(sum[:])})
+			hashKV(total, k, v)
+			return nil
+		})
+	}
 	d.Total = hex.EncodeToString(total.Sum(nil))
 	return d, nil
 }

@@ -85,6 +85,9 @@ func (t *Tx) ResetPartition(p int, belongs func(calID string) bool) (err error) 
 	if err := t.dropPending(belongs); err != nil {
 		return err
 	}
+	if err := t.dropPools(belongs); err != nil {
+		return err
+	}
 	if err := t.dropLogNow(p); err != nil {
 		return err
 	}

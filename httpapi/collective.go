@@ -78,6 +78,14 @@ func (s *Server) createCollective(c *fiber.Ctx) error {
 	if bad = append(bad, more...); len(bad) > 0 {
 		return invalid(bad...)
 	}
+	// A key limited to some calendars books a collective only on those.
+	if p := principal(c); p != nil {
+		for _, id := range ids {
+			if !p.mayUseCalendar(id) {
+				return errForbidden
+			}
+		}
+	}
 	// Every member decides a booking: a collective costs what as many
 	// bookings of one calendar cost.
 	if err := s.charge(c, len(ids)); err != nil {
@@ -226,6 +234,13 @@ func (s *Server) collectivePartOf(cal, id string) []string {
 // cancelCollective cancels a collective booking on every member, answering
 // with the part of the calendar in the path.
 func (s *Server) cancelCollective(c *fiber.Ctx, cal, id string, ids []string) error {
+	if p := principal(c); p != nil {
+		for _, m := range ids {
+			if !p.mayUseCalendar(m) {
+				return errForbidden
+			}
+		}
+	}
 	reqID, err := requestID(c)
 	if err != nil {
 		return err

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/bookline/bookline/actor"
+	"github.com/bookline/bookline/httpapi"
 	"github.com/bookline/bookline/queue"
 )
 
@@ -206,5 +207,35 @@ func TestCollectiveConcurrent(t *testing.T) {
 				t.Errorf("collective %s answered 201 is not on %s", id, cal)
 			}
 		}
+	}
+}
+
+// TestCollectiveScoped: a key limited to some calendars books and cancels
+// a collective only when it may use every member.
+func TestCollectiveScoped(t *testing.T) {
+	kr, err := httpapi.NewKeyring([]httpapi.KeySpec{
+		{Name: "ops", Role: httpapi.RoleAdmin, SHA256: httpapi.HashKey(adminKey)},
+		{Name: "alice-only", Role: httpapi.RoleBooker, SHA256: httpapi.HashKey(aliceKey), Calendars: []string{"alice"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := start(t, "", options{api: func(c *httpapi.Config) { c.Keys = kr }})
+	for _, id := range []string{"alice", "bob"} {
+		h.mustStatus(h.do("PUT", "/v1/calendars/"+id, map[string]string{"timezone": "UTC"}, "Authorization", "Bearer "+adminKey), 201)
+	}
+	body := map[string]any{"calendar_ids": []string{"alice", "bob"}, "start": "2027-05-03T10:00:00Z", "end": "2027-05-03T11:00:00Z", "customer": "P"}
+	if r := h.do("POST", "/v1/bookings", body, "Authorization", "Bearer "+aliceKey); r.Status != http.StatusForbidden {
+		t.Fatalf("a key for alice booked bob: %d %s", r.Status, r.Body)
+	}
+	if got := h.listAllWith("bob", "Authorization", "Bearer "+adminKey); len(got) != 0 {
+		t.Fatalf("bob has %+v", got)
+	}
+	r := h.do("POST", "/v1/bookings", body, "Authorization", "Bearer "+adminKey)
+	h.mustStatus(r, http.StatusCreated)
+	var a collectiveAnswer
+	r.json(t, &a)
+	if d := h.do("DELETE", "/v1/calendars/alice/bookings/"+a.ID, nil, "Authorization", "Bearer "+aliceKey); d.Status != http.StatusForbidden {
+		t.Fatalf("a key for alice cancelled bob's part: %d %s", d.Status, d.Body)
 	}
 }
