@@ -58,6 +58,8 @@ var statusOf = map[string]int{
 	actor.CodeCollectiveAborted:    http.StatusConflict,
 	actor.CodeCollectivePending:    http.StatusConflict,
 	actor.CodeCollectiveBooking:    http.StatusConflict,
+	actor.CodePoolNotFound:         http.StatusNotFound,
+	CodeNoCalendarFree:             http.StatusConflict,
 	CodePayloadTooLarge:            http.StatusRequestEntityTooLarge,
 	actor.CodeIdempotencyKeyReused: http.StatusUnprocessableEntity,
 	CodeUnavailable:                http.StatusServiceUnavailable,

@@ -322,6 +322,8 @@ func typedReplyAnswer(raw []byte) (typ string, status int, code string, body []b
 			return r.Type, http.StatusCreated, "", r.Calendar, nil
 		}
 		return r.Type, http.StatusOK, "", r.Calendar, nil
+	case len(r.Pool) > 0:
+		return r.Type, poolStatus(r.Created), "", r.Pool, nil
 	case len(r.Booking) > 0 && len(r.Occurrences) > 0:
 		// A series: its first booked occurrence, with every occurrence.
 		body := make([]byte, 0, len(r.Booking)+len(r.Occurrences)+20)
