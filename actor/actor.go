@@ -37,6 +37,10 @@ type Reply struct {
 	Calendar   *data.Calendar `json:"calendar,omitempty"`
 	Booking    *data.Booking  `json:"booking,omitempty"`
 	Conflict   *data.Interval `json:"conflict,omitempty"`
+	// ConflictBookingID names the booking in the way of a collective's
+	// prepare (collective.go), so that its refusal, recorded, names it
+	// whenever it is answered; absent everywhere else.
+	ConflictBookingID string `json:"conflict_booking_id,omitempty"`
 	// Occurrences are a series' (series.go): every occurrence of a series
 	// booked, those cancelled by a cancel with scope following, the one
 	// that refused a series.

@@ -21,6 +21,7 @@ const (
 	hasConflict
 	hasOccurrences
 	hasPool
+	hasConflictID
 )
 
 // AppendReply appends the binary form of r.
@@ -84,6 +85,9 @@ func appendReplyParts(b []byte, r *Reply, appendBooking func([]byte, *data.Booki
 	if r.Pool != nil {
 		flags |= hasPool
 	}
+	if r.ConflictBookingID != "" {
+		flags |= hasConflictID
+	}
 	b = append(b, flags)
 	if r.Calendar != nil {
 		// Calendars are written rarely and will grow (rules): JSON here.
@@ -96,6 +100,9 @@ func appendReplyParts(b []byte, r *Reply, appendBooking func([]byte, *data.Booki
 	if r.Conflict != nil {
 		b = data.AppendTime(b, r.Conflict.Start)
 		b = data.AppendTime(b, r.Conflict.End)
+	}
+	if r.ConflictBookingID != "" {
+		b = data.AppendString(b, r.ConflictBookingID)
 	}
 	if r.Occurrences != nil {
 		// Rare and bounded (MaxOccurrences): JSON, like a calendar.
@@ -136,6 +143,9 @@ func readReplyParts(rd *data.Reader, r *Reply, size int, readBooking func(*data.
 	}
 	if flags&hasConflict != 0 {
 		r.Conflict = &data.Interval{Start: rd.Time(), End: rd.Time()}
+	}
+	if flags&hasConflictID != 0 {
+		r.ConflictBookingID = rd.String()
 	}
 	if flags&hasOccurrences != 0 {
 		if err := json.Unmarshal(rd.Bytes(), &r.Occurrences); err != nil {

@@ -243,9 +243,15 @@ func preparePart(tx *data.Tx, d *Decoded) (Reply, error) {
 	} else if !errors.Is(err, data.ErrNotFound) {
 		return Reply{}, err
 	}
-	cal, rej, err := bookable(tx, d)
+	cal, loc, rej, err := calendarFor(tx, d)
 	if rej != nil || err != nil {
 		return deref(rej), err
+	}
+	spec := d.Cmd.Booking
+	if v := decideInterval(tx, &cal, loc, data.Interval{Start: spec.Start, End: spec.End}, d.At, ""); v.code != "" {
+		r := d.refuse(v)
+		r.ConflictBookingID = v.conflictID
+		return r, nil
 	}
 	bk := newBooking(d, s.ID, &cal, data.StatusPending)
 	bk.CalendarIDs = slices.Clone(s.CalendarIDs)

@@ -32,10 +32,13 @@ var replyJSONFallback = []string{"Calendar", "Occurrences", "Pool"}
 // here. A series' rejection carries its refused occurrence, which the
 // HTTP API's error object names in another shape (occurrence): it is read
 // the slow way, so Occurrences is cleared for the rejection's scan. A
-// pool's reply (Pool) carries no booking and is never a rejection.
+// pool's reply (Pool) carries no booking and is never a rejection. A
+// collective prepare's refusal names the booking in the way
+// (ConflictBookingID), which the API puts in its conflict object: read
+// the slow way too.
 var (
-	acceptedBookingClears = []string{"Code", "Message", "Details", "Created", "Calendar", "Conflict", "Pool"}
-	rejectedErrorClears   = []string{"Details", "Created", "Calendar", "Booking", "Occurrences", "Pool"}
+	acceptedBookingClears = []string{"Code", "Message", "Details", "Created", "Calendar", "Conflict", "ConflictBookingID", "Pool"}
+	rejectedErrorClears   = []string{"Details", "Created", "Calendar", "Booking", "Occurrences", "Pool", "ConflictBookingID"}
 )
 
 var (

@@ -75,6 +75,7 @@ func appendReplyJSON(b []byte, r *Reply) ([]byte, bool) {
 			return b, false
 		}
 	}
+	b = appendOmitString(b, `,"conflict_booking_id":`, r.ConflictBookingID)
 	b = append(b, `,"seq":`...)
 	b = strconv.AppendUint(b, r.Seq, 10)
 	return append(b, '}'), true
@@ -181,6 +182,8 @@ type ReplyView struct {
 	Details                      []FieldError
 	Created                      bool
 	Calendar, Booking, Conflict  json.RawMessage
+	// ConflictBookingID is a collective prepare's (Reply.ConflictBookingID).
+	ConflictBookingID string
 	// Occurrences are a series' (Reply.Occurrences), as encoded.
 	Occurrences json.RawMessage
 	// Pool is a pool.* command's (Reply.Pool), as encoded.
@@ -217,6 +220,7 @@ func ReadReply(raw []byte, v *ReplyView) error {
 		Calendar json.RawMessage `json:"calendar"`
 		Booking  json.RawMessage `json:"booking"`
 		Conflict json.RawMessage `json:"conflict"`
+		CID      string          `json:"conflict_booking_id"`
 		Occur    json.RawMessage `json:"occurrences"`
 		Pool     json.RawMessage `json:"pool"`
 		Seq      uint64          `json:"seq"`
@@ -225,7 +229,7 @@ func ReadReply(raw []byte, v *ReplyView) error {
 		return err
 	}
 	*v = ReplyView{Type: r.Type, Outcome: r.Outcome, Code: r.Code, Message: r.Message, Details: r.Details,
-		Created: r.Created, Calendar: r.Calendar, Booking: r.Booking, Conflict: r.Conflict, Occurrences: r.Occur, Pool: r.Pool, Seq: r.Seq}
+		Created: r.Created, Calendar: r.Calendar, Booking: r.Booking, Conflict: r.Conflict, ConflictBookingID: r.CID, Occurrences: r.Occur, Pool: r.Pool, Seq: r.Seq}
 	return nil
 }
 
@@ -300,6 +304,13 @@ func scanReply(raw []byte, v *ReplyView) bool {
 	if v.Conflict, ok = p.rawMember(`,"conflict":`); !ok {
 		return false
 	}
+	if p.member(`,"conflict_booking_id":`) {
+		s, ok := p.str()
+		if !ok {
+			return false
+		}
+		v.ConflictBookingID = string(s)
+	}
 	if p.member(`,"occurrences":`) {
 		at := p.i
 		if p.i >= len(raw) || raw[p.i] != '[' {
@@ -324,7 +335,7 @@ func scanReply(raw []byte, v *ReplyView) bool {
 	}
 	v.Seq = uint64(seq)
 	if v.Outcome == OutcomeRejected && code != nil && message != nil && v.Details == nil && !v.Created &&
-		v.Calendar == nil && v.Booking == nil && v.Occurrences == nil && v.Pool == nil {
+		v.Calendar == nil && v.Booking == nil && v.Occurrences == nil && v.Pool == nil && v.ConflictBookingID == "" {
 		v.ErrorMembers = raw[start:end]
 	}
 	return true

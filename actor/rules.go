@@ -324,6 +324,8 @@ func maxCoverage(ivs []data.Interval, w data.Interval) int {
 type verdict struct {
 	code, msg string
 	conflict  *data.Interval
+	// conflictID is the booking of conflict, for slot_taken.
+	conflictID string
 }
 
 // decideInterval decides whether iv may be booked (or held) on cal at now, with the
@@ -351,6 +353,7 @@ func decideIntervalAmong(tx *data.Tx, cal *data.Calendar, loc *time.Location, iv
 	buffered := data.Interval{Start: iv.Start.Add(-before), End: iv.End.Add(after)}
 	var raw, buf []data.Interval
 	var first *data.Interval
+	var firstID string
 	tx.SlotsNear(cal.ID, buffered.Start, buffered.End, func(s data.SlotEntry) bool {
 		if s.ID == ignore || !s.LiveAt(now) {
 			return true
@@ -358,7 +361,7 @@ func decideIntervalAmong(tx *data.Tx, cal *data.Calendar, loc *time.Location, iv
 		if si := s.Interval(); si.Overlaps(iv) {
 			raw = append(raw, si)
 			if first == nil {
-				first = &si
+				first, firstID = &si, s.ID
 			}
 		}
 		if sb := s.Buffered(); sb.Overlaps(buffered) {
@@ -379,7 +382,7 @@ func decideIntervalAmong(tx *data.Tx, cal *data.Calendar, loc *time.Location, iv
 	}
 	seats := r.Seats()
 	if maxCoverage(raw, iv) >= seats {
-		return verdict{code: CodeSlotTaken, msg: "the requested interval is fully booked", conflict: first}
+		return verdict{code: CodeSlotTaken, msg: "the requested interval is fully booked", conflict: first, conflictID: firstID}
 	}
 	if maxCoverage(buf, buffered) >= seats {
 		return verdict{code: CodeBufferConflict, msg: "the interval with its buffers overlaps another booking's buffers"}

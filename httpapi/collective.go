@@ -186,7 +186,7 @@ func (s *Server) collectiveRefusal(votes []collectiveVote, decided collectiveVot
 		r := &v.reply
 		e := &Error{Code: r.Code, Message: v.cal + ": " + r.Message, Details: r.Details}
 		if r.Conflict != nil {
-			e.Conflict = &Conflict{Start: r.Conflict.Start, End: r.Conflict.End, CalendarID: v.cal, BookingID: s.bookingAt(v.cal, *r.Conflict)}
+			e.Conflict = &Conflict{Start: r.Conflict.Start, End: r.Conflict.End, CalendarID: v.cal, BookingID: r.ConflictBookingID}
 		}
 		return e
 	}
@@ -199,23 +199,6 @@ func (s *Server) collectiveRefusal(votes []collectiveVote, decided collectiveVot
 		}
 	}
 	return &Error{Code: decided.reply.Code, Message: decided.reply.Message}
-}
-
-// bookingAt names the booking whose interval is iv on cal, as the index
-// holds it now ("" when it is gone or was a busy block).
-func (s *Server) bookingAt(cal string, iv data.Interval) string {
-	id := ""
-	_ = s.backend.View(func(tx *data.Tx) error {
-		tx.SlotsNear(cal, iv.Start, iv.End, func(e data.SlotEntry) bool {
-			if e.Start.Equal(iv.Start) && e.End.Equal(iv.End) {
-				id = e.ID
-				return false
-			}
-			return true
-		})
-		return nil
-	})
-	return id
 }
 
 // collectivePartOf reads whether booking id of cal is a collective's part,

@@ -97,6 +97,8 @@ type serveConfig struct {
 	instanceID      string
 	replicas        int
 	takeoverTimeout time.Duration
+	// collectiveResolveAfter: see queue.NodeConfig.CollectiveResolveAfter.
+	collectiveResolveAfter time.Duration
 
 	// Cluster mode: the NATS servers' durability, checked at start.
 	natsMonitorURLs    string
@@ -294,6 +296,8 @@ func (c *serveConfig) nodeConfig(n nodeSetup) queue.NodeConfig {
 		InstanceID:      c.instanceID,
 		TakeoverTimeout: c.takeoverTimeout,
 
+		CollectiveResolveAfter: c.collectiveResolveAfter,
+
 		NATSMaxStore:  c.natsMaxStore.bytes,
 		NATSMaxMemory: c.natsMaxMem.bytes,
 
@@ -417,6 +421,8 @@ func (c *serveConfig) defineFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.natsSystemCreds, "nats-system-creds", "", "with --nats-url: credentials file (JWT + seed) of a system account user, for the check of the servers (see --nats-system-url)")
 	fs.StringVar(&c.natsSystemNkey, "nats-system-nkey", "", "with --nats-url: nkey seed file of a system account user, for the check of the servers (see --nats-system-url)")
 	fs.BoolVar(&c.allowLazyNATSSync, "allow-lazy-nats-sync", false, "with --nats-url: start even if a NATS server acknowledges before it syncs (NATS's default sync_interval of 2 minutes), or without a way to check it (no --nats-monitor-urls, no system account user); a power cut of the cluster can then lose answered commands. Logged at error level, bookline_nats_lazy_sync 1, and /readyz says so")
+	fs.DurationVar(&c.collectiveResolveAfter, "collective-resolve-after", queue.DefaultCollectiveResolveAfter,
+		"how long a collective booking's part may stay pending (its API instance stopped between the steps) before the partition's owner brings it to the collective's decision (at least 1s)")
 	fs.DurationVar(&c.takeoverTimeout, "takeover-timeout", queue.DefaultTakeoverTimeout, "with --nats-url: how long the partitions of an instance that stopped pulling (dead or cut off) wait before another instance takes them over (at least 2s)")
 	fs.StringVar(&c.webhookAllowHosts, "webhook-allow-hosts", "", "comma-separated host names, IP addresses or CIDR prefixes that webhook endpoints may use over plain http and that may resolve to private, loopback or link-local addresses (refused for every other host)")
 	fs.DurationVar(&c.webhookTimeout, "webhook-timeout", webhook.DefaultAttemptTimeout, "time limit of one webhook delivery attempt (connect, send, answer)")

@@ -169,6 +169,8 @@ func (c *serveConfig) checkCluster() error {
 	case c.natsURL != "" && (c.natsMaxStore.bytes > 0 || c.natsMaxMem.bytes > 0):
 		return errors.New("--nats-max-store and --nats-max-memory apply to the embedded NATS server, not with --nats-url " +
 			"(set the cluster's limits in its own configuration)")
+	case c.collectiveResolveAfter < time.Second:
+		return fmt.Errorf("--collective-resolve-after %s: must be at least 1s (an API needs that long between a collective's steps)", c.collectiveResolveAfter)
 	case c.takeoverTimeout < queue.MinTakeoverTimeout:
 		return fmt.Errorf("--takeover-timeout %s: must be at least %s", c.takeoverTimeout, queue.MinTakeoverTimeout)
 	}
