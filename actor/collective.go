@@ -424,7 +424,13 @@ func ApplyCommand(cal, id string, ids []string, commit bool, b *BookingSpec) *Co
 	c := &Command{V: CollectiveSchemaVersion, Type: TypeCollectiveCommit, RequestID: CommitRequestID(id), CalendarID: cal,
 		Collective: &CollectiveSpec{ID: id, CalendarIDs: ids}}
 	if !commit {
-		c.Type, c.RequestID, c.Booking = TypeCollectiveAbort, AbortRequestID(id), b
+		c.Type, c.RequestID = TypeCollectiveAbort, AbortRequestID(id)
+		if b != nil {
+			// A copy: Validate normalises a command's booking in place,
+			// and the members' commands are validated at once.
+			bc := *b
+			c.Booking = &bc
+		}
 	}
 	return c
 }

@@ -130,6 +130,11 @@ func TestPowerLossKeepsEveryAnswer(t *testing.T) {
 		t.Errorf("the load booked %d series and cancelled from an occurrence on %d times: it must do both",
 			w.seriesBooked.Load(), w.followingCancelled.Load())
 	}
+	t.Logf("collectives booked: %d, cancelled: %d; pool bookings: %d", w.collectivesBooked.Load(), w.collectivesCancelled.Load(), w.poolBooked.Load())
+	if w.collectivesBooked.Load() == 0 || w.collectivesCancelled.Load() == 0 || w.poolBooked.Load() == 0 {
+		t.Errorf("the load booked %d collectives, cancelled %d and booked %d through the pool: it must do all three",
+			w.collectivesBooked.Load(), w.collectivesCancelled.Load(), w.poolBooked.Load())
+	}
 }
 
 func envOr(name, def string) string {
@@ -178,7 +183,8 @@ type powerProc struct {
 func startPowerProc(t *testing.T, dataDir, mode string) *powerProc {
 	t.Helper()
 	p := startProcWithin(t, 3*time.Minute, "serve", "--data-dir", dataDir, "--http-addr", "127.0.0.1:0",
-		"--nats-listen", "127.0.0.1:0", "--sync", mode, "--partitions", "2", "--reply-timeout", "20s")
+		"--nats-listen", "127.0.0.1:0", "--sync", mode, "--partitions", "2", "--reply-timeout", "20s",
+		"--collective-resolve-after", "2s")
 	m := natsURLRe.FindStringSubmatch(p.output())
 	if m == nil {
 		t.Fatalf("no NATS address in the logs:\n%s", p.output())
@@ -225,8 +231,28 @@ type expected struct {
 // keyedAnswer is the first answer to an Idempotency-Key.
 type keyedAnswer struct {
 	cal, key, body string
-	status         int
-	reply          []byte
+	// path is where the request went when not the calendar's bookings
+	// (a collective's, a pool's).
+	path   string
+	status int
+	reply  []byte
+}
+
+func (k *keyedAnswer) url() string {
+	if k.path != "" {
+		return k.path
+	}
+	return "/v1/calendars/" + k.cal + "/bookings"
+}
+
+// collectiveExp is what the answers said about a collective booking.
+type collectiveExp struct {
+	cals       []string
+	start, end time.Time
+	cancelled  bool
+	// uncertain: a cancel was sent and not answered (it may have
+	// reached only some members: sending it again finishes it).
+	uncertain bool
 }
 
 // powerWorld is what the clients were told, across cuts.
@@ -241,12 +267,19 @@ type powerWorld struct {
 	// series lists the occurrences of each series booked, by index, under
 	// each occurrence's id (skipped ones are absent).
 	series map[string][]string
+	// collectives are the collective bookings answered 201, by id, and
+	// myCollectives each client's.
+	collectives   map[string]*collectiveExp
+	myCollectives map[int][]string
 
 	answers  atomic.Int64
 	inFlight atomic.Int64
 	// seriesBooked and followingCancelled count the series answered 201
 	// and the cancels with scope following answered 200.
 	seriesBooked, followingCancelled atomic.Int64
+	// collectivesBooked, collectivesCancelled and poolBooked count the
+	// collectives answered 201 and 200, and the pool bookings answered 201.
+	collectivesBooked, collectivesCancelled, poolBooked atomic.Int64
 	// mismatches are live retries of a keyed request that got another
 	// answer than the first.
 	mismatches []string
@@ -262,6 +295,9 @@ func newPowerWorld(mode string) *powerWorld {
 		bookings: map[string]*expected{},
 		byOwner:  map[int][]string{},
 		series:   map[string][]string{},
+
+		collectives:   map[string]*collectiveExp{},
+		myCollectives: map[int][]string{},
 	}
 }
 
@@ -311,14 +347,22 @@ func (w *powerWorld) ensureCalendars(t *testing.T) {
 			t.Fatalf("create calendar %s: %d %v %s", c, st, err, b)
 		}
 	}
+	pool, _ := json.Marshal(map[string]any{"calendar_ids": powerCalendars, "strategy": "least_recently_booked"})
+	if st, b, err := w.do("PUT", "/v1/pools/"+powerPool, "", string(pool)); err != nil || (st != 200 && st != 201) {
+		t.Fatalf("create pool: %d %v %s", st, err, b)
+	}
 }
 
+// powerPool is the pool of every power-loss calendar.
+const powerPool = "pl-pool"
+
 type answeredBooking struct {
-	ID       string    `json:"id"`
-	Calendar string    `json:"calendar_id"`
-	Start    time.Time `json:"start"`
-	End      time.Time `json:"end"`
-	Status   string    `json:"status"`
+	ID        string    `json:"id"`
+	Calendar  string    `json:"calendar_id"`
+	Start     time.Time `json:"start"`
+	End       time.Time `json:"end"`
+	Status    string    `json:"status"`
+	Calendars []string  `json:"calendar_ids"`
 }
 
 // check compares the restarted server with every answer given so far.
@@ -377,11 +421,12 @@ func (w *powerWorld) check(t *testing.T, cut int, tot *powerTotals) {
 		}
 	}
 	w.mismatches = w.mismatches[:0]
+	changed += w.checkCollectives(t, cut)
 	for i, k := range w.keyed {
 		if i%7 != cut%7 && i < len(w.keyed)-400 {
 			continue
 		}
-		st, b, err := w.do("POST", "/v1/calendars/"+k.cal+"/bookings", k.key, k.body)
+		st, b, err := w.do("POST", k.url(), k.key, k.body)
 		if err != nil {
 			t.Fatalf("retry: %v", err)
 		}
@@ -502,6 +547,25 @@ func (w *powerWorld) client(l *powerLoad, rng *rand.Rand, c, cut int) {
 				key = fmt.Sprintf("pls-%d-%d-%d", cut, c, n)
 			}
 			w.bookSeries(powerCalendars[rng.IntN(len(powerCalendars))], key, c, rng)
+		case op < 52:
+			key := ""
+			if rng.IntN(2) == 0 {
+				key = fmt.Sprintf("plc-%d-%d-%d", cut, c, n)
+			}
+			w.bookCollective(key, c, rng)
+		case op < 55:
+			w.mu.Lock()
+			mc := w.myCollectives[c]
+			w.mu.Unlock()
+			if len(mc) > 0 {
+				w.cancelCollective(mc[rng.IntN(len(mc))])
+			}
+		case op < 61:
+			key := ""
+			if rng.IntN(2) == 0 {
+				key = fmt.Sprintf("plp-%d-%d-%d", cut, c, n)
+			}
+			w.bookPool(key, c, rng)
 		default:
 			key := ""
 			if rng.IntN(2) == 0 {
@@ -679,7 +743,7 @@ func (w *powerWorld) reschedule(id string, rng *rand.Rand) {
 // retry sends an answered keyed request again: the same answer, live.
 func (w *powerWorld) retry(k *keyedAnswer) {
 	w.inFlight.Add(1)
-	st, b, err := w.do("POST", "/v1/calendars/"+k.cal+"/bookings", k.key, k.body)
+	st, b, err := w.do("POST", k.url(), k.key, k.body)
 	w.inFlight.Add(-1)
 	if err != nil || st >= 500 || st == 202 {
 		return
@@ -754,4 +818,173 @@ func (w *powerWorld) importReply(r *nats.Msg, cal string) {
 	if _, seen := w.bookings[rep.Booking.ID]; !seen {
 		w.bookings[rep.Booking.ID] = &expected{cal: cal, start: rep.Booking.Start, end: rep.Booking.End, owner: -1}
 	}
+}
+
+// bookCollective books one interval on two or three of the calendars
+// (their partitions differ for some pairs), all or none.
+func (w *powerWorld) bookCollective(key string, owner int, rng *rand.Rand) {
+	cals := slices.Clone(powerCalendars)
+	rng.Shuffle(len(cals), func(i, j int) { cals[i], cals[j] = cals[j], cals[i] })
+	cals = cals[:2+rng.IntN(2)]
+	start, end := powerSlot(rng)
+	ids, _ := json.Marshal(cals)
+	body := fmt.Sprintf(`{"calendar_ids":%s,"start":%q,"end":%q,"customer":"client-%d"}`, ids, start.Format(time.RFC3339), end.Format(time.RFC3339), owner)
+	w.inFlight.Add(1)
+	st, b, err := w.do("POST", "/v1/bookings", key, body)
+	w.inFlight.Add(-1)
+	if err != nil || st >= 500 || st == 202 {
+		return
+	}
+	w.answers.Add(1)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if key != "" {
+		w.keyed = append(w.keyed, &keyedAnswer{key: key, path: "/v1/bookings", body: body, status: st, reply: b})
+	}
+	var a answeredBooking
+	if st != 201 || json.Unmarshal(b, &a) != nil {
+		return
+	}
+	w.collectivesBooked.Add(1)
+	if _, seen := w.collectives[a.ID]; !seen {
+		w.collectives[a.ID] = &collectiveExp{cals: a.Calendars, start: a.Start, end: a.End}
+		w.myCollectives[owner] = append(w.myCollectives[owner], a.ID)
+	}
+}
+
+// cancelCollective cancels a collective on every member.
+func (w *powerWorld) cancelCollective(id string) {
+	w.mu.Lock()
+	e := w.collectives[id]
+	if e == nil || e.cancelled {
+		w.mu.Unlock()
+		return
+	}
+	e.uncertain = true
+	cal := e.cals[0]
+	w.mu.Unlock()
+	w.inFlight.Add(1)
+	st, _, err := w.do("DELETE", "/v1/calendars/"+cal+"/bookings/"+id, "", "")
+	w.inFlight.Add(-1)
+	if err != nil || st != 200 {
+		return
+	}
+	w.answers.Add(1)
+	w.collectivesCancelled.Add(1)
+	w.mu.Lock()
+	e.cancelled, e.uncertain = true, false
+	w.mu.Unlock()
+}
+
+// bookPool books one calendar of the pool; the booking is then checked as
+// any booking.
+func (w *powerWorld) bookPool(key string, owner int, rng *rand.Rand) {
+	start, end := powerSlot(rng)
+	body := powerBookingBody(start, end, "client-"+strconv.Itoa(owner))
+	path := "/v1/pools/" + powerPool + "/bookings"
+	w.inFlight.Add(1)
+	st, b, err := w.do("POST", path, key, body)
+	w.inFlight.Add(-1)
+	if err != nil || st >= 500 || st == 202 {
+		return
+	}
+	w.answers.Add(1)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if key != "" {
+		w.keyed = append(w.keyed, &keyedAnswer{key: key, path: path, body: body, status: st, reply: b})
+	}
+	var bk answeredBooking
+	if st != 201 || json.Unmarshal(b, &bk) != nil {
+		return
+	}
+	w.poolBooked.Add(1)
+	if _, seen := w.bookings[bk.ID]; !seen {
+		w.bookings[bk.ID] = &expected{cal: bk.Calendar, start: bk.Start, end: bk.End, owner: owner}
+		w.byOwner[owner] = append(w.byOwner[owner], bk.ID)
+	}
+}
+
+// checkCollectives checks, once the restarted node has resolved every
+// part left pending, that every collective is on all of its calendars or
+// on none, and that each one answered 201 is there with what the last
+// answer said. It returns how many answers changed. Called with w.mu held.
+func (w *powerWorld) checkCollectives(t *testing.T, cut int) (changed int) {
+	t.Helper()
+	// Parts pending at the cut are resolved by their partition's owner
+	// (--collective-resolve-after 2s).
+	var listed map[string]map[string]answeredBooking // id -> calendar -> part
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		listed = map[string]map[string]answeredBooking{}
+		pending := 0
+		for _, c := range powerCalendars {
+			for _, b := range w.listAll(t, c) {
+				if len(b.Calendars) == 0 {
+					continue
+				}
+				if b.Status == "pending" {
+					pending++
+				}
+				if listed[b.ID] == nil {
+					listed[b.ID] = map[string]answeredBooking{}
+				}
+				listed[b.ID][c] = b
+			}
+		}
+		if pending == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after cut %d: %d collective parts still pending after 90 s", cut, pending)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	// All or none: a collective listed (confirmed) on one member is listed
+	// on every member, unless a cancel of it was cut short: sending it
+	// again finishes it.
+	for id, parts := range listed {
+		var cals []string
+		for _, p := range parts {
+			cals = p.Calendars
+			break
+		}
+		if len(parts) == len(cals) {
+			continue
+		}
+		if e := w.collectives[id]; e != nil && e.uncertain {
+			if st, b, err := w.do("DELETE", "/v1/calendars/"+cals[0]+"/bookings/"+id, "", ""); err != nil || st != 200 {
+				t.Fatalf("after cut %d: finishing the cancel of %s: %d %v %s", cut, id, st, err, b)
+			}
+			e.cancelled, e.uncertain = true, false
+			continue
+		}
+		t.Errorf("after cut %d: collective %s of %v is listed on %d of its calendars", cut, id, cals, len(parts))
+		changed++
+	}
+	// Every collective answered: there, as last answered.
+	for id, e := range w.collectives {
+		confirmed := 0
+		for _, c := range e.cals {
+			st, b, err := w.do("GET", "/v1/calendars/"+c+"/bookings/"+id, "", "")
+			var got answeredBooking
+			if err != nil || st != 200 || json.Unmarshal(b, &got) != nil {
+				t.Errorf("after cut %d: collective %s answered 201 is not on %s: %d %v %s", cut, id, c, st, err, b)
+				changed++
+				continue
+			}
+			if got.Status == "confirmed" {
+				confirmed++
+			}
+		}
+		switch {
+		case e.uncertain && (confirmed == 0 || confirmed == len(e.cals)):
+			e.cancelled, e.uncertain = confirmed == 0, false
+		case e.cancelled && confirmed == 0, !e.cancelled && confirmed == len(e.cals):
+		default:
+			t.Errorf("after cut %d: collective %s (cancelled %v) is confirmed on %d of %d calendars", cut, id, e.cancelled, confirmed, len(e.cals))
+			changed++
+		}
+	}
+	return changed
 }
