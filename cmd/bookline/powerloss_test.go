@@ -130,7 +130,8 @@ func TestPowerLossKeepsEveryAnswer(t *testing.T) {
 		t.Errorf("the load booked %d series and cancelled from an occurrence on %d times: it must do both",
 			w.seriesBooked.Load(), w.followingCancelled.Load())
 	}
-	t.Logf("collectives booked: %d, cancelled: %d; pool bookings: %d", w.collectivesBooked.Load(), w.collectivesCancelled.Load(), w.poolBooked.Load())
+	t.Logf("collectives booked: %d, cancelled: %d; parts pending after a restart, resolved: %d; pool bookings: %d",
+		w.collectivesBooked.Load(), w.collectivesCancelled.Load(), w.pendingResolved.Load(), w.poolBooked.Load())
 	if w.collectivesBooked.Load() == 0 || w.collectivesCancelled.Load() == 0 || w.poolBooked.Load() == 0 {
 		t.Errorf("the load booked %d collectives, cancelled %d and booked %d through the pool: it must do all three",
 			w.collectivesBooked.Load(), w.collectivesCancelled.Load(), w.poolBooked.Load())
@@ -280,6 +281,9 @@ type powerWorld struct {
 	// collectivesBooked, collectivesCancelled and poolBooked count the
 	// collectives answered 201 and 200, and the pool bookings answered 201.
 	collectivesBooked, collectivesCancelled, poolBooked atomic.Int64
+	// pendingResolved counts the collective parts found pending after a
+	// restart (and then resolved by the node).
+	pendingResolved atomic.Int64
 	// mismatches are live retries of a keyed request that got another
 	// answer than the first.
 	mismatches []string
@@ -914,7 +918,9 @@ func (w *powerWorld) checkCollectives(t *testing.T, cut int) (changed int) {
 	// Parts pending at the cut are resolved by their partition's owner
 	// (--collective-resolve-after 2s).
 	var listed map[string]map[string]answeredBooking // id -> calendar -> part
-	deadline := time.Now().Add(90 * time.Second)
+	began := time.Now()
+	deadline := began.Add(90 * time.Second)
+	firstPending := -1
 	for {
 		listed = map[string]map[string]answeredBooking{}
 		pending := 0
@@ -932,7 +938,14 @@ func (w *powerWorld) checkCollectives(t *testing.T, cut int) (changed int) {
 				listed[b.ID][c] = b
 			}
 		}
+		if firstPending < 0 {
+			firstPending = pending
+		}
 		if pending == 0 {
+			if firstPending > 0 {
+				w.pendingResolved.Add(int64(firstPending))
+				t.Logf("after cut %d: %d collective parts were pending; resolved within %s", cut, firstPending, time.Since(began).Round(100*time.Millisecond))
+			}
 			break
 		}
 		if time.Now().After(deadline) {
