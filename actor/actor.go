@@ -525,7 +525,7 @@ func decide(tx *data.Tx, p int, d *Decoded) (*Reply, error) {
 	case TypeCollectivePrepare:
 		r, err = preparePart(tx, d)
 	case TypeCollectiveDecide:
-		r = decideCollective(d)
+		r, err = decideCollective(tx, d)
 	case TypeCollectiveCommit:
 		r, err = commitPart(tx, d)
 	case TypeCollectiveAbort:

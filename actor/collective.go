@@ -52,6 +52,10 @@ const (
 const (
 	DecisionCommit = "commit"
 	DecisionAbort  = "abort"
+	// DecisionExpire is an abort because the collective hold expired
+	// (its owner's resolver asks it): recorded as hold_expired, so that a
+	// confirm after it says so.
+	DecisionExpire = "expire"
 )
 
 // Codes of collective bookings.
@@ -78,6 +82,11 @@ type CollectiveSpec struct {
 	ID          string        `json:"id"`
 	CalendarIDs []string      `json:"calendar_ids"`
 	Decision    LenientString `json:"decision,omitempty"`
+	// Hold makes a collective.prepare a collective hold's: its part
+	// expires at the log time plus the booking's ttl_seconds (the
+	// calendar's hold default when 0), and the decision waits for a
+	// confirm, a release or the expiry.
+	Hold bool `json:"hold,omitempty"`
 	// bad is set when the member was not an object of these shapes.
 	bad bool
 }
@@ -91,12 +100,13 @@ func (s *CollectiveSpec) UnmarshalJSON(b []byte) error {
 		ID          string        `json:"id"`
 		CalendarIDs []string      `json:"calendar_ids"`
 		Decision    LenientString `json:"decision"`
+		Hold        bool          `json:"hold"`
 	}
 	if err := json.Unmarshal(b, &v); err != nil {
 		*s = CollectiveSpec{bad: true}
 		return nil
 	}
-	*s = CollectiveSpec{ID: v.ID, CalendarIDs: v.CalendarIDs, Decision: v.Decision}
+	*s = CollectiveSpec{ID: v.ID, CalendarIDs: v.CalendarIDs, Decision: v.Decision, Hold: v.Hold}
 	return nil
 }
 
@@ -183,6 +193,9 @@ func (c *Command) validateCollective() []FieldError {
 	if s.Decision != "" && c.Type != TypeCollectiveDecide {
 		add("collective.decision", "only collective.decide has a decision")
 	}
+	if s.Hold && c.Type != TypeCollectivePrepare {
+		add("collective.hold", "only collective.prepare holds")
+	}
 	switch c.Type {
 	case TypeCollectivePrepare:
 		if len(errs) == 0 && s.ID != CollectiveID(s.CalendarIDs, c.RequestID) {
@@ -191,13 +204,13 @@ func (c *Command) validateCollective() []FieldError {
 		if c.Booking != nil && c.Booking.Recurrence != nil {
 			add("recurrence", "a collective booking has no recurrence")
 		}
-		if c.Booking != nil && c.Booking.TTLSeconds != 0 {
-			add("ttl", "a collective booking has no ttl")
+		if c.Booking != nil && c.Booking.TTLSeconds != 0 && !s.Hold {
+			add("ttl", "only a collective hold has a ttl")
 		}
 	case TypeCollectiveDecide:
 		switch {
-		case s.Decision != DecisionCommit && s.Decision != DecisionAbort:
-			add("collective.decision", "must be commit or abort")
+		case s.Decision != DecisionCommit && s.Decision != DecisionAbort && s.Decision != DecisionExpire:
+			add("collective.decision", "must be commit, abort or expire")
 		case n > 0 && c.CalendarID != s.CalendarIDs[0]:
 			add("calendar_id", "must be the first of collective.calendar_ids (the coordinator)")
 		case c.RequestID != DecisionRequestID(s.ID):
@@ -255,6 +268,14 @@ func preparePart(tx *data.Tx, d *Decoded) (Reply, error) {
 	}
 	bk := newBooking(d, s.ID, &cal, data.StatusPending)
 	bk.CalendarIDs = slices.Clone(s.CalendarIDs)
+	if s.Hold {
+		ttl, rej := holdTTL(d, &cal)
+		if rej != nil {
+			return *rej, nil
+		}
+		exp := d.At.Add(ttl)
+		bk.ExpiresAt = &exp
+	}
 	if err := tx.CreateBooking(bk, nil); err != nil {
 		return Reply{}, err
 	}
@@ -269,14 +290,27 @@ func preparePart(tx *data.Tx, d *Decoded) (Reply, error) {
 // decideCollective records a collective's decision on its coordinator: the
 // one asked for, unless one was recorded before (decide answers it then,
 // before coming here). Accepted means commit; rejected with
-// collective_aborted, abort.
-func decideCollective(d *Decoded) Reply {
+// collective_aborted (or hold_expired), abort. A collective hold's commit asked for at or
+// after its expiry (the coordinator's part says when) is an abort: the
+// members' parts hold their intervals until the decision, so the expiry is
+// the coordinator's, decided once, and no member can expire alone.
+func decideCollective(tx *data.Tx, d *Decoded) (Reply, error) {
 	if d.Cmd.Collective.Decision == DecisionCommit {
+		part, err := tx.Booking(d.Cmd.CalendarID, d.Cmd.Collective.ID)
+		switch {
+		case err == nil && part.ExpiresAt != nil && !d.At.Before(*part.ExpiresAt):
+			return d.reject(CodeHoldExpired, "the collective hold expired before it was confirmed: aborted, no member keeps it"), nil
+		case err != nil && !errors.Is(err, data.ErrNotFound):
+			return Reply{}, err
+		}
 		r := d.accept()
 		r.Message = "committed: every member confirms its part"
-		return r
+		return r, nil
 	}
-	return d.reject(CodeCollectiveAborted, "the collective booking was aborted: no member keeps it")
+	if d.Cmd.Collective.Decision == DecisionExpire {
+		return d.reject(CodeHoldExpired, "the collective hold expired before it was confirmed: aborted, no member keeps it"), nil
+	}
+	return d.reject(CodeCollectiveAborted, "the collective booking was aborted: no member keeps it"), nil
 }
 
 // collectivePart loads the part a commit, abort or cancel names.
@@ -303,6 +337,7 @@ func commitPart(tx *data.Tx, d *Decoded) (Reply, error) {
 	switch bk.Status {
 	case data.StatusPending:
 		bk.Status = data.StatusConfirmed
+		// A held part keeps its expires_at, as a confirmed hold does.
 		if err := tx.PutBooking(bk); err != nil {
 			return Reply{}, err
 		}
@@ -448,7 +483,7 @@ func Committed(r *Reply) (commit, ok bool) {
 	switch {
 	case r.Outcome == OutcomeAccepted:
 		return true, true
-	case r.Code == CodeCollectiveAborted:
+	case r.Code == CodeCollectiveAborted || r.Code == CodeHoldExpired:
 		return false, true
 	}
 	return false, false

@@ -178,3 +178,45 @@ func TestCollectiveValidation(t *testing.T) {
 		t.Fatalf("version 3 with a collective member: %+v", r.Booking)
 	}
 }
+
+// TestCollectiveHoldExpiry: a held prepare's part expires at its log time
+// plus the ttl; the coordinator refuses a commit asked for at or after
+// that (hold_expired, an abort), accepts one before, and records an
+// expire as hold_expired.
+func TestCollectiveHoldExpiry(t *testing.T) {
+	h := newHarness(t)
+	h.send("a", upsertCmd("a", "ua", "A"))
+	h.send("b", upsertCmd("b", "ub", "B"))
+	ids := []string{"a", "b"}
+	held := func(req string, ttl, from int) {
+		t.Helper()
+		for _, cal := range ids {
+			body := strings.Replace(prepareCmd(cal, req, ids, at(from), at(from+60)), `"customer":"Team"}`, fmt.Sprintf(`"customer":"Team","ttl_seconds":%d}`, ttl), 1)
+			body = strings.Replace(body, `"calendar_ids":["a","b"]}`, `"calendar_ids":["a","b"],"hold":true}`, 1)
+			_, r := h.send(cal, body)
+			wantCode(t, r, "")
+			if r.Booking.ExpiresAt == nil || r.Booking.ExpiresAt.Sub(r.Booking.CreatedAt) != time.Duration(ttl)*time.Second {
+				t.Fatalf("held part: %+v", r.Booking)
+			}
+		}
+	}
+	held("k1", 2, 60) // every send moves the log time on by a second
+	_, r := h.send("a", decideCmd("k1", ids, actor.DecisionCommit))
+	wantCode(t, r, actor.CodeHoldExpired)
+	_, r = h.send("a", stepCmd(actor.TypeCollectiveAbort, "a", "k1", ids, at(60), at(120)))
+	wantCode(t, r, "")
+	_, r = h.send("b", stepCmd(actor.TypeCollectiveAbort, "b", "k1", ids, at(60), at(120)))
+	wantCode(t, r, "")
+
+	held("k2", 300, 180)
+	_, r = h.send("a", decideCmd("k2", ids, actor.DecisionCommit))
+	wantCode(t, r, "")
+	_, r = h.send("a", decideCmd("k2", ids, actor.DecisionExpire))
+	wantCode(t, r, "") // the commit came first
+
+	held("k3", 300, 300)
+	_, r = h.send("a", decideCmd("k3", ids, actor.DecisionExpire))
+	wantCode(t, r, actor.CodeHoldExpired)
+	_, r = h.send("a", decideCmd("k3", ids, actor.DecisionCommit))
+	wantCode(t, r, actor.CodeHoldExpired)
+}

@@ -97,7 +97,7 @@ func (t *Tx) putBooking(bk Booking, cr *Creation, fresh bool) error {
 			}
 		}
 		if prev.Status == StatusPending && bk.Status != StatusPending {
-			if err := t.pendingIndex(false, prev.CreatedAt, prev.CalendarID, prev.ID); err != nil {
+			if err := t.pendingIndex(false, pendingDue(&prev.Booking), prev.CalendarID, prev.ID); err != nil {
 				return err
 			}
 		}
@@ -114,7 +114,7 @@ func (t *Tx) putBooking(bk Booking, cr *Creation, fresh bool) error {
 		return err
 	}
 	if bk.Status == StatusPending {
-		if err := t.pendingIndex(true, bk.CreatedAt, bk.CalendarID, bk.ID); err != nil {
+		if err := t.pendingIndex(true, pendingDue(&bk), bk.CalendarID, bk.ID); err != nil {
 			return err
 		}
 	}

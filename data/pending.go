@@ -6,10 +6,20 @@ import (
 )
 
 // The index of collective parts in status pending, by the log time of
-// their prepare: the partition's owner resolves those left pending too
-// long (an API instance that prepared them stopped before the decision
-// reached them), so it needs to find them without a scan.
-var bucketPending = []byte("pendingparts") // created (8) ++ calendar ++ 0 ++ id -> nil
+// their prepare, or a held part's expiry: the partition's owner resolves
+// those left pending too long (an API instance that prepared them stopped
+// before the decision reached them) and the held ones that expired, so it
+// needs to find them without a scan.
+var bucketPending = []byte("pendingparts") // due (8) ++ calendar ++ 0 ++ id -> nil
+
+// pendingDue is the time a pending part is indexed under: its expiry when
+// it is a hold's, else its creation.
+func pendingDue(bk *Booking) time.Time {
+	if bk.ExpiresAt != nil {
+		return *bk.ExpiresAt
+	}
+	return bk.CreatedAt
+}
 
 func (t *Tx) pendingIndex(put bool, created time.Time, calID, id string) error {
 	b, err := t.tx.CreateBucketIfNotExists(bucketPending)
@@ -26,11 +36,13 @@ func (t *Tx) pendingIndex(put bool, created time.Time, calID, id string) error {
 // PendingPart is a collective's part still pending.
 type PendingPart struct {
 	Calendar, ID string
-	Created      time.Time
+	// Due is the part's creation, or a held part's expiry.
+	Due time.Time
 }
 
-// PendingBefore lists up to max parts pending since before t, oldest first,
-// of the calendars keep accepts.
+// PendingBefore lists up to max parts pending whose creation (or a held
+// part's expiry) is before t, earliest first, of the calendars keep
+// accepts.
 func (t *Tx) PendingBefore(before time.Time, max int, keep func(cal string) bool) []PendingPart {
 	b := t.tx.Bucket(bucketPending)
 	if b == nil {
@@ -44,7 +56,7 @@ func (t *Tx) PendingBefore(before time.Time, max int, keep func(cal string) bool
 		if !keep(string(cal)) {
 			continue
 		}
-		out = append(out, PendingPart{Calendar: string(cal), ID: string(id), Created: DecodeTime(k[:8])})
+		out = append(out, PendingPart{Calendar: string(cal), ID: string(id), Due: DecodeTime(k[:8])})
 	}
 	return out
 }

@@ -69,6 +69,37 @@ func (s *Server) createCollective(c *fiber.Ctx) error {
 	if err := decodeBody(c, &req); err != nil {
 		return err
 	}
+	return s.startCollective(c, &req, false, 0)
+}
+
+// collectiveHoldRequest is the body of POST /v1/holds.
+type collectiveHoldRequest struct {
+	collectiveRequest
+	// TTL is a duration ("5m") or a number of seconds, as a hold's.
+	TTL json.RawMessage `json:"ttl"`
+}
+
+func (*collectiveHoldRequest) strictBody() {}
+
+// createCollectiveHold serves POST /v1/holds: a collective hold is a
+// collective prepared on every member whose decision waits for a confirm,
+// a release or its expiry.
+func (s *Server) createCollectiveHold(c *fiber.Ctx) error {
+	var req collectiveHoldRequest
+	if err := decodeBody(c, &req); err != nil {
+		return err
+	}
+	ttl, fe := parseTTL(req.TTL)
+	if fe != nil {
+		return invalid(*fe)
+	}
+	return s.startCollective(c, &req.collectiveRequest, true, ttl)
+}
+
+// startCollective books (hold false) or holds a collective: the prepares
+// on every member at once; then, unless a hold was granted, the decision
+// and its application.
+func (s *Server) startCollective(c *fiber.Ctx, req *collectiveRequest, hold bool, holdTTL int) error {
 	reqID, err := requestID(c)
 	if err != nil {
 		return err
@@ -78,27 +109,21 @@ func (s *Server) createCollective(c *fiber.Ctx) error {
 	if bad = append(bad, more...); len(bad) > 0 {
 		return invalid(bad...)
 	}
-	// A key limited to some calendars books a collective only on those.
-	if p := principal(c); p != nil {
-		for _, id := range ids {
-			if !p.mayUseCalendar(id) {
-				return errForbidden
-			}
-		}
+	if err := mayUseAll(c, ids); err != nil {
+		return err
 	}
 	// Every member decides a booking: a collective costs what as many
 	// bookings of one calendar cost.
 	if err := s.charge(c, len(ids)); err != nil {
 		return err
 	}
-	ttl := actor.RecordTTLSeconds(s.cfg.KeylessRecordRetention)
-	if c.Get("Idempotency-Key") != "" {
-		ttl = actor.RecordTTLSeconds(s.cfg.KeyedRecordRetention)
-	}
+	ttl := s.recordTTL(c)
 	id := actor.CollectiveID(ids, reqID)
+	spec.TTLSeconds = holdTTL
 	prepares := make([]*actor.Command, len(ids))
 	for i, cal := range ids {
 		prepares[i] = actor.PrepareCommand(cal, reqID, ids, *spec, ttl)
+		prepares[i].Collective.Hold = hold
 	}
 	// Validated here, once, so that a bad body is a 400 before anything
 	// is published (runStep validates each again, cheaply).
@@ -113,30 +138,78 @@ func (s *Server) createCollective(c *fiber.Ctx) error {
 	for _, v := range votes {
 		all = all && v.err == nil && v.reply.Outcome == actor.OutcomeAccepted
 	}
-	decision := actor.DecisionAbort
-	if all {
-		decision = actor.DecisionCommit
+	if hold && all {
+		// Held: the coordinator's part answers, with its secret.
+		return s.writeHeld(c, votes[0].raw)
 	}
-	decided := s.runStep(ctx, []*actor.Command{actor.DecideCommand(id, ids, decision)})[0]
-	commit, ok := actor.Committed(&decided.reply)
-	if decided.err != nil || !ok {
-		s.log.Warn("a collective booking's decision is not known", "id", id, "trace_id", requestIDOf(c), "err", decided.err, "reply", string(decided.raw))
-		return &Error{Code: CodeUnavailable, Message: "the collective booking's outcome is not known yet: retry with the same Idempotency-Key " +
-			"(a booking left undecided is resolved within a minute)"}
-	}
-	// The decision to every member that may have a part: on commit all of
-	// them; on abort those that did not refuse (a member whose prepare is
-	// still on its way gets an aborted part that refuses it).
-	var applies []*actor.Command
+	var targets []string
 	for _, v := range votes {
-		if commit || v.err != nil || v.reply.Outcome == actor.OutcomeAccepted {
-			applies = append(applies, actor.ApplyCommand(v.cal, id, ids, commit, spec))
+		// On abort, the members that refused have no part; one whose
+		// prepare is still on its way gets an aborted part that refuses it.
+		if all || v.err != nil || v.reply.Outcome == actor.OutcomeAccepted {
+			targets = append(targets, v.cal)
 		}
 	}
-	applied := s.runStep(ctx, applies)
+	commit, applied, decided, err := s.decideCollective(ctx, c, id, ids, all, targets, spec)
+	if err != nil {
+		return err
+	}
 	if !commit {
 		return s.collectiveRefusal(votes, decided)
 	}
+	return s.answerApplied(c, id, ids, applied)
+}
+
+// recordTTL is the record retention of a write's commands.
+func (s *Server) recordTTL(c *fiber.Ctx) int {
+	if c.Get("Idempotency-Key") != "" {
+		return actor.RecordTTLSeconds(s.cfg.KeyedRecordRetention)
+	}
+	return actor.RecordTTLSeconds(s.cfg.KeylessRecordRetention)
+}
+
+// mayUseAll refuses a key limited to some calendars a collective that
+// reaches others.
+func mayUseAll(c *fiber.Ctx, ids []string) error {
+	if p := principal(c); p != nil {
+		for _, id := range ids {
+			if !p.mayUseCalendar(id) {
+				return errForbidden
+			}
+		}
+	}
+	return nil
+}
+
+// decideCollective asks the coordinator for the decision (commit when
+// commit, else abort: the first recorded wins) and applies the one it
+// answers to the members targets. spec is sent with an abort.
+func (s *Server) decideCollective(ctx context.Context, c *fiber.Ctx, id string, ids []string, commit bool, targets []string,
+	spec *actor.BookingSpec) (committed bool, applied []collectiveVote, decided collectiveVote, err error) {
+	decision := actor.DecisionAbort
+	if commit {
+		decision = actor.DecisionCommit
+	}
+	decided = s.runStep(ctx, []*actor.Command{actor.DecideCommand(id, ids, decision)})[0]
+	committed, ok := actor.Committed(&decided.reply)
+	if decided.err != nil || !ok {
+		s.log.Warn("a collective booking's decision is not known", "id", id, "trace_id", requestIDOf(c), "err", decided.err, "reply", string(decided.raw))
+		return false, nil, decided, &Error{Code: CodeUnavailable, Message: "the collective booking's outcome is not known yet: retry with the same Idempotency-Key " +
+			"(a booking left undecided is resolved within a minute)"}
+	}
+	if committed {
+		targets = ids // every member has a part
+	}
+	applies := make([]*actor.Command, len(targets))
+	for i, cal := range targets {
+		applies[i] = actor.ApplyCommand(cal, id, ids, committed, spec)
+	}
+	return committed, s.runStep(ctx, applies), decided, nil
+}
+
+// answerApplied answers a committed collective: 201 with the first
+// member's part, or 202 when a member's confirmation is late.
+func (s *Server) answerApplied(c *fiber.Ctx, id string, ids []string, applied []collectiveVote) error {
 	for _, a := range applied {
 		if a.err != nil || a.reply.Outcome != actor.OutcomeAccepted {
 			// Committed: the part of this member is confirmed when its
@@ -150,6 +223,73 @@ func (s *Server) createCollective(c *fiber.Ctx) error {
 		return err
 	}
 	return sendJSON(c, http.StatusCreated, "", view.Booking)
+}
+
+// writeHeld answers a granted collective hold with the coordinator's part
+// and the hold's secret (for that calendar: confirm and release go
+// through it).
+func (s *Server) writeHeld(c *fiber.Ctx, raw []byte) error {
+	var view actor.ReplyView
+	if err := actor.ReadReply(raw, &view); err != nil {
+		return err
+	}
+	return sendJSON(c, http.StatusCreated, "", s.withHoldSecret(view.Booking))
+}
+
+// settleCollectiveHold confirms (confirm true) or releases the collective
+// hold id, named through member cal's hold routes: the coordinator decides
+// commit or abort, the first decision recorded wins, and every member
+// applies it.
+func (s *Server) settleCollectiveHold(c *fiber.Ctx, cal, id string, ids []string, confirm bool) error {
+	if err := mayUseAll(c, ids); err != nil {
+		return err
+	}
+	var part data.Booking
+	if err := s.backend.View(func(tx *data.Tx) (err error) { part, err = tx.Booking(cal, id); return err }); err != nil {
+		return errHoldNotFound
+	}
+	if part.ExpiresAt == nil {
+		return errHoldNotFound // a collective booking, never held
+	}
+	ctx, cancel := context.WithTimeout(s.withTrace(context.Background(), requestIDOf(c)), s.cfg.ReplyTimeout)
+	defer cancel()
+	spec := &actor.BookingSpec{Start: part.Start, End: part.End, Customer: part.Customer, Metadata: part.Metadata}
+	committed, applied, decided, err := s.decideCollective(ctx, c, id, ids, confirm, ids, spec)
+	switch {
+	case err != nil:
+		return err
+	case confirm && committed:
+		return s.answerSettled(c, cal, applied, http.StatusOK)
+	case confirm:
+		if decided.reply.Code == actor.CodeHoldExpired {
+			return &Error{Code: actor.CodeHoldExpired, Message: "the collective hold expired; its intervals were released"}
+		}
+		return &Error{Code: actor.CodeHoldNotFound, Message: "the collective hold was released"}
+	case committed:
+		return &Error{Code: actor.CodeHoldConfirmed, Message: "the collective hold was confirmed: cancel the booking instead"}
+	}
+	return s.answerSettled(c, cal, applied, http.StatusOK)
+}
+
+// answerSettled answers with member cal's part as its step left it.
+func (s *Server) answerSettled(c *fiber.Ctx, cal string, applied []collectiveVote, status int) error {
+	for _, a := range applied {
+		if a.cal != cal {
+			continue
+		}
+		if a.err != nil {
+			return &Error{Code: CodeUnavailable, Message: "the decision is recorded; this calendar's part is late: read it again shortly"}
+		}
+		var view actor.ReplyView
+		if err := actor.ReadReply(a.raw, &view); err != nil {
+			return err
+		}
+		if len(view.Booking) == 0 {
+			return s.writeReply(c, a.raw)
+		}
+		return sendJSON(c, status, "", view.Booking)
+	}
+	return errHoldNotFound
 }
 
 // collectiveMembers checks and sorts a collective's calendar ids.
@@ -217,21 +357,14 @@ func (s *Server) collectivePartOf(cal, id string) []string {
 // cancelCollective cancels a collective booking on every member, answering
 // with the part of the calendar in the path.
 func (s *Server) cancelCollective(c *fiber.Ctx, cal, id string, ids []string) error {
-	if p := principal(c); p != nil {
-		for _, m := range ids {
-			if !p.mayUseCalendar(m) {
-				return errForbidden
-			}
-		}
+	if err := mayUseAll(c, ids); err != nil {
+		return err
 	}
 	reqID, err := requestID(c)
 	if err != nil {
 		return err
 	}
-	ttl := actor.RecordTTLSeconds(s.cfg.KeylessRecordRetention)
-	if c.Get("Idempotency-Key") != "" {
-		ttl = actor.RecordTTLSeconds(s.cfg.KeyedRecordRetention)
-	}
+	ttl := s.recordTTL(c)
 	cmds := make([]*actor.Command, len(ids))
 	for i, m := range ids {
 		cmds[i] = actor.CancelCommand(m, reqID, id, ids, ttl)

@@ -11,6 +11,7 @@ import (
 	"github.com/bookline/bookline/actor"
 	"github.com/bookline/bookline/httpapi"
 	"github.com/bookline/bookline/queue"
+	"github.com/bookline/bookline/queue/queuetest"
 )
 
 type collectiveAnswer struct {
@@ -237,5 +238,81 @@ func TestCollectiveScoped(t *testing.T) {
 	r.json(t, &a)
 	if d := h.do("DELETE", "/v1/calendars/alice/bookings/"+a.ID, nil, "Authorization", "Bearer "+aliceKey); d.Status != http.StatusForbidden {
 		t.Fatalf("a key for alice cancelled bob's part: %d %s", d.Status, d.Body)
+	}
+}
+
+// TestCollectiveHoldOverHTTP: POST /v1/holds holds one interval on every
+// calendar (parts pending, with expires_at and the hold's secret);
+// confirming it through the first calendar's hold route confirms every
+// part, releasing it frees every member, and one left to expire is
+// released on every member by the node, a confirm then being 409
+// hold_expired.
+func TestCollectiveHoldOverHTTP(t *testing.T) {
+	h := start(t, "", options{})
+	ids := twoPartitions(t, 4, 2)
+	for _, id := range ids {
+		h.createCalendar(id, "UTC")
+	}
+	at := time.Date(2027, 5, 5, 10, 0, 0, 0, time.UTC)
+	hold := func(start time.Time, ttl any) (collectiveAnswer, string) {
+		r := h.do("POST", "/v1/holds", map[string]any{"calendar_ids": ids, "start": start.Format(time.RFC3339),
+			"end": start.Add(time.Hour).Format(time.RFC3339), "customer": "Panel", "ttl": ttl})
+		h.mustStatus(r, http.StatusCreated)
+		var a collectiveAnswer
+		r.json(t, &a)
+		var secret struct {
+			HoldSecret string    `json:"hold_secret"`
+			ExpiresAt  time.Time `json:"expires_at"`
+		}
+		r.json(t, &secret)
+		if a.Status != "pending" || a.CalendarID != ids[0] || secret.HoldSecret == "" || secret.ExpiresAt.IsZero() {
+			t.Fatalf("collective hold: %s", r.Body)
+		}
+		return a, secret.HoldSecret
+	}
+	statuses := func(id string) []string {
+		var out []string
+		for _, cal := range ids {
+			var b booking
+			h.do("GET", "/v1/calendars/"+cal+"/bookings/"+id, nil).json(t, &b)
+			out = append(out, b.Status)
+		}
+		return out
+	}
+
+	a, _ := hold(at, "2m")
+	// Held: the interval is taken on every member.
+	for _, cal := range ids {
+		if r := h.do("POST", "/v1/calendars/"+cal+"/bookings", bookingBody(at, time.Hour, "X")); r.Status != http.StatusConflict {
+			t.Fatalf("%s took a booking over the hold: %d %s", cal, r.Status, r.Body)
+		}
+	}
+	r := h.do("POST", "/v1/calendars/"+ids[0]+"/holds/"+a.ID+"/confirm", nil)
+	h.mustStatus(r, http.StatusOK)
+	if got := statuses(a.ID); got[0] != "confirmed" || got[1] != "confirmed" {
+		t.Fatalf("after the confirm: %v", got)
+	}
+	if r := h.do("DELETE", "/v1/calendars/"+ids[0]+"/holds/"+a.ID, nil); r.Status != http.StatusConflict || r.errorCode(t) != actor.CodeHoldConfirmed {
+		t.Fatalf("release of a confirmed hold: %d %s", r.Status, r.Body)
+	}
+
+	b, _ := hold(at.Add(2*time.Hour), 120)
+	h.mustStatus(h.do("DELETE", "/v1/calendars/"+ids[0]+"/holds/"+b.ID, nil), http.StatusOK)
+	if got := statuses(b.ID); got[0] != "aborted" || got[1] != "aborted" {
+		t.Fatalf("after the release: %v", got)
+	}
+	for _, cal := range ids {
+		h.mustStatus(h.do("POST", "/v1/calendars/"+cal+"/bookings", bookingBody(at.Add(2*time.Hour), time.Hour, "Y")), http.StatusCreated)
+	}
+
+	e, _ := hold(at.Add(4*time.Hour), 1)
+	queuetest.CheckFor(t, 30*time.Second, func() error {
+		if got := statuses(e.ID); got[0] != "aborted" || got[1] != "aborted" {
+			return fmt.Errorf("the expired hold's parts are %v", got)
+		}
+		return nil
+	})
+	if r := h.do("POST", "/v1/calendars/"+ids[0]+"/holds/"+e.ID+"/confirm", nil); r.Status != http.StatusConflict || r.errorCode(t) != actor.CodeHoldExpired {
+		t.Fatalf("confirm after the expiry: %d %s", r.Status, r.Body)
 	}
 }

@@ -146,6 +146,11 @@ func (s *Server) byIDCommand(typ, param string, notFound *Error) fiber.Handler {
 		if (typ == actor.TypeHoldConfirm || typ == actor.TypeHoldRelease) && !s.holdSecretOK(c, cal, id) {
 			return notFound
 		}
+		if typ == actor.TypeHoldConfirm || typ == actor.TypeHoldRelease {
+			if ids := s.collectivePartOf(cal, id); ids != nil {
+				return s.settleCollectiveHold(c, cal, id, ids, typ == actor.TypeHoldConfirm)
+			}
+		}
 		reqID, err := requestID(c)
 		if err != nil {
 			return err

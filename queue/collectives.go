@@ -59,11 +59,11 @@ func (r *collectiveResolver) once(ctx context.Context) (int, error) {
 	if len(parts) == 0 {
 		return 0, nil
 	}
-	cutoff := r.now().Add(-r.after)
+	now := r.now()
 	var due []data.PendingPart
 	withDue := map[int]bool{}
 	if err := r.n.store.View(func(tx *data.Tx) error {
-		due = tx.PendingBefore(cutoff, pendingPerTick, func(cal string) bool {
+		due = tx.PendingBefore(now, pendingPerTick, func(cal string) bool {
 			withDue[PartitionOf(cal, len(parts))] = true
 			return true
 		})
@@ -85,43 +85,55 @@ func (r *collectiveResolver) once(ctx context.Context) (int, error) {
 		if !mine[PartitionOf(pp.Calendar, len(parts))] {
 			continue
 		}
-		if err := r.resolve(ctx, pp); err != nil {
+		done, err := r.resolve(ctx, pp, now)
+		if err != nil {
 			errs = append(errs, fmt.Errorf("%s/%s: %w", pp.Calendar, pp.ID, err))
 			continue
 		}
-		resolved++
+		if done {
+			resolved++
+		}
 	}
 	return resolved, errors.Join(errs...)
 }
 
-// resolve brings one pending part to its collective's decision.
-func (r *collectiveResolver) resolve(ctx context.Context, pp data.PendingPart) error {
+// resolve brings one pending part to its collective's decision when it is
+// due: a held part once it expired, another once it is pending for longer
+// than after.
+func (r *collectiveResolver) resolve(ctx context.Context, pp data.PendingPart, now time.Time) (done bool, err error) {
 	var bk data.Booking
 	if err := r.n.store.View(func(tx *data.Tx) (err error) {
 		bk, err = tx.Booking(pp.Calendar, pp.ID)
 		return err
 	}); err != nil {
-		return err
+		return false, err
 	}
 	if bk.Status != data.StatusPending || len(bk.CalendarIDs) == 0 {
-		return nil // decided since
+		return false, nil // decided since
 	}
-	decided, err := r.submit(ctx, actor.DecideCommand(bk.ID, bk.CalendarIDs, actor.DecisionAbort))
+	if bk.ExpiresAt == nil && now.Sub(bk.CreatedAt) < r.after || bk.ExpiresAt != nil && now.Before(*bk.ExpiresAt) {
+		return false, nil // not due yet
+	}
+	decision := actor.DecisionAbort
+	if bk.ExpiresAt != nil {
+		decision = actor.DecisionExpire
+	}
+	decided, err := r.submit(ctx, actor.DecideCommand(bk.ID, bk.CalendarIDs, decision))
 	if err != nil {
-		return err
+		return false, err
 	}
 	commit, ok := actor.Committed(&decided)
 	if !ok {
-		return fmt.Errorf("the coordinator answered no decision: %s %s", decided.Code, decided.Message)
+		return false, fmt.Errorf("the coordinator answered no decision: %s %s", decided.Code, decided.Message)
 	}
 	spec := actor.BookingSpec{Start: bk.Start, End: bk.End, Customer: bk.Customer, Metadata: bk.Metadata}
 	applied, err := r.submit(ctx, actor.ApplyCommand(bk.CalendarID, bk.ID, bk.CalendarIDs, commit, &spec))
 	if err != nil {
-		return err
+		return false, err
 	}
 	r.log.Info("resolved a collective part left pending", "calendar", bk.CalendarID, "id", bk.ID, "commit", commit,
 		"outcome", applied.Outcome, "code", applied.Code)
-	return nil
+	return true, nil
 }
 
 func (r *collectiveResolver) submit(ctx context.Context, cmd *actor.Command) (actor.Reply, error) {
