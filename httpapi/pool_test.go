@@ -133,7 +133,8 @@ func poolKeyring(t testing.TB, cals []string) *httpapi.Keyring {
 // no_calendar_free with each calendar's refusal; a retry with the key gets
 // its hold again; the pool counts each calendar once the hold is made; a
 // hold is confirmed through its calendar's route with its secret only. A
-// publishable key missing a calendar of the pool may not hold (403).
+// publishable key missing a calendar of the pool may not hold or read the
+// pool's page profile (403), and that profile folds the calendars'.
 func TestPoolHolds(t *testing.T) {
 	ids := twoPartitions(t, 4, 3)
 	h := start(t, "", options{api: func(c *httpapi.Config) {
@@ -242,10 +243,29 @@ func TestPoolHolds(t *testing.T) {
 		t.Fatalf("%s lists %+v", first.CalendarID, all)
 	}
 
+	// The pool's page profile: every calendar named, the durations any
+	// offers, the finest grid, the shortest hold.
+	var info struct {
+		Calendars []struct {
+			ID   string `json:"calendar_id"`
+			Name string `json:"name"`
+		} `json:"calendars"`
+		Durations []int `json:"durations_minutes"`
+		Step      int   `json:"step_minutes"`
+		MaxTTL    int   `json:"max_hold_ttl_seconds"`
+	}
+	r = h.do("GET", "/v1/pools/front/page", nil, pk...)
+	h.mustStatus(r, http.StatusOK)
+	r.json(t, &info)
+	if len(info.Calendars) != len(ids) || info.Calendars[1].ID != ids[1] || info.Calendars[1].Name != "Agent "+ids[1] ||
+		!slices.Equal(info.Durations, []int{60, 30, 90}) || info.Step != 30 || info.MaxTTL != 400 {
+		t.Fatalf("pool page profile %s", r.Body)
+	}
+
 	// A publishable key that misses a calendar of the pool.
 	part := bearer(partPageKey)
 	for _, req := range []struct{ method, path string }{
-		{"POST", "/v1/pools/front/holds"},
+		{"POST", "/v1/pools/front/holds"}, {"GET", "/v1/pools/front/page"},
 		{"GET", "/v1/pools/front/availability?from=2027-06-01T00:00:00Z&to=2027-06-02T00:00:00Z&duration=1h"},
 	} {
 		r := h.do(req.method, req.path, bookingBody(at.Add(2*time.Hour), time.Hour, "X"), part...)
