@@ -175,6 +175,13 @@ func TestResponsesMatchOpenAPI(t *testing.T) {
 	want(c.do("GET", "/book/spec", ""), 200)
 	want(c.do("GET", "/ui/bookline.js", ""), 200)
 
+	want(c.do("PUT", "/v1/pools/front", `{"calendar_ids":["spec"]}`), 201)
+	poolHold := fmt.Sprintf(`{"start":%q,"end":%q,"customer":"Eve","ttl":"5m"}`, at(18, 0), at(19, 0))
+	want(c.do("POST", "/v1/pools/front/holds", poolHold), 201)
+	want(c.do("POST", "/v1/pools/front/holds", poolHold), 409)
+	want(c.do("GET", "/v1/pools/front/page", ""), 200)
+	want(c.do("GET", "/book/pool/front", ""), 200)
+
 	want(c.do("DELETE", "/v1/calendars/spec/bookings/"+booking, ""), 200)
 	want(c.do("DELETE", "/v1/calendars/spec/bookings/"+booking, ""), 200)
 

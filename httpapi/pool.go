@@ -15,9 +15,9 @@ import (
 
 // Pools (docs/api.md, "Pools"): calendars that share incoming bookings.
 // The pool's writer answers the order in which to try them (actor/pool.go);
-// the API books them in that order, each a booking decided by the
-// calendar's own writer, until one accepts, and records the choice in the
-// pool's log.
+// the API books (or holds) them in that order, each a booking or hold
+// decided by the calendar's own writer, until one accepts, and records the
+// choice in the pool's log.
 
 // CodeNoCalendarFree: no calendar of the pool could take the booking.
 const CodeNoCalendarFree = "no_calendar_free"
@@ -123,6 +123,48 @@ func (s *Server) createPoolBooking(c *fiber.Ctx) error {
 	if len(bad) > 0 {
 		return invalid(bad...)
 	}
+	return s.placeInPool(c, id, reqID, actor.TypeBookingCreate, spec)
+}
+
+// createPoolHold serves POST /v1/pools/{poolId}/holds: a hold on the
+// calendar the pool chooses, made as createPoolBooking makes a booking.
+// It is confirmed or released through that calendar's hold routes, which
+// the answer's calendar_id and hold_secret are for.
+func (s *Server) createPoolHold(c *fiber.Ctx) error {
+	id, err := poolID(c)
+	if err != nil {
+		return err
+	}
+	var req holdRequest
+	if err := decodeBody(c, &req); err != nil {
+		return err
+	}
+	reqID, err := requestID(c)
+	if err != nil {
+		return err
+	}
+	spec, bad := bookingSpec(&req.bookingRequest)
+	if spec.Recurrence != nil || spec.OnConflict != "" {
+		bad = append(bad, actor.FieldError{Field: "recurrence", Message: "a pool hold has no recurrence"})
+	}
+	ttl, fe := parseTTL(req.TTL)
+	if fe != nil {
+		bad = append(bad, *fe)
+	}
+	if len(bad) > 0 {
+		return invalid(bad...)
+	}
+	spec.TTLSeconds = ttl
+	return s.placeInPool(c, id, reqID, actor.TypeHoldCreate, spec)
+}
+
+// placeInPool runs a pool's choice for a booking or a hold (typ, with
+// spec): pool.choose, then typ on each calendar in the order it gives
+// until one accepts, then pool.record of that one. The pool counts a hold
+// when it is made: whether it is confirmed later is the calendar's
+// business, and a hold that lapses still took the calendar's turn, as a
+// booking cancelled later does.
+func (s *Server) placeInPool(c *fiber.Ctx, id, reqID, typ string, spec *actor.BookingSpec) error {
 	p, err := s.readPool(c, id)
 	if err != nil {
 		return err
@@ -130,8 +172,8 @@ func (s *Server) createPoolBooking(c *fiber.Ctx) error {
 	if err := mayUsePool(c, &p); err != nil {
 		return err
 	}
-	// Each calendar tried is a booking decided: the pool costs what its
-	// calendars would.
+	// Each calendar tried is a booking or hold decided: the pool costs
+	// what its calendars would.
 	if err := s.charge(c, len(p.CalendarIDs)); err != nil {
 		return err
 	}
@@ -150,7 +192,7 @@ func (s *Server) createPoolBooking(c *fiber.Ctx) error {
 	}
 	var refusals []actor.FieldError
 	for _, cal := range chosen.reply.Pool.Order {
-		cmd := &actor.Command{Type: actor.TypeBookingCreate, RequestID: reqID, CalendarID: cal, Booking: spec, RecordTTLSeconds: ttl}
+		cmd := &actor.Command{Type: typ, RequestID: reqID, CalendarID: cal, Booking: spec, RecordTTLSeconds: ttl}
 		cmd.V = cmd.MinVersion()
 		v := s.runStep(ctx, []*actor.Command{cmd})[0]
 		if v.err != nil {
@@ -166,7 +208,7 @@ func (s *Server) createPoolBooking(c *fiber.Ctx) error {
 		if rec.err != nil || rec.reply.Outcome != actor.OutcomeAccepted {
 			// The booking stands; only the pool's count of it is late
 			// (a retry with the key records it).
-			s.log.Warn("a pool booking was not recorded in its pool", "pool", id, "calendar", cal, "err", rec.err, "code", rec.reply.Code)
+			s.log.Warn("a pool booking was not recorded in its pool", "pool", id, "calendar", cal, "type", typ, "err", rec.err, "code", rec.reply.Code)
 		}
 		return s.writeReply(c, v.raw)
 	}

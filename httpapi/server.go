@@ -256,6 +256,8 @@ func (s *Server) routes() {
 	v1.Get("/pools/:poolId", booker(s.getPool)...)
 	v1.Post("/pools/:poolId/bookings", booker(s.createPoolBooking)...)
 	v1.Get("/pools/:poolId/availability", page(s.poolAvailability)...)
+	v1.Post("/pools/:poolId/holds", page(s.createPoolHold)...)
+	v1.Get("/pools/:poolId/page", page(s.poolPage)...)
 	v1.Put("/calendars/:calendarId", admin(s.putCalendar)...)
 	v1.Get("/calendars/:calendarId", booker(s.getCalendar)...)
 	v1.Post("/calendars/:calendarId/bookings", booker(s.createBooking)...)

@@ -1,4 +1,5 @@
 // <bookline-booking calendar="id" key="publishable key" api="https://bookline.example">
+// <bookline-booking pool="id" key="publishable key">
 //
 // An embeddable booking widget for bookline: pick a day in a month view
 // that marks the days with free times, see the bookable starts in your own
@@ -6,12 +7,15 @@
 // as .ics. Plain JavaScript without dependencies, served by bookline at
 // /ui/bookline.js.
 //
-// Attributes: calendar (required); key (a publishable API key; none on an
-// API without keys); api (bookline's base URL, default: where this script
-// was loaded from); date (YYYY-MM-DD, the day to open on; default the first
-// day with free times); timezone (the zone to show times in, default the
-// visitor's); duration (minutes, default the calendar's first); hold-ttl
-// (seconds a hold lasts, default 300 or the calendar's maximum if lower).
+// Attributes: calendar or pool (one is required: a pool's page offers the
+// times some calendar of the pool is free, holds on the calendar the pool
+// chooses, confirms on that calendar and names it); key (a publishable API
+// key, listing every calendar of a pool; none on an API without keys); api
+// (bookline's base URL, default: where this script was loaded from); date
+// (YYYY-MM-DD, the day to open on; default the first day with free times);
+// timezone (the zone to show times in, default the visitor's); duration
+// (minutes, default the calendar's first); hold-ttl (seconds a hold lasts,
+// default 300 or the calendar's maximum if lower).
 (() => {
   'use strict';
   if (window.customElements === undefined || customElements.get('bookline-booking')) {
@@ -70,6 +74,7 @@ bookline-booking .bl-alert p { margin: 0; }
 bookline-booking .bl-alert button { margin-top: .5rem; }
 bookline-booking .bl-actions { display: flex; flex-wrap: wrap; gap: .5rem; margin-top: 1rem; }
 bookline-booking .bl-summary { font-size: 1.1rem; font-weight: 600; margin: .25rem 0; }
+bookline-booking .bl-with { margin: .25rem 0; font-weight: 600; color: #1f5fc9; }
 bookline-booking .bl-ics { display: inline-flex; align-items: center; min-height: 44px; padding: .5rem .9rem; border-radius: 8px; background: #1f5fc9; color: #fff; font-weight: 600; text-decoration: none; }
 bookline-booking .bl-sr { position: absolute; width: 1px; height: 1px; overflow: hidden; clip: rect(0 0 0 0); white-space: nowrap; }
 bookline-booking [hidden] { display: none !important; }
@@ -282,7 +287,9 @@ body.bl-page { margin: 0; padding: 1.5rem .5rem; background: #eef1f5; }
   // days and 6,000 starts. The month view asks for a month at a time, in
   // pieces of at most CHUNK_STARTS starts, so no piece needs a full bucket:
   // a month on the default 15-minute grid is one query of 30 tokens, on a
-  // 30-minute grid one of 15. Days are never asked for one by one.
+  // 30-minute grid one of 15. A pool's month costs that for each of its
+  // calendars, so its pieces are as many times shorter. Days are never
+  // asked for one by one.
   const CHUNK_STARTS = 3000;
   const MAX_RANGE_DAYS = 62;
   const DEFAULT_STEP_MINUTES = 15;
@@ -338,12 +345,14 @@ body.bl-page { margin: 0; padding: 1.5rem .5rem; background: #eef1f5; }
   <section class="bl-step bl-held" aria-labelledby="${id}-held-title" hidden>
     <h3 id="${id}-held-title" tabindex="-1">Confirm your booking</h3>
     <p class="bl-summary bl-held-summary"></p>
+    <p class="bl-with bl-held-with" hidden></p>
     <p class="bl-muted bl-countdown"></p>
     <div class="bl-actions"><button type="button" class="bl-primary bl-confirm">Confirm booking</button><button type="button" class="bl-release">Cancel</button></div>
   </section>
   <section class="bl-step bl-done" aria-labelledby="${id}-done-title" hidden>
     <h3 id="${id}-done-title" tabindex="-1">You're booked</h3>
     <p class="bl-summary bl-done-summary"></p>
+    <p class="bl-with bl-done-with" hidden></p>
     <p class="bl-muted bl-done-id"></p>
     <div class="bl-actions"><a class="bl-ics" download="booking.ics">Add to calendar (.ics)</a><button type="button" class="bl-again">Book another time</button></div>
   </section>
@@ -372,10 +381,31 @@ body.bl-page { margin: 0; padding: 1.5rem .5rem; background: #eef1f5; }
       return (this.getAttribute('api') || scriptOrigin).replace(/\/+$/, '');
     }
 
-    get _cal() {
-      return this.getAttribute('calendar') || '';
+    get _pool() {
+      return this.getAttribute('pool') || '';
     }
 
+    // _root is the API path of what the page books: the pool, when it has
+    // one, else the calendar. A hold is confirmed or released on its own
+    // calendar either way (_holdPath).
+    get _root() {
+      return this._pool ? '/v1/pools/' + encodeURIComponent(this._pool)
+        : '/v1/calendars/' + encodeURIComponent(this.getAttribute('calendar') || '');
+    }
+
+    _holdPath(hold) {
+      return '/v1/calendars/' + encodeURIComponent(hold.calendar_id) + '/holds/' + encodeURIComponent(hold.id);
+    }
+
+    // _calendarName is how the page names the calendar a pool's hold went
+    // to: its name from the pool's page profile, else its id.
+    _calendarName(id) {
+      const cals = (this._info && this._info.calendars) || [];
+      const c = cals.find((x) => x.calendar_id === id);
+      return c && c.name ? c.name : id;
+    }
+
+    // _api calls bookline at path (from /v1 on).
     async _api(method, path, body, idemKey, extra) {
       const headers = Object.assign({ Accept: 'application/json' }, extra || {});
       const key = this.getAttribute('key');
@@ -388,7 +418,7 @@ body.bl-page { margin: 0; padding: 1.5rem .5rem; background: #eef1f5; }
       if (idemKey) {
         headers['Idempotency-Key'] = idemKey;
       }
-      const url = this._base + '/v1/calendars/' + encodeURIComponent(this._cal) + path;
+      const url = this._base + path;
       for (let attempt = 0; ; attempt++) {
         let res;
         try {
@@ -485,10 +515,10 @@ body.bl-page { margin: 0; padding: 1.5rem .5rem; background: #eef1f5; }
       const q = this._q;
       this._announce('Loading…');
       try {
-        this._info = await this._api('GET', '/page');
+        this._info = await this._api('GET', this._root + '/page');
       } catch (e) {
         this._fail(e.status === 401 || e.status === 403 || e.status === 404
-          ? 'This calendar cannot be booked here.' : e.message);
+          ? (this._pool ? 'These calendars cannot be booked here.' : 'This calendar cannot be booked here.') : e.message);
         return;
       }
       const info = this._info;
@@ -602,13 +632,15 @@ body.bl-page { margin: 0; padding: 1.5rem .5rem; background: #eef1f5; }
       if (last) {
         to = Math.min(to, startOfDay(addDays(last, 1), tz));
       }
-      const piece = Math.min(CHUNK_STARTS * this._step * 60000, MAX_RANGE_DAYS * DAY_MS);
+      // A pool's availability counts the starts of each of its calendars.
+      const calendars = (this._info.calendars && this._info.calendars.length) || 1;
+      const piece = Math.min(Math.floor(CHUNK_STARTS * this._step / calendars) * 60000, MAX_RANGE_DAYS * DAY_MS);
       const days = new Set();
       for (let a = from; a < to; a += piece) {
         const qs = new URLSearchParams({
           from: new Date(a).toISOString(), to: new Date(Math.min(to, a + piece)).toISOString(), duration: this._duration + 'm',
         });
-        const res = await this._api('GET', '/availability?' + qs);
+        const res = await this._api('GET', this._root + '/availability?' + qs);
         for (const slot of res.slots || []) {
           days.add(ymd(wall(Date.parse(slot.start), tz)));
         }
@@ -885,7 +917,7 @@ body.bl-page { margin: 0; padding: 1.5rem .5rem; background: #eef1f5; }
       });
       let res;
       try {
-        res = from >= to ? { slots: [] } : await this._api('GET', '/availability?' + qs);
+        res = from >= to ? { slots: [] } : await this._api('GET', this._root + '/availability?' + qs);
       } catch (e) {
         if (seq === this._seq) {
           q('.bl-slots').removeAttribute('aria-busy');
@@ -969,7 +1001,7 @@ body.bl-page { margin: 0; padding: 1.5rem .5rem; background: #eef1f5; }
       this._announce('Holding this time for you…');
       let hold;
       try {
-        hold = await this._api('POST', '/holds', body, newKey());
+        hold = await this._api('POST', this._root + '/holds', body, newKey());
       } catch (e) {
         this._busy(false);
         if (TAKEN.has(e.code) || e.status === 409) {
@@ -987,6 +1019,7 @@ body.bl-page { margin: 0; padding: 1.5rem .5rem; background: #eef1f5; }
       const lasts = Date.parse(hold.expires_at) - Date.parse(hold.created_at);
       this._expiresAt = Date.now() + (lasts > 0 ? lasts : ttl * 1000);
       q('.bl-held-summary').textContent = this._describe(hold.start, hold.end);
+      this._showWith('.bl-held-with', hold);
       this._show('held');
       this._tick();
       clearInterval(this._timer);
@@ -1027,7 +1060,7 @@ body.bl-page { margin: 0; padding: 1.5rem .5rem; background: #eef1f5; }
       this._announce('Confirming…');
       let booking;
       try {
-        booking = await this._api('POST', '/holds/' + encodeURIComponent(hold.id) + '/confirm', undefined, newKey(), holdAuth(hold));
+        booking = await this._api('POST', this._holdPath(hold) + '/confirm', undefined, newKey(), holdAuth(hold));
       } catch (e) {
         this._busy(false);
         if (e.code === 'hold_expired' || e.code === 'hold_not_found') {
@@ -1042,8 +1075,10 @@ body.bl-page { margin: 0; padding: 1.5rem .5rem; background: #eef1f5; }
       this._hold_ = null;
       const q = this._q;
       q('.bl-done-summary').textContent = this._describe(booking.start, booking.end);
+      this._showWith('.bl-done-with', booking);
       q('.bl-done-id').textContent = 'Booking reference: ' + booking.id;
-      const summary = this._info && this._info.name ? 'Booking with ' + this._info.name : 'Booking';
+      const name = this._pool ? this._calendarName(booking.calendar_id) : this._info && this._info.name;
+      const summary = name ? 'Booking with ' + name : 'Booking';
       const a = q('.bl-ics');
       a.href = 'data:text/calendar;charset=utf-8,' + encodeURIComponent(ics(booking, summary, this._note));
       a.download = 'booking-' + booking.id + '.ics';
@@ -1058,13 +1093,22 @@ body.bl-page { margin: 0; padding: 1.5rem .5rem; background: #eef1f5; }
       this._show('pick');
       if (hold) {
         try {
-          await this._api('DELETE', '/holds/' + encodeURIComponent(hold.id), undefined, newKey(), holdAuth(hold));
+          await this._api('DELETE', this._holdPath(hold), undefined, newKey(), holdAuth(hold));
         } catch (e) {
           // It expires by itself anyway.
         }
       }
       this._announce('The hold was released.');
       this._loadDay();
+    }
+
+    // _showWith says, on a pool's page, which calendar the hold or booking
+    // b went to: the pool chose it, so the visitor learns it here.
+    _showWith(sel, b) {
+      const p = this._q(sel);
+      p.hidden = !this._pool;
+      p.textContent = this._pool ? 'With ' + this._calendarName(b.calendar_id) : '';
+      p.dataset.calendar = this._pool ? b.calendar_id : '';
     }
 
     _busy(on) {
