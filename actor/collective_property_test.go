@@ -1,0 +1,264 @@
+package actor_test
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bookline/bookline/actor"
+	"github.com/bookline/bookline/data"
+	"github.com/bookline/bookline/data/datatest"
+)
+
+// partitions is a set of partitions, each a log and an index of its own,
+// as the writers of different partitions keep them: nothing is shared.
+type partitions struct {
+	t     *testing.T
+	parts []*harness
+	of    map[string]int // calendar (or pool token) -> partition
+}
+
+func newPartitions(t *testing.T, n int) *partitions {
+	ps := &partitions{t: t, of: map[string]int{}}
+	for range n {
+		s, err := data.OpenWith(filepath.Join(t.TempDir(), "index.db"), data.Options{NoSync: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			datatest.CheckInvariants(t, s)
+			s.Close()
+		})
+		ps.parts = append(ps.parts, &harness{tb: t, s: s})
+	}
+	return ps
+}
+
+// send decides body on cal's partition, at the next second of its log.
+func (ps *partitions) send(cal, body string) actor.Reply {
+	h := ps.parts[ps.of[cal]]
+	_, r := h.sendAt(cal, body, t0.Add(time.Duration(h.seq+1)*time.Second))
+	return r
+}
+
+// TestCollectivesAndPoolsAcrossPartitions is a property test of collective
+// bookings and pools over three partitions that share nothing. Random
+// single bookings, series, collectives (of two or three calendars, in
+// several partitions), their cancels and pool bookings are run by an "API"
+// that stops at a random step of some of them (a crash: the rest of that
+// request's steps are never sent). Then every partition's owner resolves
+// what it finds pending, as queue's resolver does. It checks that
+//
+//   - every collective is confirmed on all of its calendars or on none;
+//   - no calendar has overlapping bookings (every pool choice, and every
+//     part, was free when its writer decided it: the index invariants,
+//     checked at the end);
+//   - each partition's log replayed into an empty index, in random
+//     batches, gives the live index.
+func TestCollectivesAndPoolsAcrossPartitions(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 7))
+	ps := newPartitions(t, 3)
+	cals := []string{"c0", "c1", "c2", "c3", "c4", "c5"}
+	for i, c := range cals {
+		ps.of[c] = i % 3
+		ps.send(c, upsertCmd(c, "u-"+c, c))
+	}
+	tok := actor.PoolToken("pool")
+	ps.of[tok] = 1
+	ps.send(tok, poolUpsertCmd("pool", "pu", cals[:4], "least_recently_booked", nil))
+
+	slot := func() (time.Time, time.Time) {
+		s := at(60 * (2 + rng.IntN(20)))
+		return s, s.Add(time.Duration(30*(1+rng.IntN(3))) * time.Minute)
+	}
+	type coll struct {
+		ids  []string
+		req  string
+		done bool // its decision reached every member
+	}
+	var colls []coll
+	crash := func() bool { return rng.IntN(5) == 0 }
+	for n := range 400 {
+		switch op := rng.IntN(10); {
+		case op < 3:
+			s, e := slot()
+			c := cals[rng.IntN(len(cals))]
+			ps.send(c, bookCmd(c, fmt.Sprint("b", n), s, e, "Solo"))
+		case op < 4:
+			s, e := slot()
+			c := cals[rng.IntN(len(cals))]
+			ps.send(c, seriesCmd(c, fmt.Sprint("s", n), s, e, "Sam", `{"freq":"daily","count":3}`, `,"on_conflict":"skip"`))
+		case op < 8:
+			ids := slices.Clone(cals)
+			rng.Shuffle(len(ids), func(i, j int) { ids[i], ids[j] = ids[j], ids[i] })
+			ids = ids[:2+rng.IntN(2)]
+			slices.Sort(ids)
+			req := fmt.Sprint("k", n)
+			s, e := slot()
+			order := slices.Clone(ids)
+			rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+			all, stopped := true, false
+			for _, c := range order {
+				if crash() {
+					stopped = true
+					break
+				}
+				all = ps.send(c, prepareCmd(c, req, ids, s, e)).Outcome == actor.OutcomeAccepted && all
+			}
+			colls = append(colls, coll{ids: ids, req: req})
+			if stopped {
+				continue
+			}
+			decision := actor.DecisionAbort
+			if all {
+				decision = actor.DecisionCommit
+			}
+			commit, _ := actor.Committed(ptr(ps.send(ids[0], decideCmd(req, ids, decision))))
+			typ := actor.TypeCollectiveAbort
+			if commit {
+				typ = actor.TypeCollectiveCommit
+			}
+			applied := 0
+			for _, c := range ids {
+				if crash() {
+					break
+				}
+				ps.send(c, stepCmd(typ, c, req, ids, s, e))
+				applied++
+			}
+			colls[len(colls)-1].done = applied == len(ids)
+		case op < 9 && len(colls) > 0:
+			k := colls[rng.IntN(len(colls))]
+			if !k.done {
+				continue
+			}
+			for _, c := range k.ids {
+				if crash() {
+					break
+				}
+				ps.send(c, collectiveCancelCmd(c, fmt.Sprint("x", n), k.req, k.ids))
+			}
+		default:
+			s, e := slot()
+			req := fmt.Sprint("p", n)
+			r := ps.send(tok, poolChooseCmd("pool", req))
+			if r.Pool == nil {
+				t.Fatalf("choose: %+v", r)
+			}
+			for _, c := range r.Pool.Order {
+				b := ps.send(c, bookCmd(c, req, s, e, "Pool"))
+				if b.Outcome == actor.OutcomeAccepted {
+					if !crash() {
+						ps.send(tok, poolRecordCmd("pool", c, b.Booking.ID))
+					}
+					break
+				}
+			}
+		}
+	}
+
+	// The owners resolve what is pending: ask the coordinator for an
+	// abort, apply what it answers.
+	for _, h := range ps.parts {
+		var pending []data.PendingPart
+		_ = h.s.View(func(tx *data.Tx) error {
+			pending = tx.PendingBefore(t0.Add(365*24*time.Hour), 1<<20, func(string) bool { return true })
+			return nil
+		})
+		for _, pp := range pending {
+			var bk data.Booking
+			_ = h.s.View(func(tx *data.Tx) (err error) { bk, err = tx.Booking(pp.Calendar, pp.ID); return err })
+			d := ps.send(bk.CalendarIDs[0], decideCmdByID(bk.ID, bk.CalendarIDs, actor.DecisionAbort))
+			commit, ok := actor.Committed(&d)
+			if !ok {
+				t.Fatalf("decide: %+v", d)
+			}
+			typ := actor.TypeCollectiveAbort
+			if commit {
+				typ = actor.TypeCollectiveCommit
+			}
+			ps.send(bk.CalendarID, stepCmdByID(typ, bk.CalendarID, bk.ID, bk.CalendarIDs, bk.Start, bk.End))
+		}
+	}
+
+	// All or none, for every collective.
+	committed, aborted := 0, 0
+	for _, k := range colls {
+		id := actor.CollectiveID(k.ids, k.req)
+		var statuses []string
+		for _, c := range k.ids {
+			h := ps.parts[ps.of[c]]
+			st := "none"
+			_ = h.s.View(func(tx *data.Tx) error {
+				if bk, err := tx.Booking(c, id); err == nil {
+					st = bk.Status
+				}
+				return nil
+			})
+			statuses = append(statuses, st)
+		}
+		occupying := 0
+		for _, st := range statuses {
+			if st == data.StatusPending {
+				t.Errorf("collective %s still pending on some member: %v", id, statuses)
+			}
+			if data.Occupies(st) {
+				occupying++
+			}
+		}
+		switch {
+		case occupying == len(k.ids):
+			committed++
+		case occupying == 0:
+			aborted++
+		default:
+			if slices.Contains(statuses, data.StatusCancelled) {
+				continue // a cancel that stopped half way: sent again, it finishes
+			}
+			t.Errorf("collective %s of %v: %v", id, k.ids, statuses)
+		}
+	}
+	t.Logf("%d collectives: %d on every calendar, %d on none (the rest cancelled half way)", len(colls), committed, aborted)
+	if committed == 0 || aborted == 0 {
+		t.Fatalf("the load committed %d and aborted %d collectives: it must do both", committed, aborted)
+	}
+
+	// Replay equals live, partition by partition, in random batches.
+	for i, h := range ps.parts {
+		replayed := datatest.MustOpen(t)
+		for rest := h.log; len(rest) > 0; {
+			n := min(len(rest), 1+rng.IntN(40))
+			applyInputs(t, replayed, 0, rest[:n]...)
+			rest = rest[n:]
+		}
+		if live, got := digestOf(t, h.s), digestOf(t, replayed); live.Total != got.Total {
+			cal, _ := data.FirstDifference(live, got)
+			t.Fatalf("partition %d: replay differs from live, first at %q", i, cal)
+		}
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// decideCmdByID and stepCmdByID are decideCmd and stepCmd for a
+// collective known by its id (the resolver's view).
+func decideCmdByID(id string, ids []string, decision string) string {
+	return fmt.Sprintf(`{"v":4,"type":"collective.decide","request_id":%q,"calendar_id":%q,"collective":{"id":%q,"calendar_ids":["%s"],"decision":%q}}`,
+		actor.DecisionRequestID(id), ids[0], id, strings.Join(ids, `","`), decision)
+}
+
+func stepCmdByID(typ, cal, id string, ids []string, start, end time.Time) string {
+	rid, booking := actor.CommitRequestID(id), ""
+	if typ == actor.TypeCollectiveAbort {
+		rid = actor.AbortRequestID(id)
+		booking = fmt.Sprintf(`"booking":{"start":%q,"end":%q,"customer":"Team"},`, start.Format(time.RFC3339), end.Format(time.RFC3339))
+	}
+	return fmt.Sprintf(`{"v":4,"type":%q,"request_id":%q,"calendar_id":%q,%s"collective":{"id":%q,"calendar_ids":["%s"]}}`,
+		typ, rid, cal, booking, id, strings.Join(ids, `","`))
+}
