@@ -231,15 +231,21 @@ func (c *Command) validateCollective() []FieldError {
 	return errs
 }
 
-// collectiveFingerprint is what a version 4 command adds to its
-// fingerprint: the collective member.
-func (c *Command) collectiveFingerprint() []byte {
-	if c.V < CollectiveSchemaVersion || c.Collective == nil {
+// fpV4 is what a version 4 command adds to its fingerprint's body: a
+// step of a collective or of a pool is the same request only with the
+// same member.
+type fpV4 struct {
+	Collective *CollectiveSpec `json:"collective,omitempty"`
+	Pool       *PoolSpec       `json:"pool,omitempty"`
+}
+
+// v4Fingerprint is the bytes a version 4 command's fingerprint adds, nil
+// for a command without version 4 members.
+func (c *Command) v4Fingerprint() []byte {
+	if c.V < CollectiveSchemaVersion || c.Collective == nil && c.Pool == nil {
 		return nil
 	}
-	out, _ := json.Marshal(struct {
-		Collective *CollectiveSpec `json:"collective"`
-	}{c.Collective})
+	out, _ := json.Marshal(fpV4{Collective: c.Collective, Pool: c.Pool})
 	return out
 }
 

@@ -30,10 +30,7 @@ func (c *Command) Fingerprint() string {
 		// two cannot be read otherwise.
 		b = append(b, ext...)
 	}
-	if ext := c.collectiveFingerprint(); ext != nil {
-		b = append(b, ext...)
-	}
-	if ext := c.poolFingerprint(); ext != nil {
+	if ext := c.v4Fingerprint(); ext != nil {
 		b = append(b, ext...)
 	}
 	sum := sha256.Sum256(b)

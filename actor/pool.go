@@ -172,18 +172,6 @@ func (c *Command) validatePool() []FieldError {
 	return errs
 }
 
-// poolFingerprint is what a version 4 command adds to its fingerprint:
-// the pool member.
-func (c *Command) poolFingerprint() []byte {
-	if c.V < CollectiveSchemaVersion || c.Pool == nil {
-		return nil
-	}
-	out, _ := json.Marshal(struct {
-		Pool *PoolSpec `json:"pool"`
-	}{c.Pool})
-	return out
-}
-
 // upsertPool decides a pool.upsert: the pool's calendars, strategy and
 // weights from now on; what it recorded of calendars it keeps stays.
 func upsertPool(tx *data.Tx, d *Decoded) (Reply, error) {

@@ -68,19 +68,11 @@ func (t *Tx) ResetPartition(p int, belongs func(calID string) bool) (err error) 
 			return err
 		}
 	}
-	if hb := t.tx.Bucket(bucketHolds); hb != nil {
-		var stale [][]byte
-		_ = hb.ForEach(func(k, _ []byte) error {
-			if cal, _, ok := bytes.Cut(k[8:], []byte{0}); ok && belongs(string(cal)) {
-				stale = append(stale, append([]byte(nil), k...))
-			}
-			return nil
-		})
-		for _, k := range stale {
-			if err := hb.Delete(k); err != nil {
-				return err
-			}
-		}
+	if err := deleteWhere(t.tx.Bucket(bucketHolds), func(k []byte) bool {
+		cal, _, ok := bytes.Cut(k[8:], []byte{0})
+		return ok && belongs(string(cal))
+	}); err != nil {
+		return err
 	}
 	if err := t.dropPending(belongs); err != nil {
 		return err

@@ -3,6 +3,8 @@ package data
 import (
 	"bytes"
 	"time"
+
+	bolt "go.etcd.io/bbolt"
 )
 
 // The index of collective parts in status pending, by the log time of
@@ -64,18 +66,25 @@ func (t *Tx) PendingBefore(before time.Time, max int, keep func(cal string) bool
 // dropPending removes the pending entries of the calendars belongs
 // accepts (a partition being rebuilt).
 func (t *Tx) dropPending(belongs func(cal string) bool) error {
-	b := t.tx.Bucket(bucketPending)
+	return deleteWhere(t.tx.Bucket(bucketPending), func(k []byte) bool {
+		cal, _, ok := bytes.Cut(k[8:], []byte{0})
+		return ok && belongs(string(cal))
+	})
+}
+
+// deleteWhere deletes the keys of b (which may be nil) that del accepts.
+func deleteWhere(b *bolt.Bucket, del func(k []byte) bool) error {
 	if b == nil {
 		return nil
 	}
-	var stale [][]byte
+	var doomed [][]byte
 	_ = b.ForEach(func(k, _ []byte) error {
-		if cal, _, ok := bytes.Cut(k[8:], []byte{0}); ok && belongs(string(cal)) {
-			stale = append(stale, append([]byte(nil), k...))
+		if del(k) {
+			doomed = append(doomed, append([]byte(nil), k...))
 		}
 		return nil
 	})
-	for _, k := range stale {
+	for _, k := range doomed {
 		if err := b.Delete(k); err != nil {
 			return err
 		}

@@ -73,21 +73,5 @@ func (t *Tx) PutPool(tok string, p Pool) error {
 // dropPools removes the pools whose tokens belongs accepts (a partition
 // being rebuilt).
 func (t *Tx) dropPools(belongs func(tok string) bool) error {
-	b := t.tx.Bucket(bucketPools)
-	if b == nil {
-		return nil
-	}
-	var stale [][]byte
-	_ = b.ForEach(func(k, _ []byte) error {
-		if belongs(string(k)) {
-			stale = append(stale, append([]byte(nil), k...))
-		}
-		return nil
-	})
-	for _, k := range stale {
-		if err := b.Delete(k); err != nil {
-			return err
-		}
-	}
-	return nil
+	return deleteWhere(t.tx.Bucket(bucketPools), func(k []byte) bool { return belongs(string(k)) })
 }

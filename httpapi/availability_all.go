@@ -71,12 +71,44 @@ func (s *Server) availabilityAll(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
+	resp := allAvailabilityResponse{CalendarIDs: ids, Duration: q.duration.String(), Slots: []commonSlot{}}
+	free := map[int64]map[string]string{} // start -> calendar -> local time
+	err = s.availabilityOf(c, ids, q, func(i int, id string, slots []actor.BookableStart) {
+		next := map[int64]map[string]string{}
+		for _, sl := range slots {
+			k := sl.Start.UnixNano()
+			if local, ok := free[k]; ok || i == 0 {
+				if local == nil {
+					local = map[string]string{}
+				}
+				local[id] = sl.Local
+				next[k] = local
+			}
+		}
+		free = next
+	})
+	if err != nil {
+		return err
+	}
+	for k, local := range free {
+		resp.Slots = append(resp.Slots, commonSlot{Start: time.Unix(0, k).UTC(), Local: local})
+	}
+	slices.SortFunc(resp.Slots, func(a, b commonSlot) int { return a.Start.Compare(b.Start) })
+	return c.JSON(resp)
+}
+
+// availabilityOf runs q over every calendar of ids, in order, as each
+// calendar's writer would decide it now (actor.Availability), in one read
+// transaction, and hands each calendar's starts to fn. The calendars are
+// first brought up to their logs (cluster mode), and the work is bounded
+// and paid for before it starts: its budget counts the candidate starts of
+// every calendar.
+func (s *Server) availabilityOf(c *fiber.Ctx, ids []string, q availabilityQuery, fn func(i int, id string, slots []actor.BookableStart)) error {
 	for _, id := range ids {
 		if err := s.syncRead(c, id); err != nil {
 			return err
 		}
 	}
-	// The work is bounded, and paid for, before it starts.
 	n, err := s.candidatesOf(ids, q)
 	if err != nil {
 		return err
@@ -89,9 +121,7 @@ func (s *Server) availabilityAll(c *fiber.Ctx) error {
 		return err
 	}
 	defer release()
-	resp := allAvailabilityResponse{CalendarIDs: ids, Duration: q.duration.String(), Slots: []commonSlot{}}
 	err = s.backend.View(func(tx *data.Tx) error {
-		free := map[int64]map[string]string{} // start -> calendar -> local time
 		for i, id := range ids {
 			cal, err := tx.Calendar(id) // as this transaction sees it
 			if err != nil {
@@ -101,31 +131,14 @@ func (s *Server) availabilityAll(c *fiber.Ctx) error {
 			if err != nil {
 				return err
 			}
-			next := map[int64]map[string]string{}
-			for _, sl := range slots {
-				k := sl.Start.UnixNano()
-				if local, ok := free[k]; ok || i == 0 {
-					if local == nil {
-						local = map[string]string{}
-					}
-					local[id] = sl.Local
-					next[k] = local
-				}
-			}
-			free = next
+			fn(i, id, slots)
 		}
-		for k, local := range free {
-			resp.Slots = append(resp.Slots, commonSlot{Start: time.Unix(0, k).UTC(), Local: local})
-		}
-		slices.SortFunc(resp.Slots, func(a, b commonSlot) int { return a.Start.Compare(b.Start) })
 		return nil
 	})
 	if errors.Is(err, actor.ErrTooManyCandidates) { // a calendar's step changed meanwhile
 		return &Error{Code: CodeRangeTooLarge, Message: "a calendar's grid changed during the query and from..to holds too many starts on it: shorten the range"}
-	} else if err != nil {
-		return err
 	}
-	return c.JSON(resp)
+	return err
 }
 
 // candidatesOf is the candidate starts of q over every calendar of ids,

@@ -261,51 +261,21 @@ func (s *Server) poolAvailability(c *fiber.Ctx) error {
 	if err := mayUsePool(c, &p); err != nil {
 		return err
 	}
-	for _, cal := range p.CalendarIDs {
-		if err := s.syncRead(c, cal); err != nil {
-			return err
-		}
-	}
-	n, err := s.candidatesOf(p.CalendarIDs, q)
-	if err != nil {
-		return err
-	}
-	if err := s.charge(c, availabilityCost(n)); err != nil {
-		return err
-	}
-	release, err := s.startSweep()
-	if err != nil {
-		return err
-	}
-	defer release()
 	resp := poolAvailabilityResponse{PoolID: id, CalendarIDs: p.CalendarIDs, Duration: q.duration.String(), Slots: []poolSlot{}}
-	err = s.backend.View(func(tx *data.Tx) error {
-		free := map[int64][]string{}
-		for _, cal := range p.CalendarIDs {
-			calendar, err := tx.Calendar(cal)
-			if err != nil {
-				return calendarErr(cal, err)
-			}
-			slots, err := actor.Availability(tx, &calendar, q.from, q.to, q.duration, q.step, time.Now())
-			if err != nil {
-				return err
-			}
-			for _, sl := range slots {
-				k := sl.Start.UnixNano()
-				free[k] = append(free[k], cal)
-			}
+	free := map[int64][]string{}
+	err = s.availabilityOf(c, p.CalendarIDs, q, func(_ int, cal string, slots []actor.BookableStart) {
+		for _, sl := range slots {
+			k := sl.Start.UnixNano()
+			free[k] = append(free[k], cal)
 		}
-		for k, cals := range free {
-			resp.Slots = append(resp.Slots, poolSlot{Start: time.Unix(0, k).UTC(), CalendarIDs: cals})
-		}
-		slices.SortFunc(resp.Slots, func(a, b poolSlot) int { return a.Start.Compare(b.Start) })
-		return nil
 	})
-	if errors.Is(err, actor.ErrTooManyCandidates) {
-		return &Error{Code: CodeRangeTooLarge, Message: "a calendar's grid changed during the query and from..to holds too many starts on it: shorten the range"}
-	} else if err != nil {
+	if err != nil {
 		return err
 	}
+	for k, cals := range free {
+		resp.Slots = append(resp.Slots, poolSlot{Start: time.Unix(0, k).UTC(), CalendarIDs: cals})
+	}
+	slices.SortFunc(resp.Slots, func(a, b poolSlot) int { return a.Start.Compare(b.Start) })
 	return c.JSON(resp)
 }
 
