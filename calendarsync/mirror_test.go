@@ -489,3 +489,53 @@ func TestSeriesMirroredEachOccurrence(t *testing.T) {
 		t.Fatalf("%d confirmed events after cancelling the last two occurrences, want 2", confirmed)
 	}
 }
+
+// TestCollectiveMirroredOnEachMember: a collective booking's part is
+// mirrored to each member's linked Google calendar when the member commits
+// it (not while it is pending), with the collective's id, and removed from
+// each when the collective is cancelled.
+func TestCollectiveMirroredOnEachMember(t *testing.T) {
+	fake := googletest.New(t)
+	gs := map[string]string{"doc": "doc@example.com", "room": "room@example.com"}
+	for _, g := range gs {
+		fake.AddCalendar(g)
+	}
+	n := startNode(t, t.TempDir(), fastRetries(fake.Service))
+	defer stopNode(t, n)
+	ids := []string{"doc", "room"}
+	for _, cal := range ids {
+		upsert(t, n, cal, actor.CalendarSpec{Timezone: "UTC", Link: &data.ExternalLink{CalendarID: gs[cal]}})
+	}
+	s, e := slot(3)
+	id := actor.CollectiveID(ids, "panel")
+	for _, cal := range ids {
+		if r := submit(t, n, actor.PrepareCommand(cal, "panel", ids, actor.BookingSpec{Start: s, End: e, Customer: "Pat"}, 0)); r.Outcome != actor.OutcomeAccepted {
+			t.Fatalf("prepare on %s: %+v", cal, r)
+		}
+	}
+	for _, cal := range ids {
+		waitDrained(t, n, cal)
+		if evs := fake.Events(gs[cal]); len(evs) != 0 {
+			t.Fatalf("%s mirrored a pending part: %v", cal, evs)
+		}
+	}
+	submit(t, n, actor.DecideCommand(id, ids, actor.DecisionCommit))
+	for _, cal := range ids {
+		submit(t, n, actor.ApplyCommand(cal, id, ids, true, nil))
+	}
+	for _, cal := range ids {
+		waitDrained(t, n, cal)
+		if confirmed := compareMirror(t, n, fake, cal, gs[cal]); confirmed != 1 {
+			t.Fatalf("%s: %d confirmed events, want the collective's part", cal, confirmed)
+		}
+	}
+	for _, cal := range ids {
+		submit(t, n, actor.CancelCommand(cal, "cancel-panel", id, ids, 0))
+	}
+	for _, cal := range ids {
+		waitDrained(t, n, cal)
+		if confirmed := compareMirror(t, n, fake, cal, gs[cal]); confirmed != 0 {
+			t.Fatalf("%s: %d confirmed events after the cancel", cal, confirmed)
+		}
+	}
+}
