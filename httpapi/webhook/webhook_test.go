@@ -122,6 +122,9 @@ func TestEventTypes(t *testing.T) {
 		`{"type":"busy.clear","outcome":"accepted"}`:                     EventBusyCleared,
 		`{"type":"booking.create","outcome":"rejected"}`:                 EventCommandRejected,
 		`{"type":"booking.move","outcome":"accepted"}`:                   EventCommandAccepted,
+		`{"type":"collective.commit","outcome":"accepted"}`:              EventBookingConfirmed,
+		`{"type":"collective.cancel","outcome":"accepted"}`:              EventBookingCancelled,
+		`{"type":"collective.prepare","outcome":"accepted"}`:             EventCommandAccepted,
 	} {
 		if got := EventType([]byte(payload)); got != want {
 			t.Errorf("%s: %s, want %s", payload, got, want)
