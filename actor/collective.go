@@ -423,14 +423,15 @@ func cancelPart(tx *data.Tx, d *Decoded) (Reply, error) {
 }
 
 // collectiveRefusal refuses a command of one calendar that names a
-// collective's part (booking.cancel, booking.reschedule): it would change
-// the collective on this member alone. nil when bk is no part.
+// collective's part (booking.cancel, booking.reschedule, hold.confirm,
+// hold.release): it would change the collective on this member alone. nil
+// when bk is no part.
 func (d *Decoded) collectiveRefusal(bk *data.Booking) *Reply {
 	if len(bk.CalendarIDs) == 0 {
 		return nil
 	}
 	r := d.reject(CodeCollectiveBooking, "this booking is part of a collective booking on "+strings.Join(bk.CalendarIDs, ", ")+
-		": it is cancelled on all of its calendars at once (collective.cancel to each; the HTTP API's DELETE does that), and cannot be rescheduled")
+		": it changes on all of its calendars at once, through the collective.* commands (the HTTP API's routes send them); it cannot be rescheduled")
 	return &r
 }
 

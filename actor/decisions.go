@@ -218,6 +218,9 @@ func holdFor(tx *data.Tx, d *Decoded) (bk data.Booking, rej *Reply, err error) {
 	} else if err != nil {
 		return bk, nil, err
 	}
+	if rej := d.collectiveRefusal(&bk); rej != nil {
+		return bk, rej, nil
+	}
 	return bk, nil, expireIfDue(tx, &bk, d.At)
 }
 

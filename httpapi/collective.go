@@ -342,15 +342,24 @@ func (s *Server) collectiveRefusal(votes []collectiveVote, decided collectiveVot
 }
 
 // collectivePartOf reads whether booking id of cal is a collective's part,
-// and its members.
-func (s *Server) collectivePartOf(cal, id string) []string {
-	var ids []string
-	_ = s.backend.View(func(tx *data.Tx) error {
-		if bk, err := tx.Booking(cal, id); err == nil {
-			ids = bk.CalendarIDs
-		}
-		return nil
-	})
+// and its members (nil when it is not one). A booking this instance's
+// index does not have may be one it has not caught up with (cluster
+// mode): the index is brought up to the calendar's log first. A booking it
+// has keeps being a part or not: that never changes.
+func (s *Server) collectivePartOf(c *fiber.Ctx, cal, id string) []string {
+	read := func() (ids []string, found bool) {
+		_ = s.backend.View(func(tx *data.Tx) error {
+			if bk, err := tx.Booking(cal, id); err == nil {
+				ids, found = bk.CalendarIDs, true
+			}
+			return nil
+		})
+		return ids, found
+	}
+	ids, found := read()
+	if !found && s.syncRead(c, cal) == nil {
+		ids, _ = read()
+	}
 	return ids
 }
 

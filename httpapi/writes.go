@@ -147,7 +147,7 @@ func (s *Server) byIDCommand(typ, param string, notFound *Error) fiber.Handler {
 			return notFound
 		}
 		if typ == actor.TypeHoldConfirm || typ == actor.TypeHoldRelease {
-			if ids := s.collectivePartOf(cal, id); ids != nil {
+			if ids := s.collectivePartOf(c, cal, id); ids != nil {
 				return s.settleCollectiveHold(c, cal, id, ids, typ == actor.TypeHoldConfirm)
 			}
 		}
@@ -157,7 +157,7 @@ func (s *Server) byIDCommand(typ, param string, notFound *Error) fiber.Handler {
 		}
 		cmd := &actor.Command{Type: typ, RequestID: reqID, CalendarID: cal, BookingID: id}
 		if typ == actor.TypeBookingCancel && c.Query("scope") == "" {
-			if ids := s.collectivePartOf(cal, id); ids != nil {
+			if ids := s.collectivePartOf(c, cal, id); ids != nil {
 				return s.cancelCollective(c, cal, id, ids)
 			}
 		}
