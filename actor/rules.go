@@ -262,6 +262,13 @@ func checkStatic(r *data.Rules, loc *time.Location, iv data.Interval, now time.T
 	return "", ""
 }
 
+// DurationAllowed reports whether the duration rules of r accept a booking
+// of d: what a page offering several calendars needs to know of each.
+func DurationAllowed(r *data.Rules, d time.Duration) bool {
+	code, _ := checkDuration(r, d)
+	return code == ""
+}
+
 // checkDuration checks a booking's length against the duration rules.
 func checkDuration(r *data.Rules, d time.Duration) (code, msg string) {
 	mins := d / time.Minute

@@ -31,11 +31,28 @@ type commonSlot struct {
 	Local map[string]string `json:"local"`
 }
 
-// parseCalendarIDs reads calendar_ids: 2 to MaxAvailabilityCalendars
-// distinct calendar ids, separated by commas, each one the caller may use.
+// parseCalendarIDs reads the query's calendar_ids (splitCalendarIDs), each
+// one a calendar the caller may use.
 func parseCalendarIDs(c *fiber.Ctx) ([]string, error) {
-	ids := strings.Split(c.Query("calendar_ids"), ",")
-	bad := func(m string) error { return invalid(actor.FieldError{Field: "calendar_ids", Message: m}) }
+	ids, err := splitCalendarIDs(c.Query("calendar_ids"), "calendar_ids")
+	if err != nil {
+		return nil, err
+	}
+	if p := principal(c); p != nil {
+		for _, id := range ids {
+			if !p.mayUseCalendar(id) {
+				return nil, errForbidden
+			}
+		}
+	}
+	return ids, nil
+}
+
+// splitCalendarIDs reads list, 2 to MaxAvailabilityCalendars distinct
+// calendar ids separated by commas, refusing it as the field named field.
+func splitCalendarIDs(list, field string) ([]string, error) {
+	ids := strings.Split(list, ",")
+	bad := func(m string) error { return invalid(actor.FieldError{Field: field, Message: m}) }
 	if len(ids) < 2 || len(ids) > MaxAvailabilityCalendars {
 		return nil, bad(fmt.Sprintf("must list 2 to %d calendar ids, separated by commas", MaxAvailabilityCalendars))
 	}
@@ -45,13 +62,6 @@ func parseCalendarIDs(c *fiber.Ctx) ([]string, error) {
 		}
 		if slices.Contains(ids[:i], id) {
 			return nil, bad(fmt.Sprintf("lists %q twice", id))
-		}
-	}
-	if p := principal(c); p != nil {
-		for _, id := range ids {
-			if !p.mayUseCalendar(id) {
-				return nil, errForbidden
-			}
 		}
 	}
 	return ids, nil

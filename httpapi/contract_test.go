@@ -182,6 +182,12 @@ func TestResponsesMatchOpenAPI(t *testing.T) {
 	want(c.do("GET", "/v1/pools/front/page", ""), 200)
 	want(c.do("GET", "/book/pool/front", ""), 200)
 
+	want(c.do("PUT", "/v1/calendars/spec-room", `{"name":"Room","timezone":"UTC"}`), 201)
+	want(c.do("GET", "/v1/page?calendar_ids=spec,spec-room", ""), 200)
+	want(c.do("GET", "/v1/page?calendar_ids=spec", ""), 400)
+	want(c.do("GET", "/v1/page?calendar_ids=spec,nowhere", ""), 404)
+	want(c.do("GET", "/book/team/spec,spec-room", ""), 200)
+
 	want(c.do("DELETE", "/v1/calendars/spec/bookings/"+booking, ""), 200)
 	want(c.do("DELETE", "/v1/calendars/spec/bookings/"+booking, ""), 200)
 

@@ -252,6 +252,7 @@ func (s *Server) routes() {
 	v1.Get("/availability", page(s.availabilityAll)...)
 	v1.Post("/bookings", booker(s.createCollective)...)
 	v1.Post("/holds", page(s.createCollectiveHold)...)
+	v1.Get("/page", page(s.teamPage)...)
 	v1.Put("/pools/:poolId", admin(s.putPool)...)
 	v1.Get("/pools/:poolId", booker(s.getPool)...)
 	v1.Post("/pools/:poolId/bookings", booker(s.createPoolBooking)...)

@@ -33,7 +33,8 @@ import (
 // (pool="..."), reading the pool (GET /v1/pools/{poolId}/page and
 // availability), holding through POST /v1/pools/{poolId}/holds and
 // confirming through the chosen calendar's hold routes. Its key must list
-// every calendar of the pool.
+// every calendar of the pool. Several calendars booked together have one,
+// /book/team/{a,b,...}?key=... (team.go).
 
 var pageTemplate = template.Must(template.New("page").Parse(ui.PageTemplate))
 
@@ -44,6 +45,7 @@ func (s *Server) uiRoutes() {
 	s.app.Get("/ui/bookline.js", s.script)
 	s.app.Get("/book/:calendarId", s.bookPage)
 	s.app.Get("/book/pool/:poolId", s.bookPoolPage)
+	s.app.Get("/book/team/:calendarIds", s.bookTeamPage)
 }
 
 // pageHeaders are sent with the page: the script is the page's only code,
@@ -107,8 +109,9 @@ func (s *Server) bookPoolPage(c *fiber.Ctx) error {
 	return s.sendPage(c, pageData{PoolID: id, Key: key})
 }
 
-// pageData fills the page template: one of CalendarID and PoolID.
-type pageData struct{ CalendarID, PoolID, Key, Date, Script string }
+// pageData fills the page template: one of CalendarID, PoolID and
+// CalendarIDs (ids separated by commas).
+type pageData struct{ CalendarID, PoolID, CalendarIDs, Key, Date, Script string }
 
 // sendPage answers with the page of d, opening on ?date= when given.
 func (s *Server) sendPage(c *fiber.Ctx, d pageData) error {

@@ -1,5 +1,6 @@
 // <bookline-booking calendar="id" key="publishable key" api="https://bookline.example">
 // <bookline-booking pool="id" key="publishable key">
+// <bookline-booking calendars="a,b" key="publishable key">
 //
 // An embeddable booking widget for bookline: pick a day in a month view
 // that marks the days with free times, see the bookable starts in your own
@@ -7,10 +8,13 @@
 // as .ics. Plain JavaScript without dependencies, served by bookline at
 // /ui/bookline.js.
 //
-// Attributes: calendar or pool (one is required: a pool's page offers the
-// times some calendar of the pool is free, holds on the calendar the pool
-// chooses, confirms on that calendar and names it); key (a publishable API
-// key, listing every calendar of a pool; none on an API without keys); api
+// Attributes: calendar, pool or calendars (one is required: a pool's page
+// offers the times some calendar of the pool is free, holds on the
+// calendar the pool chooses, confirms on that calendar and names it;
+// calendars, 2 to 10 ids separated by commas, books one interval on all of
+// them, offering the times all are free and naming them all); key (a
+// publishable API key, listing every calendar of a pool or of calendars;
+// none on an API without keys); api
 // (bookline's base URL, default: where this script was loaded from); date
 // (YYYY-MM-DD, the day to open on; default the first day with free times);
 // timezone (the zone to show times in, default the visitor's); duration
@@ -288,8 +292,9 @@ body.bl-page { margin: 0; padding: 1.5rem .5rem; background: #eef1f5; }
   // pieces of at most CHUNK_STARTS starts, so no piece needs a full bucket:
   // a month on the default 15-minute grid is one query of 30 tokens, on a
   // 30-minute grid one of 15. A pool's month costs that for each of its
-  // calendars, so its pieces are as many times shorter. Days are never
-  // asked for one by one.
+  // calendars, so its pieces are as many times shorter, and so does the
+  // common availability of several calendars, each on its own grid. Days
+  // are never asked for one by one.
   const CHUNK_STARTS = 3000;
   const MAX_RANGE_DAYS = 62;
   const DEFAULT_STEP_MINUTES = 15;
@@ -385,20 +390,52 @@ body.bl-page { margin: 0; padding: 1.5rem .5rem; background: #eef1f5; }
       return this.getAttribute('pool') || '';
     }
 
+    // _team is the calendars booked together, [] unless the page has
+    // calendars="a,b,...".
+    get _team() {
+      return (this.getAttribute('calendars') || '').split(',').map((s) => s.trim()).filter(Boolean);
+    }
+
     // _root is the API path of what the page books: the pool, when it has
-    // one, else the calendar. A hold is confirmed or released on its own
-    // calendar either way (_holdPath).
+    // one; the routes of several calendars (/v1/page, /v1/availability,
+    // /v1/holds, which name them in calendar_ids); else the calendar. A
+    // hold is confirmed or released on its own calendar either way
+    // (_holdPath): a collective hold's is the first in id order.
     get _root() {
-      return this._pool ? '/v1/pools/' + encodeURIComponent(this._pool)
-        : '/v1/calendars/' + encodeURIComponent(this.getAttribute('calendar') || '');
+      if (this._pool) {
+        return '/v1/pools/' + encodeURIComponent(this._pool);
+      }
+      return this._team.length ? '/v1' : '/v1/calendars/' + encodeURIComponent(this.getAttribute('calendar') || '');
+    }
+
+    // _path is the API path of a read (page, availability) of what the page
+    // books, with the query params, and calendar_ids for several calendars.
+    _path(what, params) {
+      const qs = new URLSearchParams(params || {});
+      if (this._team.length) {
+        qs.set('calendar_ids', this._team.join(','));
+      }
+      const s = qs.toString();
+      return this._root + '/' + what + (s ? '?' + s : '');
+    }
+
+    // _teamNames names the calendars booked together ("Dr Ada and Room
+    // 3"), each by its name from the page profile, else its id.
+    _teamNames() {
+      const names = this._team.map((id) => this._calendarName(id));
+      try {
+        return new Intl.ListFormat(undefined, { style: 'long', type: 'conjunction' }).format(names);
+      } catch (e) {
+        return names.join(' and ');
+      }
     }
 
     _holdPath(hold) {
       return '/v1/calendars/' + encodeURIComponent(hold.calendar_id) + '/holds/' + encodeURIComponent(hold.id);
     }
 
-    // _calendarName is how the page names the calendar a pool's hold went
-    // to: its name from the pool's page profile, else its id.
+    // _calendarName is how the page names a calendar of a pool or of
+    // calendars: its name from the page profile, else its id.
     _calendarName(id) {
       const cals = (this._info && this._info.calendars) || [];
       const c = cals.find((x) => x.calendar_id === id);
@@ -515,14 +552,19 @@ body.bl-page { margin: 0; padding: 1.5rem .5rem; background: #eef1f5; }
       const q = this._q;
       this._announce('Loading…');
       try {
-        this._info = await this._api('GET', this._root + '/page');
+        this._info = await this._api('GET', this._path('page'));
       } catch (e) {
         this._fail(e.status === 401 || e.status === 403 || e.status === 404
-          ? (this._pool ? 'These calendars cannot be booked here.' : 'This calendar cannot be booked here.') : e.message);
+          ? (this._pool || this._team.length ? 'These calendars cannot be booked here.' : 'This calendar cannot be booked here.') : e.message);
         return;
       }
       const info = this._info;
-      q('.bl-title').textContent = info.name ? 'Book a time with ' + info.name : 'Book a time';
+      const name = this._team.length ? this._teamNames() : info.name;
+      q('.bl-title').textContent = name ? 'Book a time with ' + name : 'Book a time';
+      if (this._team.length && !(info.durations_minutes && info.durations_minutes.length)) {
+        this._fail('These calendars have no booking length in common, so they cannot be booked together.');
+        return;
+      }
       const durs = info.durations_minutes && info.durations_minutes.length ? info.durations_minutes : [30];
       const want = +this.getAttribute('duration');
       this._duration = want > 0 ? want : durs[0];
@@ -632,15 +674,17 @@ body.bl-page { margin: 0; padding: 1.5rem .5rem; background: #eef1f5; }
       if (last) {
         to = Math.min(to, startOfDay(addDays(last, 1), tz));
       }
-      // A pool's availability counts the starts of each of its calendars.
-      const calendars = (this._info.calendars && this._info.calendars.length) || 1;
-      const piece = Math.min(Math.floor(CHUNK_STARTS * this._step / calendars) * 60000, MAX_RANGE_DAYS * DAY_MS);
+      // A pool's availability, and the common availability of several
+      // calendars, count the starts of each calendar, on its own grid when
+      // the profile gives it (else on the finest, step_minutes).
+      const cals = this._info.calendars && this._info.calendars.length ? this._info.calendars : [{}];
+      const perMinute = cals.reduce((n, c) => n + 1 / (c.step_minutes > 0 ? c.step_minutes : this._step), 0);
+      const piece = Math.min(Math.floor(CHUNK_STARTS / perMinute + 1e-9) * 60000, MAX_RANGE_DAYS * DAY_MS);
       const days = new Set();
       for (let a = from; a < to; a += piece) {
-        const qs = new URLSearchParams({
+        const res = await this._api('GET', this._path('availability', {
           from: new Date(a).toISOString(), to: new Date(Math.min(to, a + piece)).toISOString(), duration: this._duration + 'm',
-        });
-        const res = await this._api('GET', this._root + '/availability?' + qs);
+        }));
         for (const slot of res.slots || []) {
           days.add(ymd(wall(Date.parse(slot.start), tz)));
         }
@@ -912,12 +956,10 @@ body.bl-page { margin: 0; padding: 1.5rem .5rem; background: #eef1f5; }
       q('.bl-slots').setAttribute('aria-busy', 'true');
       q('.bl-empty').hidden = true;
       this._announce('Loading times for ' + this._dayLabel(dayStart) + '…');
-      const qs = new URLSearchParams({
-        from: new Date(from).toISOString(), to: new Date(to).toISOString(), duration: duration + 'm',
-      });
+      const params = { from: new Date(from).toISOString(), to: new Date(to).toISOString(), duration: duration + 'm' };
       let res;
       try {
-        res = from >= to ? { slots: [] } : await this._api('GET', this._root + '/availability?' + qs);
+        res = from >= to ? { slots: [] } : await this._api('GET', this._path('availability', params));
       } catch (e) {
         if (seq === this._seq) {
           q('.bl-slots').removeAttribute('aria-busy');
@@ -996,6 +1038,9 @@ body.bl-page { margin: 0; padding: 1.5rem .5rem; background: #eef1f5; }
       const body = { start: this._start, end: this._end, customer: name, ttl: ttl, metadata: { source: 'booking-page' } };
       if (note) {
         body.metadata.note = note;
+      }
+      if (this._team.length) {
+        body.calendar_ids = this._team; // POST /v1/holds: held on every one or none
       }
       this._busy(true);
       this._announce('Holding this time for you…');
@@ -1077,7 +1122,8 @@ body.bl-page { margin: 0; padding: 1.5rem .5rem; background: #eef1f5; }
       q('.bl-done-summary').textContent = this._describe(booking.start, booking.end);
       this._showWith('.bl-done-with', booking);
       q('.bl-done-id').textContent = 'Booking reference: ' + booking.id;
-      const name = this._pool ? this._calendarName(booking.calendar_id) : this._info && this._info.name;
+      const name = this._team.length ? this._teamNames()
+        : this._pool ? this._calendarName(booking.calendar_id) : this._info && this._info.name;
       const summary = name ? 'Booking with ' + name : 'Booking';
       const a = q('.bl-ics');
       a.href = 'data:text/calendar;charset=utf-8,' + encodeURIComponent(ics(booking, summary, this._note));
@@ -1103,12 +1149,14 @@ body.bl-page { margin: 0; padding: 1.5rem .5rem; background: #eef1f5; }
     }
 
     // _showWith says, on a pool's page, which calendar the hold or booking
-    // b went to: the pool chose it, so the visitor learns it here.
+    // b went to (the pool chose it, so the visitor learns it here), and on
+    // the page of several calendars, all of them (b names the first only).
     _showWith(sel, b) {
       const p = this._q(sel);
-      p.hidden = !this._pool;
-      p.textContent = this._pool ? 'With ' + this._calendarName(b.calendar_id) : '';
-      p.dataset.calendar = this._pool ? b.calendar_id : '';
+      const team = this._team.length > 0;
+      p.hidden = !this._pool && !team;
+      p.textContent = team ? 'With ' + this._teamNames() : this._pool ? 'With ' + this._calendarName(b.calendar_id) : '';
+      p.dataset.calendar = team ? (b.calendar_ids || []).join(',') : this._pool ? b.calendar_id : '';
     }
 
     _busy(on) {

@@ -1,7 +1,8 @@
 // Package ui holds bookline's embeddable booking UI, served from the binary
 // by httpapi: the web component <bookline-booking> (bookline.js, plain
 // hand-written JavaScript, no build step and no third-party code) and the
-// template of the /book/{calendarId} page that uses it.
+// template of the /book/... pages that use it (a calendar's, a pool's, and
+// that of calendars booked together).
 //
 // Caveats: the component uses only what evergreen browsers have (custom
 // elements, fetch, Intl time zones, crypto.randomUUID in secure contexts

@@ -7,8 +7,9 @@ import _ "embed"
 //go:embed bookline.js
 var Script []byte
 
-// PageTemplate is the html/template source of the /book/{calendarId} and
-// /book/pool/{poolId} pages: .CalendarID or .PoolID, .Key (the publishable
+// PageTemplate is the html/template source of the /book/{calendarId},
+// /book/pool/{poolId} and /book/team/{calendarIds} pages: .CalendarID,
+// .PoolID or .CalendarIDs (ids separated by commas), .Key (the publishable
 // key, "" on an open API), .Date (the day to open on, or "") and .Script
 // (the script's URL) are filled in.
 //
