@@ -96,6 +96,15 @@ func TestPowerLossKeepsEveryAnswer(t *testing.T) {
 		}
 		// Load, then the power cut at a random moment.
 		load := w.startLoad(rng.Uint64(), cut)
+		if cut == 0 {
+			// A collective and a pool booking take several rounds of
+			// the log, each fsynced: on a loaded machine none may finish
+			// before a cut. The first cut waits (20 s at most) until some
+			// of each were decided, so that every run has them.
+			for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline) &&
+				(w.collectivesDecided.Load() == 0 || w.poolDecided.Load() == 0); time.Sleep(20 * time.Millisecond) {
+			}
+		}
 		time.Sleep(time.Duration(300+rng.IntN(1200)) * time.Millisecond)
 		inFlight := w.inFlight.Load()
 		fs.Cut()
