@@ -46,7 +46,22 @@
 #   ROUNDS (3)            rounds of every closed- and open-loop run
 #   DURATION (10s)        measured time per run; WARMUP (2s) before it
 #   CLIENTS (64)          closed-loop clients (and the pool tuning's)
-#   SCENARIOS ("uniform hot mixed")
+#   SCENARIOS ("uniform hot mixed")  also: collective (one interval on two
+#                         calendars in different partitions of bookline, by
+#                         POST /v1/bookings; the baseline books both in one
+#                         transaction). SCENARIOS=collective alone writes its
+#                         own section of OUT (see MARKER), e.g.
+#                         SCENARIOS=collective TARGETS="bookline pg" RATES= RSS_BOOKINGS=0
+#   PARTITIONS (2)        bookline serve --partitions (2 is the embedded
+#                         default); the collective scenario picks its pairs
+#                         of calendars across these partitions
+#   TUNE_SCENARIO         the scenario of the pool tuning: collective when
+#                         SCENARIOS is collective alone (the baseline's best
+#                         pool for the load measured), else uniform
+#   MARKER                the markers of OUT the tables are written between:
+#                         "COLLECTIVE RESULTS" when SCENARIOS is collective
+#                         alone, else "RESULTS"; a section whose markers OUT
+#                         lacks is appended to it
 #   TARGETS ("bookline pg bookline-interval pg-nofsync pg-lockonly")
 #   RATES ("1000 2000 4000")  open-loop arrival rates, requests/s; "" skips
 #   TUNE_CONNS ("16 32 64")   pool sizes tried per PostgreSQL target; one
@@ -62,7 +77,7 @@
 #   RSS_BOOKINGS (1000000) commands imported to measure bookline's RSS and
 #                         both index sizes; 0 skips
 #   RSS_SETTLE (60)       seconds idle after the import before RSS is read again
-#   LOAD_ARGS ("")        extra `bookline bench` flags for uniform, mixed, the
+#   LOAD_ARGS ("")        extra `bookline bench` flags for uniform, mixed, collective, the
 #                         open-loop runs and the pool tuning (not hot, one
 #                         calendar by design), e.g. "--calendars 1000 --days
 #                         30" for fewer lock conflicts in the baseline
@@ -73,6 +88,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# The knobs this run was given, for the results' line that reproduces them.
+KNOBS=""
+for k in ROUNDS DURATION WARMUP CLIENTS SCENARIOS TARGETS RATES LOAD_ARGS PARTITIONS TUNE_CONNS TUNE_DURATION \
+	TUNE_SCENARIO PG_NOFSYNC_SYNCHRONOUS_COMMIT RSS_BOOKINGS RSS_SETTLE MARKER; do
+	if [ -n "${!k+set}" ]; then KNOBS="$KNOBS$k=\"${!k}\" "; fi
+done
+knobs() { printf '%s' "$KNOBS"; }
+
 ROUNDS=${ROUNDS:-3}
 DURATION=${DURATION:-10s}
 WARMUP=${WARMUP:-2s}
@@ -81,6 +104,17 @@ SCENARIOS=${SCENARIOS:-"uniform hot mixed"}
 TARGETS=${TARGETS:-"bookline pg bookline-interval pg-nofsync pg-lockonly"}
 RATES=${RATES-"1000 2000 4000"}
 LOAD_ARGS=${LOAD_ARGS:-}
+PARTITIONS=${PARTITIONS:-2}
+read -ra scenario_list <<<"$SCENARIOS"
+if [ "${scenario_list[*]}" = collective ]; then
+	TUNE_SCENARIO=${TUNE_SCENARIO:-collective}
+	MARKER=${MARKER:-"COLLECTIVE RESULTS"}
+	TITLE="Collective bookings against PostgreSQL"
+else
+	TUNE_SCENARIO=${TUNE_SCENARIO:-uniform}
+	MARKER=${MARKER:-RESULTS}
+	TITLE="Results"
+fi
 TUNE_CONNS=${TUNE_CONNS:-"16 32 64"}
 TUNE_DURATION=${TUNE_DURATION:-5s}
 PG_NOFSYNC_SYNCHRONOUS_COMMIT=${PG_NOFSYNC_SYNCHRONOUS_COMMIT:-on}
@@ -286,7 +320,7 @@ start_target_once() {
 		# The rate limit (per client IP when no API keys are set) would
 		# throttle a load test from one address: off, as a benchmark needs.
 		BOOKLINE_RATE_LIMIT=0 ./bin/bookline serve --data-dir "$SERVER_DIR" --http-addr "127.0.0.1:$port" \
-			--nats-listen "127.0.0.1:$NATS_PORT" --sync "$sync" --log-level warn >>"$WORK/bookline.log" 2>&1 &
+			--nats-listen "127.0.0.1:$NATS_PORT" --sync "$sync" --partitions "$PARTITIONS" --log-level warn >>"$WORK/bookline.log" 2>&1 &
 		;;
 	pg | pg-nofsync | pg-lockonly)
 		local lockonly=false c conns=${2:-${POOL[$1]}}
@@ -331,6 +365,18 @@ bench() {
 	stop_target "$target"
 }
 
+# scenario_args prints a scenario's `bookline bench` flags besides the
+# run's own: LOAD_ARGS (not for hot: one calendar by design), and for
+# collective bookline's partition count, which both targets get so that
+# they are sent the same pairs.
+scenario_args() {
+	case $1 in
+	hot) ;;
+	collective) echo "$LOAD_ARGS --partitions $PARTITIONS" ;;
+	*) echo "$LOAD_ARGS" ;;
+	esac
+}
+
 LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 START=$(date +%s)
 
@@ -346,9 +392,9 @@ for target in $TARGETS; do
 	best="" best_rate=0 line=""
 	for conns in "${sizes[@]}"; do
 		out="$RESULTS/tune-$target-$conns.json"
-		# shellcheck disable=SC2086 # LOAD_ARGS is a list of flags
-		bench "$target" "$out" --max-conns "$conns" --scenario uniform --clients "$CLIENTS" --duration "$TUNE_DURATION" \
-			--warmup "$WARMUP" --calendar-prefix "t$conns" $LOAD_ARGS
+		# shellcheck disable=SC2046 # a list of flags
+		bench "$target" "$out" --max-conns "$conns" --scenario "$TUNE_SCENARIO" --clients "$CLIENTS" --duration "$TUNE_DURATION" \
+			--warmup "$WARMUP" --calendar-prefix "t$conns" $(scenario_args "$TUNE_SCENARIO")
 		rate=$(jq -r '.req_per_s|floor' "$out")
 		line="$line${line:+, }$conns: $rate"
 		if [ "$rate" -gt "$best_rate" ]; then
@@ -364,8 +410,7 @@ done
 for scenario in $SCENARIOS; do
 	for round in $(seq "$ROUNDS"); do
 		for target in $TARGETS; do
-			extra=$LOAD_ARGS
-			[ "$scenario" = hot ] && extra=""
+			extra=$(scenario_args "$scenario")
 			# shellcheck disable=SC2086 # a list of flags
 			bench "$target" "$RESULTS/$scenario-$target-$round.json" --scenario "$scenario" --clients "$CLIENTS" \
 				--duration "$DURATION" --warmup "$WARMUP" --calendar-prefix "r$round" $extra
@@ -556,7 +601,7 @@ TABLE=$(mktemp "$WORK/table.XXXXXX")
 	done
 	if [ -n "$pools" ]; then
 		echo
-		echo "PostgreSQL pool sizes (pgbaseline \`--max-conns\`, the fastest of \`uniform\` at $CLIENTS clients for $TUNE_DURATION"
+		echo "PostgreSQL pool sizes (pgbaseline \`--max-conns\`, the fastest of \`$TUNE_SCENARIO\` at $CLIENTS clients for $TUNE_DURATION"
 		echo "per size, one run each): $pools."
 	fi
 } >"$TABLE"
@@ -582,8 +627,10 @@ MEM=$(awk '/^MemTotal/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo)
 
 SECTION=$(mktemp "$WORK/section.XXXXXX")
 {
-	echo "<!-- BEGIN RESULTS (written by .ci/bench-compare.sh; edit outside the markers) -->"
+	echo "<!-- BEGIN $MARKER (written by .ci/bench-compare.sh; edit outside the markers) -->"
 	echo "Measured $(date -u +%Y-%m-%dT%H:%MZ) by \`make bench-compare\` at commit \`$COMMIT\`$DIRTY."
+	echo
+	echo "Reproduce: \`$(knobs)make bench-compare\`."
 	echo
 	echo "Machine: $(nproc) CPUs ($CPU), $MEM RAM, $(uname -sr); $($GO version | cut -d' ' -f3); $PG_VERSION; data directories on $FS_TYPE."
 	echo "Load average before the runs: $LOAD_BEFORE; after: $(cut -d' ' -f1-3 /proc/loadavg) (other work on the machine skews the numbers)."
@@ -591,9 +638,9 @@ SECTION=$(mktemp "$WORK/section.XXXXXX")
 	echo "then $DURATION measured per run, each run on a fresh server (bookline: new data dir; baseline: tables recreated,"
 	echo "CHECKPOINT before and after). Medians over the rounds. Total run time ${ELAPSED}s."
 	if [ -n "$LOAD_ARGS" ]; then
-		echo "Load: \`bookline bench $LOAD_ARGS\` for uniform, mixed and the open loop (hot: one calendar)."
+		echo "Load: \`bookline bench $LOAD_ARGS\` for uniform, mixed, collective and the open loop (hot: one calendar)."
 	else
-		echo "Load: \`bookline bench\`'s defaults (uniform and mixed: 100 calendars over 365 days; hot: one calendar)."
+		echo "Load: \`bookline bench\`'s defaults (uniform, mixed and collective: 100 calendars over 365 days; hot: one calendar)."
 	fi
 	echo
 	echo "Durability: bookline's default \`--sync always\` answers after one fdatasync per group commit of the"
@@ -602,27 +649,49 @@ SECTION=$(mktemp "$WORK/section.XXXXXX")
 	echo "stream and the index are written to the OS (the stream is fsynced every"
 	echo "2 minutes), PostgreSQL with fsync=off never fsyncs (synchronous_commit=$PG_NOFSYNC_SYNCHRONOUS_COMMIT): both survive"
 	echo "\`kill -9\`, not power loss."
+	if [[ " $SCENARIOS " == *" collective "* ]]; then
+		echo
+		echo "collective: every request books one interval (uniform's random intervals) on two calendars that are"
+		echo "in different partitions of bookline's $PARTITIONS (\`bookline bench --partitions $PARTITIONS\`; both targets get"
+		echo "the same pairs). bookline: \`POST /v1/bookings\`, a two-phase commit through the log (prepare on both"
+		echo "members at once, decide on the coordinator, commit on both: three log round trips, each a group commit"
+		echo "with its fdatasync, five commands). PostgreSQL: one transaction that locks both calendar rows in id order,"
+		echo "checks each under the exclusion constraint and inserts both rows, one commit (a conflict already"
+		echo "visible is answered before any lock, read-only). req/s counts collectives (two bookings each)."
+	fi
 	echo
 	cat "$TABLE"
 	echo
-	echo "bookline memory: $RSS_LINE."
-	echo
-	echo "Index size: $SIZE_LINE."
-	echo
+	if [ "$RSS_BOOKINGS" -gt 0 ] || [ "$MARKER" = RESULTS ]; then
+		echo "bookline memory: $RSS_LINE."
+		echo
+		echo "Index size: $SIZE_LINE."
+		echo
+	fi
 	echo "<details><summary>Every run</summary>"
 	echo
 	cat "$RUNS"
 	echo
 	echo "</details>"
-	echo "<!-- END RESULTS -->"
+	echo "<!-- END $MARKER -->"
 } >"$SECTION"
 
-if [ -f "$OUT" ] && grep -q '<!-- BEGIN RESULTS' "$OUT" && grep -q '<!-- END RESULTS -->' "$OUT"; then
-	awk -v sec="$SECTION" '
-		/<!-- BEGIN RESULTS/ { while ((getline l < sec) > 0) print l; skip = 1; next }
-		/<!-- END RESULTS -->/ { skip = 0; next }
+BEGIN_MARK="<!-- BEGIN $MARKER (" END_MARK="<!-- END $MARKER -->"
+if [ -f "$OUT" ] && grep -qF "$BEGIN_MARK" "$OUT" && grep -qF "$END_MARK" "$OUT"; then
+	awk -v sec="$SECTION" -v b="$BEGIN_MARK" -v e="$END_MARK" '
+		index($0, b) == 1 { while ((getline l < sec) > 0) print l; skip = 1; next }
+		index($0, e) == 1 { skip = 0; next }
 		!skip { print }' "$OUT" >"$WORK/out.md"
 	cp "$WORK/out.md" "$OUT"
+elif [ -f "$OUT" ]; then
+	# Markers of another section than the file has: a section of its own
+	# at the end, the rest of the file kept.
+	{
+		echo
+		echo "## $TITLE"
+		echo
+		cat "$SECTION"
+	} >>"$OUT"
 else
 	{
 		echo "# Benchmarks: bookline against PostgreSQL"

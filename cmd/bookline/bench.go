@@ -19,6 +19,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/bookline/bookline/actor"
+	"github.com/bookline/bookline/queue"
 )
 
 const benchSummary = `Load generator for any server that speaks bookline's HTTP booking API
@@ -32,6 +33,11 @@ Scenarios:
            (409 slot_taken) once the day is full.
   mixed    books (50%), cancels of the client's own bookings (15%), lists of a
            random day (20%) and reads of one own booking (15%).
+  collective
+           books one interval on two calendars at once (POST /v1/bookings),
+           random intervals as uniform; the two are always in different
+           partitions of the target (--partitions, bookline's count), so
+           each request is a two-phase commit across two partition writers.
   import   publishes --requests booking.create commands straight to the NATS
            command stream (--nats-url), like bookline import; bookline only.
            Throughput only: replies are matched, not timed.
@@ -49,7 +55,7 @@ is sent as soon as one frees and counted as late; requests still waiting
 when the schedule ends are not sent and counted as dropped. The report has
 the target and the achieved rate, late, dropped and the generator's own
 send lag (time from due to sent). Open loop works for uniform, hot and
-mixed.
+mixed and collective.
 
 Latency percentiles are exact (every sample is kept, nearest-rank). Requests
 of the --warmup period are excluded from the statistics. --seed fixes every
@@ -68,7 +74,8 @@ are reported apart (not in the scenario's latency).
 The audit lists every calendar's bookings (following next_cursor; a page
 answered 503 is asked again for up to 5 s) and fails
 when two confirmed bookings overlap, a booking answered 201 is missing, or a
-booking cancelled with 200 is still listed (mixed). Exit status 1 when the
+booking cancelled with 200 is still listed (mixed), or a collective booking
+is confirmed on some of its members only (collective). Exit status 1 when the
 audit fails.`
 
 type benchConfig struct {
@@ -79,6 +86,7 @@ type benchConfig struct {
 	scenario        string
 	clients         int
 	calendars       int
+	partitions      int // collective: the target's partition count
 	days            int
 	duration        time.Duration
 	requests        int
@@ -104,9 +112,10 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&c.url, "url", "http://127.0.0.1:8080", "base URL of the server under test; several, comma-separated, spread the requests over them in turn (instances of one cluster)")
 	fs.StringVar(&c.natsURL, "nats-url", "nats://127.0.0.1:4222", "NATS server URL for --scenario import")
 	c.natsAuth.flags(fs.StringVar, "importer")
-	fs.StringVar(&c.scenario, "scenario", "uniform", "uniform, hot, mixed or import")
+	fs.StringVar(&c.scenario, "scenario", "uniform", "uniform, hot, mixed, collective or import")
 	fs.IntVar(&c.clients, "clients", 64, "concurrent clients of the closed loop (import: publishes in flight = 16 x clients; with --rate: only how many calendars are created at once)")
 	fs.IntVar(&c.calendars, "calendars", 0, "calendars to spread the load over; 0 = 100 (uniform, mixed), 1 (hot), 1000 (import)")
+	fs.IntVar(&c.partitions, "partitions", queue.DefaultPartitions, "collective: the target bookline's partition count (serve --partitions; a new embedded stream has 2); every request's two calendars are in different partitions of it")
 	fs.IntVar(&c.days, "days", 0, "days of the booking horizon per calendar, from 2030-01-01; 0 = 365 (hot: 1)")
 	fs.DurationVar(&c.duration, "duration", 10*time.Second, "measured duration (after the warm-up); ignored when --requests is set")
 	fs.IntVar(&c.requests, "requests", 0, "stop after this many measured requests instead of after --duration (import: commands to publish, default 100000)")
@@ -151,7 +160,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 func (c *benchConfig) normalise() error {
 	switch c.scenario {
-	case "uniform", "mixed":
+	case "uniform", "mixed", "collective":
 		if c.calendars == 0 {
 			c.calendars = 100
 		}
@@ -170,7 +179,7 @@ func (c *benchConfig) normalise() error {
 			c.requests = 100000
 		}
 	default:
-		return fmt.Errorf("--scenario %q: want uniform, hot, mixed or import", c.scenario)
+		return fmt.Errorf("--scenario %q: want uniform, hot, mixed, collective or import", c.scenario)
 	}
 	if c.days == 0 {
 		c.days = 365
@@ -200,6 +209,11 @@ func (c *benchConfig) normalise() error {
 		return errors.New("--abusers and --abuse-bookings must not be negative")
 	case c.abusers > 0 && c.scenario == "import":
 		return errors.New("--abusers applies to uniform, hot and mixed, not import")
+	}
+	if c.scenario == "collective" {
+		if _, err := newPairPicker(*c); err != nil {
+			return err
+		}
 	}
 	if c.abuseKey == "" {
 		c.abuseKey = c.apiKey
@@ -238,6 +252,7 @@ type benchRun struct {
 	budget   atomic.Int64 // measured requests left (--requests)
 	lastDone atomic.Int64 // unix nanos of the last measured completion
 	nextURL  atomic.Uint64
+	pairs    *pairPicker // collective only
 }
 
 // base is the URL of the next request: the --url entries in turn, as a
@@ -282,6 +297,12 @@ func runBenchScenario(ctx context.Context, c benchConfig) (*BenchResult, error) 
 	}
 	r := &benchRun{c: c, hc: newBenchHTTPClient(c)}
 	defer r.hc.CloseIdleConnections()
+	if c.scenario == "collective" {
+		var err error
+		if r.pairs, err = newPairPicker(c); err != nil {
+			return nil, err
+		}
+	}
 	if c.createCalendars {
 		if err := r.createCalendars(ctx); err != nil {
 			return nil, err

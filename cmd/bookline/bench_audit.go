@@ -19,14 +19,17 @@ type AuditResult struct {
 	Listed int `json:"listed"`
 	// Expected is the number of bookings the run saw created (201, or
 	// accepted for import) and not cancelled; Missing of them were not listed.
-	Expected         int      `json:"expected"`
-	Missing          int      `json:"missing"`
-	Overlaps         int      `json:"overlaps"`
-	CancelledListed  int      `json:"cancelled_listed"`
-	NotConfirmed     int      `json:"not_confirmed"`
-	Problems         []string `json:"problems,omitempty"`
-	DurationSeconds  float64  `json:"seconds"`
-	ImportedAccepted int      `json:"import_accepted,omitempty"`
+	Expected        int `json:"expected"`
+	Missing         int `json:"missing"`
+	Overlaps        int `json:"overlaps"`
+	CancelledListed int `json:"cancelled_listed"`
+	NotConfirmed    int `json:"not_confirmed"`
+	// PartialCollectives counts collective bookings confirmed on some of
+	// their members and not listed on another.
+	PartialCollectives int      `json:"partial_collectives,omitempty"`
+	Problems           []string `json:"problems,omitempty"`
+	DurationSeconds    float64  `json:"seconds"`
+	ImportedAccepted   int      `json:"import_accepted,omitempty"`
 }
 
 type listedBooking struct {
@@ -34,6 +37,8 @@ type listedBooking struct {
 	Start  time.Time `json:"start"`
 	End    time.Time `json:"end"`
 	Status string    `json:"status"`
+	// CalendarIDs lists a collective booking's members.
+	CalendarIDs []string `json:"calendar_ids,omitempty"`
 }
 
 // A page answered 503 is asked again up to auditRetries times,
@@ -135,6 +140,7 @@ func (r *benchRun) audit(ctx context.Context, created, cancelled map[string]map[
 			a.Problems = append(a.Problems, fmt.Sprintf(format, args...))
 		}
 	}
+	parts := collectiveParts{}
 	err := forEach(ctx, r.c.calendars, 16, func(i int) error {
 		cal := r.c.calendarID(i)
 		listed, err := r.listAll(ctx, cal)
@@ -144,12 +150,65 @@ func (r *benchRun) audit(ctx context.Context, created, cancelled map[string]map[
 		mu.Lock()
 		defer mu.Unlock()
 		checkCalendar(cal, listed, created[cal], cancelled[cal], &a, problem)
+		parts.add(cal, listed)
 		return nil
 	})
 	if err != nil {
 		problem("audit: %v", err)
+	} else {
+		audited := make(map[string]bool, r.c.calendars)
+		for i := range r.c.calendars {
+			audited[r.c.calendarID(i)] = true
+		}
+		parts.check(audited, &a, problem)
 	}
 	a.OK = len(a.Problems) == 0
 	a.DurationSeconds = time.Since(t0).Seconds()
 	return a
+}
+
+// collectiveParts collects the listed parts of collective bookings:
+// booking id -> the calendars that list it, and its members.
+type collectiveParts map[string]*collectiveListing
+
+type collectiveListing struct {
+	members []string
+	on      map[string]bool
+}
+
+func (p collectiveParts) add(cal string, listed []listedBooking) {
+	for _, b := range listed {
+		if len(b.CalendarIDs) == 0 {
+			continue
+		}
+		l := p[b.ID]
+		if l == nil {
+			l = &collectiveListing{members: b.CalendarIDs, on: map[string]bool{}}
+			p[b.ID] = l
+		}
+		l.on[cal] = true
+	}
+}
+
+// check reports every collective booking listed on one member and missing
+// on another audited one: all or none, seen from outside.
+func (p collectiveParts) check(audited map[string]bool, a *AuditResult, problem func(string, ...any)) {
+	for id, l := range p {
+		for _, m := range l.members {
+			if audited[m] && !l.on[m] {
+				a.PartialCollectives++
+				problem("collective booking %s is listed on %v but not on %s", id, keysOf(l.on), m)
+				break
+			}
+		}
+	}
+}
+
+func keysOf(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
 }

@@ -144,6 +144,7 @@ type benchRequest struct {
 	path   string
 	body   []byte
 	cal    string
+	also   string     // a collective's second calendar
 	own    ownBooking // the booking cancelled or read
 }
 
@@ -170,16 +171,27 @@ func (r *benchRun) plan(rng *rand.Rand, st *benchState, buf []byte) benchRequest
 			return benchRequest{op: "list", method: http.MethodGet, path: "/v1/calendars/" + cal + "/bookings" + q, cal: cal}
 		}
 	}
-	cal := r.c.calendarID(rng.IntN(r.c.calendars))
+	cal, also := r.c.calendarID(rng.IntN(r.c.calendars)), ""
+	path := "/v1/calendars/" + cal + "/bookings"
+	b := append(buf, '{')
+	if r.c.scenario == "collective" {
+		i, j := r.pairs.pick(rng)
+		cal, also, path = r.c.calendarID(i), r.c.calendarID(j), "/v1/bookings"
+		b = append(b, `"calendar_ids":["`...)
+		b = append(b, cal...)
+		b = append(b, `","`...)
+		b = append(b, also...)
+		b = append(b, `"],`...)
+	}
 	start, end := r.interval(rng)
-	b := append(buf, `{"start":"`...)
+	b = append(b, `"start":"`...)
 	b = start.AppendFormat(b, time.RFC3339)
 	b = append(b, `","end":"`...)
 	b = end.AppendFormat(b, time.RFC3339)
 	b = append(b, `","customer":"`...)
 	b = append(b, st.customer...)
 	b = append(b, `"}`...)
-	return benchRequest{op: "book", method: http.MethodPost, path: "/v1/calendars/" + cal + "/bookings", body: b, cal: cal}
+	return benchRequest{op: "book", method: http.MethodPost, path: path, body: b, cal: cal, also: also}
 }
 
 // record applies an answer to st: bookings answered 201 are expected in the
@@ -198,6 +210,9 @@ func (r *benchRun) record(st *benchState, req *benchRequest, status int, body []
 			return
 		}
 		addToSet(st.created, req.cal, bk.ID)
+		if req.also != "" { // a collective's part on its other member
+			addToSet(st.created, req.also, bk.ID)
+		}
 		if r.c.scenario == "mixed" {
 			st.live = append(st.live, ownBooking{req.cal, bk.ID})
 		}

@@ -124,7 +124,7 @@ func TestBenchSmoke(t *testing.T) {
 	})
 	url := "http://" + ln.Addr().String()
 
-	for _, sc := range []string{"uniform", "hot", "mixed", "import"} {
+	for _, sc := range []string{"uniform", "hot", "mixed", "collective", "import"} {
 		t.Run(sc, func(t *testing.T) {
 			args := []string{"bench", "--url", url, "--scenario", sc, "--clients", "8", "--warmup", "200ms",
 				"--duration", "2s", "--calendar-prefix", "smoke-" + sc, "--json"}
@@ -134,6 +134,8 @@ func TestBenchSmoke(t *testing.T) {
 				if sc == "uniform" {
 					args = append(args, "--abusers", "2", "--abuse-bookings", "50")
 				}
+			case "collective": // the node's 4 partitions
+				args = append(args, "--calendars", "6", "--days", "2", "--partitions", "4")
 			case "import":
 				args = append(args, "--nats-url", node.ClientURL(), "--requests", "2000", "--calendars", "20")
 			}
@@ -171,6 +173,9 @@ func TestBenchSmoke(t *testing.T) {
 			if ab := res.Abuse; (sc == "uniform") != (ab != nil) || ab != nil && (ab.Requests == 0 || ab.Status["200"] == 0 || ab.Bookings != 50) {
 				t.Errorf("abusive clients: %+v", ab)
 			}
+			if sc == "collective" && (res.Status["409"] == 0 || res.Audit.Expected < 2*res.Status["201"]) {
+				t.Errorf("collective: statuses %v, audit %+v", res.Status, res.Audit)
+			}
 			if sc == "hot" && res.Status["409"] == 0 {
 				t.Errorf("hot scenario without conflicts: %v", res.Status)
 			}
@@ -186,12 +191,12 @@ func TestBenchSmoke(t *testing.T) {
 
 	// The open loop in every booking scenario: everything due is sent and
 	// the audit holds (no timing assertions: the machine may be slow).
-	for _, sc := range []string{"uniform", "hot", "mixed"} {
+	for _, sc := range []string{"uniform", "hot", "mixed", "collective"} {
 		t.Run("open-"+sc, func(t *testing.T) {
 			args := []string{"bench", "--url", url, "--scenario", sc, "--rate", "200", "--warmup", "200ms",
 				"--duration", "1s", "--calendar-prefix", "smoke-open-" + sc, "--json"}
 			if sc != "hot" {
-				args = append(args, "--calendars", "5", "--days", "2")
+				args = append(args, "--calendars", "5", "--days", "2", "--partitions", "4")
 			}
 			var out, errb bytes.Buffer
 			code := Main(context.Background(), args, &out, &errb)

@@ -26,7 +26,7 @@ type subcommand struct {
 }
 
 var subcommands = map[string]subcommand{
-	"bench":            {"load-test a server speaking the booking API, then audit it (uniform, hot, mixed, import)", runBench},
+	"bench":            {"load-test a server speaking the booking API, then audit it (uniform, hot, mixed, collective, import)", runBench},
 	"serve":            {"run the booking service (embedded NATS by default)", runServe},
 	"import":           {"publish bookings from a CSV, NDJSON or ICS file and wait for their outcomes", runImport},
 	"replay":           {"rebuild an index from the command stream (or a snapshot and the stream after it) into a new directory", runReplay},

@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -33,6 +34,7 @@ type calendar struct {
 type booking struct {
 	ID          string          `json:"id"`
 	CalendarID  string          `json:"calendar_id"`
+	CalendarIDs []string        `json:"calendar_ids,omitempty"` // a collective's members
 	Start       time.Time       `json:"start"`
 	End         time.Time       `json:"end"`
 	Customer    string          `json:"customer"`
@@ -43,8 +45,10 @@ type booking struct {
 }
 
 type interval struct {
-	Start time.Time `json:"start"`
-	End   time.Time `json:"end"`
+	Start      time.Time `json:"start"`
+	End        time.Time `json:"end"`
+	CalendarID string    `json:"calendar_id,omitempty"` // collectives: the member that refused
+	BookingID  string    `json:"booking_id,omitempty"`
 }
 
 type fieldError struct {
@@ -211,21 +215,30 @@ func newBookingID() string {
 	return idEncoding.EncodeToString(b[:])
 }
 
-// bookingRequest validates a booking body: the same rules and messages as
-// bookline's. md is the metadata to store ("{}" when absent).
+// bookingBody is the body of a booking; calendar_ids only in a collective's.
+type bookingBody struct {
+	CalendarIDs []string        `json:"calendar_ids"`
+	Start       string          `json:"start"`
+	End         string          `json:"end"`
+	Customer    string          `json:"customer"`
+	Metadata    json.RawMessage `json:"metadata"`
+}
+
+// bookingRequest decodes and validates a booking body: the same rules and
+// messages as bookline's. md is the metadata to store ("{}" when absent).
 func bookingRequest(c *fiber.Ctx) (start, end time.Time, customer string, md []byte, err error) {
-	var req struct {
-		Start    string          `json:"start"`
-		End      string          `json:"end"`
-		Customer string          `json:"customer"`
-		Metadata json.RawMessage `json:"metadata"`
-	}
+	var req bookingBody
 	if err := decodeBody(c, &req); err != nil {
 		return start, end, "", nil, err
 	}
-	var bad []fieldError
+	return validBooking(&req, nil)
+}
+
+// validBooking validates a decoded booking body, adding its problems to
+// those already found (bad).
+func validBooking(req *bookingBody, bad []fieldError) (start, end time.Time, customer string, md []byte, err error) {
 	start, end = parseTime("start", req.Start, &bad), parseTime("end", req.End, &bad)
-	if len(bad) == 0 {
+	if !start.IsZero() && !end.IsZero() {
 		if d := end.Sub(start); d <= 0 {
 			bad = append(bad, fieldError{"end", "must be after start"})
 		} else if d > maxDuration {
@@ -280,12 +293,75 @@ func (s *server) createBooking(c *fiber.Ctx) error {
 	return c.Status(201).JSON(b)
 }
 
-const bookingColumns = `id, calendar_id, start_time, end_time, customer, status, created_at, cancelled_at, metadata`
+// maxMembers is bookline's limit of calendars in one collective booking.
+const maxMembers = 16
+
+// collectiveMembers checks and sorts a collective's calendar ids, as
+// bookline does: the answer lists them in id order, and the transaction
+// locks them in that order.
+func collectiveMembers(in []string) ([]string, []fieldError) {
+	bad := func(m string) []fieldError { return []fieldError{{"calendar_ids", m}} }
+	if len(in) < 2 || len(in) > maxMembers {
+		return nil, bad("must list 2 to 16 calendars")
+	}
+	ids := slices.Clone(in)
+	for _, id := range ids {
+		if !idRe.MatchString(id) {
+			return nil, bad("must be calendar ids ([A-Za-z0-9_-]{1,64})")
+		}
+	}
+	slices.Sort(ids)
+	if len(slices.Compact(slices.Clone(ids))) != len(ids) {
+		return nil, bad("must not list a calendar twice")
+	}
+	return ids, nil
+}
+
+// createCollective books one interval on every listed calendar or on none,
+// in one transaction (book_collective): bookline's POST /v1/bookings.
+func (s *server) createCollective(c *fiber.Ctx) error {
+	var req bookingBody
+	if err := decodeBody(c, &req); err != nil {
+		return err
+	}
+	ids, bad := collectiveMembers(req.CalendarIDs)
+	start, end, customer, md, err := validBooking(&req, bad)
+	if err != nil {
+		return err
+	}
+	b := booking{ID: newBookingID(), CalendarID: ids[0], CalendarIDs: ids, Start: start, End: end, Customer: customer,
+		Status: "confirmed", Metadata: md}
+	var result int
+	var badCal, conflictID *string
+	var cs, ce, created *time.Time
+	err = s.db.QueryRow(c.UserContext(), `SELECT result, bad_cal, conflict_id, conflict_start, conflict_end, created
+		FROM book_collective($1, $2, $3, $4, $5, $6, $7)`,
+		b.ID, ids, start, end, customer, string(md), s.precheck).Scan(&result, &badCal, &conflictID, &cs, &ce, &created)
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.As(err, &pgErr) && pgErr.Code == "23P01":
+		// Cannot happen while book_collective holds the members' locks.
+		return errSlotTaken
+	case err != nil:
+		return err
+	case result == 1:
+		return &apiError{status: 404, Code: "calendar_not_found", Message: *badCal + ": calendar not found"}
+	case result == 2:
+		conflict := *errSlotTaken
+		conflict.Message = *badCal + ": " + conflict.Message
+		conflict.Conflict = &interval{Start: cs.UTC(), End: ce.UTC(), CalendarID: *badCal, BookingID: *conflictID}
+		return &conflict
+	}
+	b.CreatedAt = created.UTC()
+	return c.Status(201).JSON(b)
+}
+
+const bookingColumns = `id, calendar_id, calendar_ids, start_time, end_time, customer, status, created_at, cancelled_at, metadata`
 
 func scanBooking(row pgx.Row) (booking, error) {
 	var b booking
 	var md []byte
-	err := row.Scan(&b.ID, &b.CalendarID, &b.Start, &b.End, &b.Customer, &b.Status, &b.CreatedAt, &b.CancelledAt, &md)
+	err := row.Scan(&b.ID, &b.CalendarID, &b.CalendarIDs, &b.Start, &b.End, &b.Customer, &b.Status, &b.CreatedAt, &b.CancelledAt, &md)
 	b.Start, b.End, b.CreatedAt = b.Start.UTC(), b.End.UTC(), b.CreatedAt.UTC()
 	if b.CancelledAt != nil {
 		t := b.CancelledAt.UTC()

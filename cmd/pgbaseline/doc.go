@@ -32,10 +32,21 @@
 //	GET    /v1/calendars/{id}/bookings             from, to, limit, cursor -> {"bookings", "next_cursor"}
 //	GET    /v1/calendars/{id}/bookings/{bid}       200 / 404 booking_not_found
 //	DELETE /v1/calendars/{id}/bookings/{bid}       200 cancelled (same on repeat) / 404
+//	POST   /v1/bookings                            a collective: {"calendar_ids", "start", ...}
+//	                                               201 / 409 slot_taken (+conflict naming the
+//	                                               member) / 404 / 400
 //	GET    /healthz                                200 when the database answers
 //
+// A collective booking (one interval on every listed calendar, or on none)
+// is one transaction too: book_collective locks each member's calendar row
+// in id order (the order makes two collectives sharing members unable to
+// deadlock), checks it, and inserts one row per member under the same
+// booking id; one commit, one WAL flush. The same lock-free pre-check
+// answers a conflict already visible on a member.
+//
 // Not implemented (bookline features outside the comparison): Idempotency-Key,
-// 202 pending answers, request lookups, events, API keys.
+// 202 pending answers, request lookups, events, API keys, and cancelling a
+// collective on every member (a DELETE cancels the named member's part).
 //
 // It serves over Fiber (fasthttp), the HTTP stack of bookline's own API, so
 // that the comparison measures the storage designs and not two HTTP servers:

@@ -28,9 +28,14 @@ CREATE TABLE IF NOT EXISTS calendars (
 	created_at timestamptz NOT NULL,
 	updated_at timestamptz NOT NULL
 );
+-- A collective booking is one row per member calendar, all with the
+-- booking's id: part numbers them (0 for a booking of one calendar), and
+-- calendar_ids lists the members (NULL for a booking of one calendar).
 CREATE TABLE IF NOT EXISTS bookings (
-	id           text PRIMARY KEY,
+	id           text NOT NULL,
+	part         smallint NOT NULL DEFAULT 0,
 	calendar_id  text NOT NULL REFERENCES calendars (id),
+	calendar_ids text[],
 	start_time   timestamptz NOT NULL,
 	end_time     timestamptz NOT NULL,
 	customer     text NOT NULL,
@@ -38,6 +43,7 @@ CREATE TABLE IF NOT EXISTS bookings (
 	created_at   timestamptz NOT NULL,
 	cancelled_at timestamptz,
 	metadata     jsonb NOT NULL DEFAULT '{}',
+	PRIMARY KEY (id, part),
 	CONSTRAINT bookings_no_overlap EXCLUDE USING gist
 		(calendar_id WITH =, tstzrange(start_time, end_time, '[)') WITH &&) WHERE (status = 'confirmed')
 );
@@ -81,6 +87,65 @@ BEGIN
 	created := date_trunc('milliseconds', clock_timestamp());
 	INSERT INTO bookings (id, calendar_id, start_time, end_time, customer, status, created_at, metadata)
 		VALUES (p_id, p_cal, p_start, p_end, p_customer, 'confirmed', created, p_metadata);
+	result := 0;
+END $$;
+
+-- book_collective books one interval on every calendar of p_cals, which
+-- the caller sorts, or on none: one transaction, one commit. Each member's
+-- row is locked, then checked, in that order, so that two collectives
+-- sharing members always lock them in the same order (no deadlocks), and
+-- the answer is the first member in id order that refuses, as bookline's.
+-- result: 0 booked, 1 calendar bad_cal not found, 2 slot taken on bad_cal
+-- by booking conflict_id.
+CREATE OR REPLACE FUNCTION book_collective(p_id text, p_cals text[], p_start timestamptz, p_end timestamptz,
+		p_customer text, p_metadata jsonb, p_precheck boolean,
+		OUT result int, OUT bad_cal text, OUT conflict_id text, OUT conflict_start timestamptz,
+		OUT conflict_end timestamptz, OUT created timestamptz)
+LANGUAGE plpgsql AS $$
+DECLARE
+	i int;
+BEGIN
+	-- The same lock-free fast path as book(): a committed conflict on a
+	-- member is a true refusal, answered without a lock or a WAL flush,
+	-- provided every member before it exists (else the locked path below
+	-- gives the right answer).
+	IF p_precheck THEN
+		FOR i IN 1 .. array_length(p_cals, 1) LOOP
+			SELECT b.id, b.start_time, b.end_time INTO conflict_id, conflict_start, conflict_end FROM bookings b
+				WHERE b.calendar_id = p_cals[i] AND b.status = 'confirmed'
+				  AND tstzrange(b.start_time, b.end_time, '[)') && tstzrange(p_start, p_end, '[)')
+				ORDER BY b.start_time LIMIT 1;
+			IF FOUND THEN
+				IF i = 1 OR (SELECT count(*) FROM calendars WHERE id = ANY (p_cals[1:i-1])) = i - 1 THEN
+					result := 2;
+					bad_cal := p_cals[i];
+					RETURN;
+				END IF;
+				EXIT;
+			END IF;
+		END LOOP;
+	END IF;
+	FOR i IN 1 .. array_length(p_cals, 1) LOOP
+		PERFORM 1 FROM calendars WHERE id = p_cals[i] FOR UPDATE;
+		IF NOT FOUND THEN
+			result := 1;
+			bad_cal := p_cals[i];
+			RETURN;
+		END IF;
+		SELECT b.id, b.start_time, b.end_time INTO conflict_id, conflict_start, conflict_end FROM bookings b
+			WHERE b.calendar_id = p_cals[i] AND b.status = 'confirmed'
+			  AND tstzrange(b.start_time, b.end_time, '[)') && tstzrange(p_start, p_end, '[)')
+			ORDER BY b.start_time LIMIT 1;
+		IF FOUND THEN
+			result := 2;
+			bad_cal := p_cals[i];
+			RETURN;
+		END IF;
+	END LOOP;
+	created := date_trunc('milliseconds', clock_timestamp());
+	INSERT INTO bookings (id, part, calendar_id, calendar_ids, start_time, end_time, customer, status, created_at, metadata)
+		SELECT p_id, (m.n - 1)::smallint, m.cal, p_cals, p_start, p_end, p_customer, 'confirmed', created, p_metadata
+		FROM unnest(p_cals) WITH ORDINALITY AS m (cal, n);
 	result := 0;
 END $$;
 `
@@ -192,6 +257,7 @@ func (s *server) app() *fiber.App {
 	app.Put("/v1/calendars/:cal", s.putCalendar)
 	app.Get("/v1/calendars/:cal", s.getCalendar)
 	app.Post("/v1/calendars/:cal/bookings", s.createBooking)
+	app.Post("/v1/bookings", s.createCollective)
 	app.Get("/v1/calendars/:cal/bookings", s.listBookings)
 	app.Get("/v1/calendars/:cal/bookings/:id", s.getBooking)
 	app.Delete("/v1/calendars/:cal/bookings/:id", s.cancelBooking)

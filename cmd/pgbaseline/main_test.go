@@ -197,3 +197,82 @@ func TestRoutesOnPostgres(t *testing.T) {
 		}
 	}
 }
+
+// TestCollectiveOnPostgres books collectives against a real PostgreSQL
+// (PGBASELINE_TEST_DSN, tables recreated): all members or none, the
+// refusal naming the first member in id order that refuses.
+func TestCollectiveOnPostgres(t *testing.T) {
+	dsn := os.Getenv("PGBASELINE_TEST_DSN")
+	if dsn == "" {
+		t.Skip("PGBASELINE_TEST_DSN not set")
+	}
+	for _, lockOnly := range []bool{false, true} {
+		ctx := context.Background()
+		pool, err := pgxpool.New(ctx, dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(pool.Close)
+		if _, err := pool.Exec(ctx, `DROP TABLE IF EXISTS bookings; DROP TABLE IF EXISTS calendars;`+schema); err != nil {
+			t.Fatal(err)
+		}
+		ts := serve(t, &server{db: pool, log: quietLogger(), precheck: !lockOnly, timeout: 10 * time.Second})
+		want := func(a answer, status int, code string) {
+			t.Helper()
+			if a.status != status || (code != "" && errorCode(a) != code) {
+				t.Fatalf("lock-only %v: %d %v, want %d %s", lockOnly, a.status, a.body, status, code)
+			}
+		}
+		for _, cal := range []string{"alice", "bob", "room"} {
+			want(ts.call(t, "PUT", "/v1/calendars/"+cal, `{}`), 201, "")
+		}
+		body := func(cals, start, end string) string {
+			return `{"calendar_ids":[` + cals + `],"start":"2030-01-01T` + start + `:00Z","end":"2030-01-01T` + end + `:00Z","customer":"c"}`
+		}
+		a := ts.call(t, "POST", "/v1/bookings", body(`"room","alice"`, "10:00", "11:00"))
+		want(a, 201, "")
+		id, _ := a.body["id"].(string)
+		if ids, _ := a.body["calendar_ids"].([]any); len(id) != 26 || a.body["status"] != "confirmed" || a.body["calendar_id"] != "alice" ||
+			len(ids) != 2 || ids[0] != "alice" || ids[1] != "room" {
+			t.Fatalf("collective %v", a.body)
+		}
+		for _, cal := range []string{"alice", "room"} {
+			if a := ts.call(t, "GET", "/v1/calendars/"+cal+"/bookings/"+id, ""); a.status != 200 || a.body["calendar_id"] != cal {
+				t.Fatalf("%s's part: %d %v", cal, a.status, a.body)
+			}
+		}
+		// bob is free, room is not: nothing is booked on bob.
+		a = ts.call(t, "POST", "/v1/bookings", body(`"bob","room"`, "10:30", "11:30"))
+		want(a, 409, "slot_taken")
+		cf, _ := a.body["error"].(map[string]any)["conflict"].(map[string]any)
+		if cf["calendar_id"] != "room" || cf["booking_id"] != id || cf["start"] != "2030-01-01T10:00:00Z" || cf["end"] != "2030-01-01T11:00:00Z" {
+			t.Fatalf("conflict %v", a.body)
+		}
+		if a := ts.call(t, "GET", "/v1/calendars/bob/bookings", ""); len(a.body["bookings"].([]any)) != 0 {
+			t.Fatalf("bob booked by a refused collective: %v", a.body)
+		}
+		want(ts.call(t, "POST", "/v1/bookings", body(`"bob","room"`, "11:00", "12:00")), 201, "")
+		// The first member in id order that refuses is the answer.
+		a = ts.call(t, "POST", "/v1/bookings", body(`"room","alice","zed"`, "10:00", "10:15"))
+		want(a, 409, "slot_taken")
+		if cf, _ := a.body["error"].(map[string]any)["conflict"].(map[string]any); cf["calendar_id"] != "alice" {
+			t.Fatalf("conflict %v", a.body)
+		}
+		// A missing member before a taken one: the missing one.
+		a = ts.call(t, "POST", "/v1/bookings", body(`"room","aaa"`, "10:00", "10:15"))
+		want(a, 404, "calendar_not_found")
+		if msg, _ := a.body["error"].(map[string]any)["message"].(string); !strings.HasPrefix(msg, "aaa: ") {
+			t.Fatalf("not found: %v", a.body)
+		}
+		want(ts.call(t, "POST", "/v1/bookings", body(`"alice","zed"`, "13:00", "14:00")), 404, "calendar_not_found")
+		for _, bad := range []string{
+			body(`"alice"`, "13:00", "14:00"),
+			body(`"alice","alice"`, "13:00", "14:00"),
+			body(`"alice","a.b"`, "13:00", "14:00"),
+			body(`"alice","bob"`, "14:00", "13:00"),
+			`{"calendar_ids":"alice"}`,
+		} {
+			want(ts.call(t, "POST", "/v1/bookings", bad), 400, "invalid_request")
+		}
+	}
+}
