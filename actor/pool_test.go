@@ -49,7 +49,7 @@ func TestPoolFairness(t *testing.T) {
 	}{
 		{data.StrategyWeighted, map[string]int{"a": 1, "b": 2, "c": 3, "d": 4}, 10000},
 		// Its turns are checked booking by booking: fewer will do.
-		{data.StrategyLeastRecentlyBooked, nil, 1000},
+		{data.StrategyLeastRecentlyBooked, nil, 400},
 	} {
 		t.Run(tc.strategy, func(t *testing.T) {
 			h := newHarness(t)
