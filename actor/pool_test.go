@@ -68,7 +68,7 @@ func TestPoolFairness(t *testing.T) {
 			for from := 0; from < n; from += batch {
 				var ins []actor.Input
 				var want []string // each choose's chosen calendar
-				for i := from; i < from+batch; i++ {
+				for i := from; i < min(from+batch, n); i++ {
 					order := actor.PoolOrder(&model)
 					chosen := order[0]
 					if i%4 == 3 {
