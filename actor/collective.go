@@ -96,17 +96,13 @@ type CollectiveSpec struct {
 // decoder ignored) must be decided as before, and a collective command
 // whose member is malformed is refused by Validate with the field named.
 func (s *CollectiveSpec) UnmarshalJSON(b []byte) error {
-	var v struct {
-		ID          string        `json:"id"`
-		CalendarIDs []string      `json:"calendar_ids"`
-		Decision    LenientString `json:"decision"`
-		Hold        bool          `json:"hold"`
-	}
+	type plain CollectiveSpec // its fields, without this method
+	var v plain
 	if err := json.Unmarshal(b, &v); err != nil {
 		*s = CollectiveSpec{bad: true}
 		return nil
 	}
-	*s = CollectiveSpec{ID: v.ID, CalendarIDs: v.CalendarIDs, Decision: v.Decision, Hold: v.Hold}
+	*s = CollectiveSpec(v)
 	return nil
 }
 
@@ -408,12 +404,7 @@ func cancelPart(tx *data.Tx, d *Decoded) (Reply, error) {
 	case data.StatusPending:
 		return d.reject(CodeCollectivePending, "the collective booking is not decided yet on this calendar; try again in a few seconds"), nil
 	case data.StatusConfirmed:
-		at := d.At
-		bk.Status, bk.CancelledAt = data.StatusCancelled, &at
-		if err := tx.PutBooking(bk); err != nil {
-			return Reply{}, err
-		}
-		if err := mirrorLinked(tx, d, data.SyncDelete, &bk); err != nil {
+		if err := cancelRecord(tx, d, &bk); err != nil {
 			return Reply{}, err
 		}
 	}

@@ -405,18 +405,24 @@ func cancelBooking(tx *data.Tx, d *Decoded) (Reply, error) {
 		return *rej, nil
 	}
 	if bk.Status != data.StatusCancelled {
-		at := d.At
-		bk.Status, bk.CancelledAt = data.StatusCancelled, &at
-		if err := tx.PutBooking(bk); err != nil {
-			return Reply{}, err
-		}
-		if err := mirrorLinked(tx, d, data.SyncDelete, &bk); err != nil {
+		if err := cancelRecord(tx, d, &bk); err != nil {
 			return Reply{}, err
 		}
 	}
 	r := d.accept()
 	r.Booking = &bk
 	return r, nil
+}
+
+// cancelRecord cancels bk, a confirmed booking of d's calendar, at d's log
+// time, and removes it from a linked calendar.
+func cancelRecord(tx *data.Tx, d *Decoded, bk *data.Booking) error {
+	at := d.At
+	bk.Status, bk.CancelledAt = data.StatusCancelled, &at
+	if err := tx.PutBooking(*bk); err != nil {
+		return err
+	}
+	return mirrorLinked(tx, d, data.SyncDelete, bk)
 }
 
 // location loads a time zone from the data built into the binary, never

@@ -77,19 +77,13 @@ type PoolSpec struct {
 // UnmarshalJSON reads the pool member and never fails, for the reasons
 // CollectiveSpec's does.
 func (s *PoolSpec) UnmarshalJSON(b []byte) error {
-	var v struct {
-		ID          string         `json:"id"`
-		CalendarIDs []string       `json:"calendar_ids"`
-		Strategy    LenientString  `json:"strategy"`
-		Weights     map[string]int `json:"weights"`
-		Chosen      string         `json:"chosen"`
-		BookingID   string         `json:"booking_id"`
-	}
+	type plain PoolSpec // its fields, without this method
+	var v plain
 	if err := json.Unmarshal(b, &v); err != nil {
 		*s = PoolSpec{bad: true}
 		return nil
 	}
-	*s = PoolSpec{ID: v.ID, CalendarIDs: v.CalendarIDs, Strategy: v.Strategy, Weights: v.Weights, Chosen: v.Chosen, BookingID: v.BookingID}
+	*s = PoolSpec(v)
 	return nil
 }
 
