@@ -143,18 +143,13 @@ func (s *Server) createPoolHold(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	spec, bad := bookingSpec(&req.bookingRequest)
+	spec, bad := holdSpec(&req)
 	if spec.Recurrence != nil || spec.OnConflict != "" {
 		bad = append(bad, actor.FieldError{Field: "recurrence", Message: "a pool hold has no recurrence"})
-	}
-	ttl, fe := parseTTL(req.TTL)
-	if fe != nil {
-		bad = append(bad, *fe)
 	}
 	if len(bad) > 0 {
 		return invalid(bad...)
 	}
-	spec.TTLSeconds = ttl
 	return s.placeInPool(c, id, reqID, actor.TypeHoldCreate, spec)
 }
 

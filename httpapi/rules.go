@@ -129,6 +129,17 @@ type holdRequest struct {
 	TTL json.RawMessage `json:"ttl"`
 }
 
+// holdSpec is bookingSpec for a hold's body: the booking with its ttl.
+func holdSpec(req *holdRequest) (*actor.BookingSpec, []actor.FieldError) {
+	spec, bad := bookingSpec(&req.bookingRequest)
+	ttl, fe := parseTTL(req.TTL)
+	if fe != nil {
+		bad = append(bad, *fe)
+	}
+	spec.TTLSeconds = ttl
+	return spec, bad
+}
+
 func parseTTL(raw json.RawMessage) (int, *actor.FieldError) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || string(raw) == "null" {
@@ -175,15 +186,10 @@ func (s *Server) createHold(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	spec, bad := bookingSpec(&req.bookingRequest)
-	ttl, fe := parseTTL(req.TTL)
-	if fe != nil {
-		bad = append(bad, *fe)
-	}
+	spec, bad := holdSpec(&req)
 	if len(bad) > 0 {
 		return invalid(bad...)
 	}
-	spec.TTLSeconds = ttl
 	// With a recurrence, a held series (version 3), which costs what the
 	// series of bookings costs: its writer decides every occurrence, and
 	// a publishable key may ask for one.
