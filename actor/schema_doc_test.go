@@ -415,7 +415,7 @@ func everyOutcome() (msgs []actor.Input, want []string) {
 	// Schema version 2: the marker, and a command of version 3 that
 	// stopped the partition until a skip named it.
 	addOn("_bookline-0", "", `{"v":2,"type":"schema.upgrade","request_id":"schema-upgrade.2","calendar_id":"_bookline-0"}`)
-	add(actor.CodeCommandSkipped, strings.Replace(bookCmd("s", "s-v3", wed(8, 0), wed(9, 0), "Vi"), `"v":1`, `"v":5`, 1))
+	add(actor.CodeCommandSkipped, strings.Replace(bookCmd("s", "s-v3", wed(8, 0), wed(9, 0), "Vi"), `"v":1`, `"v":9`, 1))
 	skipped := len(msgs)
 	skip := func(req string, seq int) string {
 		return fmt.Sprintf(`{"v":2,"type":"partition.skip","request_id":%q,"calendar_id":"_bookline-0","skip":{"seq":%d}}`, req, seq)
@@ -449,6 +449,12 @@ func everyOutcome() (msgs []actor.Input, want []string) {
 	addOn("t", actor.CodeSlotTaken, prepareCmd("t", "s-k2", ids, mon(11, 0), mon(12, 0)))
 	add(actor.CodeCollectiveAborted, decideCmd("s-k2", ids, actor.DecisionAbort))
 	add("", stepCmd(actor.TypeCollectiveAbort, "s", "s-k2", ids, mon(11, 0), mon(12, 0)))
+	// Schema version 5: a collective decided by its votes, one vote
+	// fenced (yes), and a member fenced before it voted (no).
+	add("", prepareCmd("s", "s-k3", ids, mon(13, 0), mon(14, 0)))
+	add("", fenceCmd(5, "s", "s-k3", ids))
+	addOn("t", actor.CodeCollectiveAborted, fenceCmd(5, "t", "s-k3", ids))
+	addOn("t", actor.CodeCollectiveAborted, prepareCmd("t", "s-k3", ids, mon(13, 0), mon(14, 0)))
 	// Pools: one upserted, a choice, a booking recorded; an unknown pool.
 	tok := actor.PoolToken("team")
 	addOn(tok, actor.CodePoolNotFound, poolChooseCmd("team", "s-q0"))
