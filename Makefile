@@ -96,7 +96,8 @@ contract:
 # three nats-server processes, each store on a power-loss file system,
 # two bookline instances; per nemesis 10 fault cycles under 24 clients and
 # an importer, checked after each; then the single-node power-loss test
-# with 40 cuts. `make test` runs the short variants (2 cycles, 10 cuts).
+# with 40 cuts. `make test` runs the short variants (1 cycle per test, of a
+# kind the seed picks; 6 cuts).
 # Needs root and /dev/fuse; SEED=<n> repeats a run's random choices.
 SEED ?=
 faults:

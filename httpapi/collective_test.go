@@ -33,23 +33,9 @@ type collectiveAnswer struct {
 	} `json:"error"`
 }
 
-// twoPartitions returns n calendar ids of which no two share a partition
-// of parts partitions.
 func twoPartitions(t *testing.T, parts, n int) []string {
 	t.Helper()
-	seen := map[int]bool{}
-	var ids []string
-	for i := 0; len(ids) < n && i < 1000; i++ {
-		id := fmt.Sprintf("host%d", i)
-		if p := queue.PartitionOf(id, parts); !seen[p] {
-			seen[p] = true
-			ids = append(ids, id)
-		}
-	}
-	if len(ids) < n {
-		t.Fatalf("no %d calendars in distinct partitions", n)
-	}
-	return ids
+	return queuetest.Apart(t, queue.PartitionOf, "host", parts, n)
 }
 
 // TestCollectiveOverHTTP: POST /v1/bookings books one interval on

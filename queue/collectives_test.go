@@ -11,22 +11,9 @@ import (
 	"github.com/bookline/bookline/queue/queuetest"
 )
 
-// apart returns n calendar ids in n different partitions of parts.
 func apart(t *testing.T, parts, n int) []string {
 	t.Helper()
-	seen := map[int]bool{}
-	var ids []string
-	for i := 0; len(ids) < n && i < 1000; i++ {
-		id := fmt.Sprintf("m%d", i)
-		if p := queue.PartitionOf(id, parts); !seen[p] {
-			seen[p] = true
-			ids = append(ids, id)
-		}
-	}
-	if len(ids) < n {
-		t.Fatalf("no %d calendars in distinct partitions", n)
-	}
-	return ids
+	return queuetest.Apart(t, queue.PartitionOf, "m", parts, n)
 }
 
 // TestCollectiveResolvedAfterAPICrash: an API that stops after some steps

@@ -2,6 +2,7 @@ package queuetest
 
 import (
 	"bytes"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -43,4 +44,25 @@ func (s *SyncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// Apart returns n calendar ids (prefix0, prefix1, …) that partitionOf
+// (queue.PartitionOf, which this package cannot import) puts in n
+// distinct partitions of parts: the members of a collective whose steps
+// are decided by different writers.
+func Apart(tb testing.TB, partitionOf func(string, int) int, prefix string, parts, n int) []string {
+	tb.Helper()
+	seen := map[int]bool{}
+	var ids []string
+	for i := 0; len(ids) < n && i < 1000; i++ {
+		id := prefix + strconv.Itoa(i)
+		if p := partitionOf(id, parts); !seen[p] {
+			seen[p] = true
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) < n {
+		tb.Fatalf("no %d calendars in distinct partitions of %d", n, parts)
+	}
+	return ids
 }
