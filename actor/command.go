@@ -133,6 +133,9 @@ type Command struct {
 	Collective *CollectiveSpec `json:"collective,omitempty"`
 	// Pool is the body of the pool.* commands (schema version 4: pool.go).
 	Pool *PoolSpec `json:"pool,omitempty"`
+	// Move is the body of the collective.move* commands (schema version
+	// 5: collective_move.go).
+	Move *MoveSpec `json:"move,omitempty"`
 }
 
 // SkipSpec is the body of partition.skip: the stream sequence of the
@@ -430,6 +433,10 @@ func (c *Command) validate(strict bool) []FieldError {
 		if c.V < CollectiveSchemaVersion {
 			add("type", fmt.Sprintf("unknown command type %q", c.Type))
 		}
+	case TypeCollectiveMove, TypeCollectiveMoveCommit, TypeCollectiveMoveAbort:
+		if c.V < CollectiveMoveSchemaVersion {
+			add("type", fmt.Sprintf("unknown command type %q", c.Type))
+		}
 	case TypeSchemaUpgrade, TypePartitionSkip:
 		switch {
 		case c.V < 2:
@@ -450,6 +457,11 @@ func (c *Command) validate(strict bool) []FieldError {
 	} else {
 		errs = append(errs, c.validateCollective()...)
 		errs = append(errs, c.validatePool()...)
+	}
+	if c.V < CollectiveMoveSchemaVersion {
+		c.Move = nil
+	} else {
+		errs = append(errs, c.validateMove(strict)...)
 	}
 	if c.RecordTTLSeconds < 0 || c.RecordTTLSeconds > MaxRecordTTLSeconds {
 		add("record_ttl_seconds", fmt.Sprintf("must be from 0 (keep the record forever) to %d seconds", MaxRecordTTLSeconds))

@@ -415,7 +415,7 @@ func everyOutcome() (msgs []actor.Input, want []string) {
 	// Schema version 2: the marker, and a command of version 3 that
 	// stopped the partition until a skip named it.
 	addOn("_bookline-0", "", `{"v":2,"type":"schema.upgrade","request_id":"schema-upgrade.2","calendar_id":"_bookline-0"}`)
-	add(actor.CodeCommandSkipped, strings.Replace(bookCmd("s", "s-v3", wed(8, 0), wed(9, 0), "Vi"), `"v":1`, `"v":5`, 1))
+	add(actor.CodeCommandSkipped, strings.Replace(bookCmd("s", "s-v3", wed(8, 0), wed(9, 0), "Vi"), `"v":1`, `"v":6`, 1))
 	skipped := len(msgs)
 	skip := func(req string, seq int) string {
 		return fmt.Sprintf(`{"v":2,"type":"partition.skip","request_id":%q,"calendar_id":"_bookline-0","skip":{"seq":%d}}`, req, seq)

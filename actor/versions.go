@@ -20,13 +20,14 @@ import (
 )
 
 // KnownSchemaVersion is the newest command schema version this build can
-// decide: it knows 1 to 4. A command of a higher version is never decided
+// decide: it knows 1 to 5. A command of a higher version is never decided
 // by this build (Decoded.Newer). Version 2 is version 1's types and fields
 // plus schema.upgrade and partition.skip; version 3 adds recurring series
-// (series.go), version 4 collective bookings (collective.go). bookline's
+// (series.go), version 4 collective bookings (collective.go), version 5
+// the move of a collective (collective_move.go). bookline's
 // own producers keep writing version 1 (SchemaVersion) for what version 1
 // can express.
-const KnownSchemaVersion = 4
+const KnownSchemaVersion = 5
 
 // knownVersion is KnownSchemaVersion, except in tests that play a newer
 // build (SetKnownSchemaVersionForTest).
