@@ -449,6 +449,28 @@ func everyOutcome() (msgs []actor.Input, want []string) {
 	addOn("t", actor.CodeSlotTaken, prepareCmd("t", "s-k2", ids, mon(11, 0), mon(12, 0)))
 	add(actor.CodeCollectiveAborted, decideCmd("s-k2", ids, actor.DecisionAbort))
 	add("", stepCmd(actor.TypeCollectiveAbort, "s", "s-k2", ids, mon(11, 0), mon(12, 0)))
+	// Schema version 5: a collective moved by half an hour on s and t;
+	// a second move refused by t and aborted.
+	for _, c := range ids {
+		addOn(c, "", prepareCmd(c, "s-k3", ids, mon(13, 0), mon(14, 0)))
+	}
+	add("", decideCmd("s-k3", ids, actor.DecisionCommit))
+	for _, c := range ids {
+		addOn(c, "", stepCmd(actor.TypeCollectiveCommit, c, "s-k3", ids, mon(13, 0), mon(14, 0)))
+	}
+	k3 := actor.CollectiveID(ids, "s-k3")
+	for _, c := range ids {
+		addOn(c, "", moveCmd(c, "s-m1", "s-k3", ids, mon(13, 30), mon(14, 30)))
+	}
+	add("", decideCmdByID(actor.MoveID(k3, "s-m1"), ids, actor.DecisionCommit))
+	for _, c := range ids {
+		addOn(c, "", moveStepCmd(actor.TypeCollectiveMoveCommit, c, k3, "s-m1", ids, time.Time{}, time.Time{}))
+	}
+	addOn("t", "", bookCmd("t", "t-b2", mon(16, 0), mon(17, 0), "Tom"))
+	add("", moveCmd("s", "s-m2", "s-k3", ids, mon(16, 0), mon(17, 0)))
+	addOn("t", actor.CodeSlotTaken, moveCmd("t", "s-m2", "s-k3", ids, mon(16, 0), mon(17, 0)))
+	add(actor.CodeCollectiveAborted, decideCmdByID(actor.MoveID(k3, "s-m2"), ids, actor.DecisionAbort))
+	add("", moveStepCmd(actor.TypeCollectiveMoveAbort, "s", k3, "s-m2", ids, mon(16, 0), mon(17, 0)))
 	// Pools: one upserted, a choice, a booking recorded; an unknown pool.
 	tok := actor.PoolToken("team")
 	addOn(tok, actor.CodePoolNotFound, poolChooseCmd("team", "s-q0"))
@@ -506,7 +528,10 @@ func TestSchemaValidatesDecidedMessages(t *testing.T) {
 		{"types of accepted replies", v.types, "command.schema.json", "commandType"},
 	} {
 		for _, k := range schemaEnum(t, c.file, c.def) {
-			if !c.seen[k] {
+			// A move record's status once its move was applied: the
+			// commit answers with the part, so only reads of the index
+			// (GET of the record) show it.
+			if !c.seen[k] && k != data.StatusMoved {
 				t.Errorf("%s: no reply with %q was checked", c.what, k)
 			}
 		}
