@@ -490,12 +490,8 @@ func decide(tx *data.Tx, p int, d *Decoded) (*Reply, error) {
 		r, err = abortPart(tx, d)
 	case TypeCollectiveCancel:
 		r, err = cancelPart(tx, d)
-	case TypeCollectiveMove:
-		r, err = prepareMove(tx, d)
-	case TypeCollectiveMoveCommit:
-		r, err = commitMove(tx, d)
-	case TypeCollectiveMoveAbort:
-		r, err = abortMove(tx, d)
+	case TypeCollectiveMove, TypeCollectiveMoveCommit, TypeCollectiveMoveAbort:
+		r, err = decideMove(tx, d)
 	case TypePoolUpsert:
 		r, err = upsertPool(tx, d)
 	case TypePoolChoose:

@@ -101,9 +101,14 @@ func isMoveStep(c *Command) bool {
 }
 
 // validateMove checks a command of version 5 for its move member (and
-// puts its times in UTC). The collective member is checked with the
-// collective's steps (validateCollective).
+// puts its times in UTC), and forgets the member in a command of an
+// earlier version, whose decoder did not know it. The collective member
+// is checked with the collective's steps (validateCollective).
 func (c *Command) validateMove(strict bool) []FieldError {
+	if c.V < CollectiveMoveSchemaVersion {
+		c.Move = nil
+		return nil
+	}
 	var errs []FieldError
 	add := func(f, m string) { errs = append(errs, FieldError{Field: f, Message: m}) }
 	if !isMoveType(c.Type) {
@@ -156,6 +161,17 @@ func (c *Command) v5Fingerprint() []byte {
 		Move *MoveSpec `json:"move"`
 	}{c.Move})
 	return out
+}
+
+// decideMove decides the version 5 command types.
+func decideMove(tx *data.Tx, d *Decoded) (Reply, error) {
+	switch d.Cmd.Type {
+	case TypeCollectiveMove:
+		return prepareMove(tx, d)
+	case TypeCollectiveMoveCommit:
+		return commitMove(tx, d)
+	}
+	return abortMove(tx, d)
 }
 
 // prepareMove decides a collective.move: the member's move record, in

@@ -359,6 +359,9 @@ func (c *Command) Validate() []FieldError { return c.validate(true) }
 
 // validate is Validate under the strict rules or those of rules level 1
 // (docs/protocol.md, "Versions").
+//
+// long: one case per command type and one check per schema version's
+// members, in one place, so that what a version accepts reads as a whole.
 func (c *Command) validate(strict bool) []FieldError {
 	var errs []FieldError
 	add := func(f, m string) { errs = append(errs, FieldError{Field: f, Message: m}) }
@@ -458,11 +461,7 @@ func (c *Command) validate(strict bool) []FieldError {
 		errs = append(errs, c.validateCollective()...)
 		errs = append(errs, c.validatePool()...)
 	}
-	if c.V < CollectiveMoveSchemaVersion {
-		c.Move = nil
-	} else {
-		errs = append(errs, c.validateMove(strict)...)
-	}
+	errs = append(errs, c.validateMove(strict)...)
 	if c.RecordTTLSeconds < 0 || c.RecordTTLSeconds > MaxRecordTTLSeconds {
 		add("record_ttl_seconds", fmt.Sprintf("must be from 0 (keep the record forever) to %d seconds", MaxRecordTTLSeconds))
 	}

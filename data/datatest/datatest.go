@@ -297,16 +297,8 @@ func checkCalendar(tx *data.Tx, calID string, holdIndexed map[string]bool) []str
 		}
 	}
 
-	owner, moveProblems := moveOwners(records)
-	for _, p := range moveProblems {
-		if report("%s", p) != nil {
-			return problems
-		}
-	}
-	for i := range counted {
-		if o, ok := owner[counted[i].ID]; ok {
-			counted[i].ID = o // counted with its part: see overCapacity
-		}
+	if countMovesWithParts(records, counted, report) != nil {
+		return problems
 	}
 
 	// Capacity: the intervals, then (when those fit) the buffered spans.
@@ -330,6 +322,25 @@ func checkCalendar(tx *data.Tx, calID string, holdIndexed map[string]bool) []str
 type overload struct {
 	at  time.Time
 	ids []string // the intervals covering it, sorted
+}
+
+// countMovesWithParts gives every pending move record of counted its
+// part's id, so that overCapacity counts the two as one booking, and
+// reports the links between parts and moves that do not agree; it returns
+// report's error (too many problems).
+func countMovesWithParts(records map[string]data.Booking, counted []data.SlotEntry, report func(string, ...any) error) error {
+	owner, problems := moveOwners(records)
+	for _, p := range problems {
+		if err := report("%s", p); err != nil {
+			return err
+		}
+	}
+	for i := range counted {
+		if o, ok := owner[counted[i].ID]; ok {
+			counted[i].ID = o
+		}
+	}
+	return nil
 }
 
 // moveOwners maps the id of every pending move record of records to its
