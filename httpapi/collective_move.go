@@ -64,6 +64,14 @@ func (s *Server) moveCollective(c *fiber.Ctx, cal, id, reqID string, ids []strin
 		}
 	}
 	applied := s.runStep(ctx, applies)
+	for _, v := range votes {
+		// The key moved the collective before with another body: the
+		// move's id is the key's, so the recorded decision is that
+		// request's, not an answer to this one.
+		if v.err == nil && v.reply.Code == actor.CodeIdempotencyKeyReused {
+			return s.writeReply(c, v.raw)
+		}
+	}
 	if !committed {
 		return s.collectiveRefusal(votes, decided)
 	}

@@ -70,6 +70,12 @@ func TestCollectiveMoveOverHTTP(t *testing.T) {
 		t.Fatalf("retry: %d %s, first %s", again.Status, again.Body, mv.Body)
 	}
 	where(at.Add(30 * time.Minute))
+	// The key again with another interval: not this request's answer.
+	if r := h.do("POST", path(ids[1]), interval(at.Add(90*time.Minute), time.Hour), "Idempotency-Key", "mv-1"); r.Status != http.StatusUnprocessableEntity ||
+		r.errorCode(t) != actor.CodeIdempotencyKeyReused {
+		t.Fatalf("the key with another body: %d %s", r.Status, r.Body)
+	}
+	where(at.Add(30 * time.Minute))
 	// The old interval's first half is free again.
 	early := h.do("POST", "/v1/calendars/"+ids[0]+"/bookings", bookingBody(at, 30*time.Minute, "Early"))
 	h.mustStatus(early, http.StatusCreated)
