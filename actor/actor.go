@@ -490,6 +490,8 @@ func decide(tx *data.Tx, p int, d *Decoded) (*Reply, error) {
 		r, err = abortPart(tx, d)
 	case TypeCollectiveCancel:
 		r, err = cancelPart(tx, d)
+	case TypeCollectiveFence:
+		r, err = fencePart(tx, d)
 	case TypeCollectiveMove, TypeCollectiveMoveCommit, TypeCollectiveMoveAbort:
 		r, err = decideMove(tx, d)
 	case TypePoolUpsert:

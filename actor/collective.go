@@ -129,7 +129,8 @@ func AbortRequestID(id string) string { return "collective.abort." + id }
 
 func isCollectiveType(t string) bool {
 	switch t {
-	case TypeCollectivePrepare, TypeCollectiveDecide, TypeCollectiveCommit, TypeCollectiveAbort, TypeCollectiveCancel:
+	case TypeCollectivePrepare, TypeCollectiveDecide, TypeCollectiveCommit, TypeCollectiveAbort, TypeCollectiveCancel,
+		TypeCollectiveFence:
 		return true
 	}
 	return isMoveType(t)
@@ -141,12 +142,33 @@ func isCollectiveType(t string) bool {
 // one every member applies.
 func firstAnswerWins(c *Command) bool {
 	return c.V >= CollectiveSchemaVersion &&
-		(c.Type == TypeCollectiveDecide || c.Type == TypeCollectiveCommit || c.Type == TypeCollectiveAbort) || isMoveStep(c)
+		(c.Type == TypeCollectiveDecide || c.Type == TypeCollectiveCommit || c.Type == TypeCollectiveAbort || c.Type == TypeCollectiveFence) || isMoveStep(c)
 }
 
 // dropCollectiveFields forgets the member of version 4 in a command of an
 // earlier version, whose decoder did not know it.
 func (c *Command) dropCollectiveFields() { c.Collective, c.Pool = nil, nil }
+
+// validateStepType checks what a collective or pool step's type needs
+// besides its member: a version that defines the type (before it, the type
+// is unknown, as the builds of that version decided), and the booking of
+// the steps that carry one.
+func (c *Command) validateStepType(strict bool) []FieldError {
+	since := CollectiveSchemaVersion
+	if c.Type == TypeCollectiveFence {
+		since = CollectiveVotesSchemaVersion
+	}
+	withBooking := c.Type == TypeCollectivePrepare || c.Type == TypeCollectiveAbort || c.Type == TypeCollectiveFence
+	switch {
+	case c.V < since:
+		return []FieldError{{Field: "type", Message: fmt.Sprintf("unknown command type %q", c.Type)}}
+	case withBooking && c.Booking != nil:
+		return validateBooking(c.Booking, strict)
+	case withBooking && c.Type != TypeCollectiveAbort:
+		return []FieldError{{Field: "booking", Message: "is required"}}
+	}
+	return nil
+}
 
 // validateCollective checks a command of version 4 (and normalises it).
 func (c *Command) validateCollective() []FieldError {
@@ -212,17 +234,15 @@ func (c *Command) validateCollective() []FieldError {
 		case c.RequestID != DecisionRequestID(s.ID):
 			add("request_id", "must be collective.decision.<collective id>")
 		}
-	case TypeCollectiveCommit, TypeCollectiveAbort:
-		want := CommitRequestID(s.ID)
-		if c.Type == TypeCollectiveAbort {
-			want = AbortRequestID(s.ID)
-		}
+	case TypeCollectiveCommit, TypeCollectiveAbort, TypeCollectiveFence:
+		want := map[string]string{TypeCollectiveCommit: CommitRequestID(s.ID), TypeCollectiveAbort: AbortRequestID(s.ID),
+			TypeCollectiveFence: FenceRequestID(s.ID)}[c.Type]
 		if c.RequestID != want {
 			add("request_id", "must be "+strings.TrimSuffix(want, s.ID)+"<collective id>")
 		}
 	}
-	if c.Type != TypeCollectivePrepare && c.Type != TypeCollectiveAbort && c.Booking != nil && !isPoolType(c.Type) {
-		add("booking", "only collective.prepare and collective.abort have a booking")
+	if c.Type != TypeCollectivePrepare && c.Type != TypeCollectiveAbort && c.Type != TypeCollectiveFence && c.Booking != nil && !isPoolType(c.Type) {
+		add("booking", "only collective.prepare, collective.abort and collective.fence have a booking")
 	}
 	return errs
 }
@@ -366,16 +386,8 @@ func abortPart(tx *data.Tx, d *Decoded) (Reply, error) {
 	case !found && d.Cmd.Booking == nil:
 		return d.reject(CodeBookingNotFound, "this calendar has no part of the collective booking"), nil
 	case !found:
-		if tx.BookingExists(d.Cmd.CalendarID, d.Cmd.Collective.ID) {
-			return d.reject(CodeBookingNotFound, "this calendar has no part of the collective booking"), nil
-		}
-		if !tx.CalendarExists(d.Cmd.CalendarID) {
-			return d.reject(CodeCalendarNotFound, "calendar not found"), nil
-		}
-		bk = newBooking(d, d.Cmd.Collective.ID, &data.Calendar{}, data.StatusAborted)
-		bk.CalendarIDs = slices.Clone(d.Cmd.Collective.CalendarIDs)
-		if err := tx.CreateBooking(bk, nil); err != nil {
-			return Reply{}, err
+		if rej, err := tombstone(tx, d, &bk); rej != nil || err != nil {
+			return deref(rej), err
 		}
 	case bk.Status == data.StatusPending:
 		bk.Status = data.StatusAborted
@@ -388,6 +400,23 @@ func abortPart(tx *data.Tx, d *Decoded) (Reply, error) {
 	r := d.accept()
 	r.Booking = &bk
 	return r, nil
+}
+
+// tombstone writes into bk the aborted part of d's collective on a
+// calendar that has none, so that the member's prepare, if it comes
+// later, is refused: the abort's or the fence's booking, holding nothing.
+func tombstone(tx *data.Tx, d *Decoded, bk *data.Booking) (*Reply, error) {
+	if tx.BookingExists(d.Cmd.CalendarID, d.Cmd.Collective.ID) {
+		r := d.reject(CodeBookingNotFound, "this calendar has no part of the collective booking")
+		return &r, nil
+	}
+	if !tx.CalendarExists(d.Cmd.CalendarID) {
+		r := d.reject(CodeCalendarNotFound, "calendar not found")
+		return &r, nil
+	}
+	*bk = newBooking(d, d.Cmd.Collective.ID, &data.Calendar{}, data.StatusAborted)
+	bk.CalendarIDs = slices.Clone(d.Cmd.Collective.CalendarIDs)
+	return nil, tx.CreateBooking(*bk, nil)
 }
 
 // cancelPart decides a collective.cancel: a confirmed part is cancelled.

@@ -1,6 +1,7 @@
 package actor_test
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"path/filepath"
@@ -78,13 +79,14 @@ func TestCollectivesAndPoolsAcrossPartitions(t *testing.T) {
 	ps.send(tok, poolUpsertCmd("pool", "pu", cals[:4], "least_recently_booked", nil))
 
 	slot := func() (time.Time, time.Time) {
-		s := at(60 * (2 + rng.IntN(20)))
+		s := at(60*(2+rng.IntN(20)) + 24*60*rng.IntN(4))
 		return s, s.Add(time.Duration(30*(1+rng.IntN(3))) * time.Minute)
 	}
 	type coll struct {
-		ids  []string
-		req  string
-		done bool // its decision reached every member
+		ids      []string
+		req      string
+		done     bool // its decision reached every member
+		promised bool // the API answered committed
 	}
 	var colls []coll
 	crash := func() bool { return rng.IntN(5) == 0 }
@@ -107,36 +109,13 @@ func TestCollectivesAndPoolsAcrossPartitions(t *testing.T) {
 			s, e := slot()
 			order := slices.Clone(ids)
 			rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
-			all, stopped := true, false
-			for _, c := range order {
-				if crash() {
-					stopped = true
-					break
-				}
-				all = ps.send(c, prepareCmd(c, req, ids, s, e)).Outcome == actor.OutcomeAccepted && all
-			}
 			colls = append(colls, coll{ids: ids, req: req})
-			if stopped {
-				continue
+			k := &colls[len(colls)-1]
+			if rng.IntN(3) == 0 {
+				k.done = ps.coordinatorAPI(ids, order, req, s, e, crash)
+			} else {
+				k.done, k.promised = ps.votesAPI(ids, order, req, s, e, crash, rng)
 			}
-			decision := actor.DecisionAbort
-			if all {
-				decision = actor.DecisionCommit
-			}
-			commit, _ := actor.Committed(ptr(ps.send(ids[0], decideCmd(req, ids, decision))))
-			typ := actor.TypeCollectiveAbort
-			if commit {
-				typ = actor.TypeCollectiveCommit
-			}
-			applied := 0
-			for _, c := range ids {
-				if crash() {
-					break
-				}
-				ps.send(c, stepCmd(typ, c, req, ids, s, e))
-				applied++
-			}
-			colls[len(colls)-1].done = applied == len(ids)
 		case op >= 10 && len(colls) > 0:
 			k := colls[rng.IntN(len(colls))]
 			for try := 0; try < 20 && !ps.confirmed(k.ids, k.req); try++ {
@@ -178,8 +157,11 @@ func TestCollectivesAndPoolsAcrossPartitions(t *testing.T) {
 	for _, h := range ps.parts {
 		datatest.CheckInvariants(t, h.s)
 	}
-	// The owners resolve what is pending: ask the coordinator for an
-	// abort, apply what it answers.
+	// The owners resolve what is pending, as queue's resolver does: learn
+	// the votes, record the decision they make, apply what is recorded.
+	submit := func(_ context.Context, cmd *actor.Command) (actor.Reply, error) {
+		return ps.send(cmd.CalendarID, marshal(t, cmd)), nil
+	}
 	for _, h := range ps.parts {
 		var pending []data.PendingPart
 		_ = h.s.View(func(tx *data.Tx) error {
@@ -193,10 +175,10 @@ func TestCollectivesAndPoolsAcrossPartitions(t *testing.T) {
 				ps.resolveMove(t, bk)
 				continue
 			}
-			d := ps.send(bk.CalendarIDs[0], decideCmdByID(bk.ID, bk.CalendarIDs, actor.DecisionAbort))
-			commit, ok := actor.Committed(&d)
-			if !ok {
-				t.Fatalf("decide: %+v", d)
+			spec := actor.BookingSpec{Start: bk.Start, End: bk.End, Customer: bk.Customer}
+			commit, err := actor.ResolveCollective(context.Background(), submit, bk.ID, bk.CalendarIDs, &spec)
+			if err != nil {
+				t.Fatal(err)
 			}
 			typ := actor.TypeCollectiveAbort
 			if commit {
@@ -207,9 +189,12 @@ func TestCollectivesAndPoolsAcrossPartitions(t *testing.T) {
 	}
 
 	// All or none, for every collective.
-	committed, aborted := 0, 0
+	committed, aborted, promised := 0, 0, 0
 	for _, k := range colls {
 		ps.checkMovedAlike(t, k.ids, k.req)
+		if k.promised {
+			promised++
+		}
 		id := actor.CollectiveID(k.ids, k.req)
 		var statuses []string
 		for _, c := range k.ids {
@@ -225,6 +210,9 @@ func TestCollectivesAndPoolsAcrossPartitions(t *testing.T) {
 		}
 		occupying := 0
 		for _, st := range statuses {
+			if k.promised && st != data.StatusConfirmed && st != data.StatusCancelled {
+				t.Errorf("collective %s was answered committed, but a member's part is %s: %v", id, st, statuses)
+			}
 			if st == data.StatusPending {
 				t.Errorf("collective %s still pending on some member: %v", id, statuses)
 			}
@@ -244,12 +232,13 @@ func TestCollectivesAndPoolsAcrossPartitions(t *testing.T) {
 			t.Errorf("collective %s of %v: %v", id, k.ids, statuses)
 		}
 	}
-	t.Logf("%d collectives: %d on every calendar, %d on none (the rest cancelled half way); move records by status %v", len(colls), committed, aborted, ps.movesDone())
+	t.Logf("%d collectives: %d on every calendar, %d on none (the rest cancelled half way); %d answered committed by their votes; move records by status %v",
+		len(colls), committed, aborted, promised, ps.movesDone())
 	if moves := ps.movesDone(); moves[data.StatusMoved] == 0 || moves[data.StatusAborted] == 0 {
 		t.Fatalf("the load moved %d and aborted %d moves: it must do both", moves[data.StatusMoved], moves[data.StatusAborted])
 	}
-	if committed == 0 || aborted == 0 {
-		t.Fatalf("the load committed %d and aborted %d collectives: it must do both", committed, aborted)
+	if committed == 0 || aborted == 0 || promised == 0 {
+		t.Fatalf("the load committed %d (%d by votes) and aborted %d collectives: it must do each", committed, promised, aborted)
 	}
 
 	// Replay equals live, partition by partition, in random batches.
@@ -268,6 +257,91 @@ func TestCollectivesAndPoolsAcrossPartitions(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// coordinatorAPI runs a collective booking as an API of version 4 does:
+// the prepares (in order), the coordinator's decision, the decision on
+// every member. It stops where crash says; done reports that the decision
+// reached every member.
+func (ps *partitions) coordinatorAPI(ids, order []string, req string, s, e time.Time, crash func() bool) (done bool) {
+	all := true
+	for _, c := range order {
+		if crash() {
+			return false
+		}
+		all = ps.send(c, prepareCmd(c, req, ids, s, e)).Outcome == actor.OutcomeAccepted && all
+	}
+	decision := actor.DecisionAbort
+	if all {
+		decision = actor.DecisionCommit
+	}
+	commit, _ := actor.Committed(ptr(ps.send(ids[0], decideCmd(req, ids, decision))))
+	typ := actor.TypeCollectiveAbort
+	if commit {
+		typ = actor.TypeCollectiveCommit
+	}
+	for _, c := range ids {
+		if crash() {
+			return false
+		}
+		ps.send(c, stepCmd(typ, c, req, ids, s, e))
+	}
+	return true
+}
+
+// votesAPI runs a collective booking as the API does now: the prepares,
+// some of whose answers are lost, so that the member is fenced (before
+// or after its prepare is decided there); committed (promised) when every
+// vote is yes, then the commits; else the aborts of the yes voters. It
+// stops where crash says.
+func (ps *partitions) votesAPI(ids, order []string, req string, s, e time.Time, crash func() bool, rng *rand.Rand) (done, promised bool) {
+	id := actor.CollectiveID(ids, req)
+	spec := actor.BookingSpec{Start: s, End: e, Customer: "Team"}
+	fence := func(c string) actor.Reply { return ps.send(c, marshal(ps.t, actor.FenceCommand(c, id, ids, &spec))) }
+	yes := map[string]bool{}
+	no := false
+	for _, c := range order {
+		if crash() {
+			return false, false
+		}
+		var v actor.Reply
+		switch rng.IntN(6) {
+		case 0: // the answer is lost and the fence overtakes the prepare
+			v = fence(c)
+			if late := ps.send(c, prepareCmd(c, req, ids, s, e)); !actor.VotedYes(&v) && actor.VotedYes(&late) {
+				ps.t.Fatalf("%s fenced no, then its late prepare was accepted: %+v", c, late)
+			}
+		case 1: // the answer is lost after the prepare was decided
+			ps.send(c, prepareCmd(c, req, ids, s, e))
+			v = fence(c)
+		default:
+			v = ps.send(c, prepareCmd(c, req, ids, s, e))
+		}
+		yes[c] = actor.VotedYes(&v)
+		no = no || !yes[c]
+	}
+	typ := actor.TypeCollectiveCommit
+	if no {
+		typ = actor.TypeCollectiveAbort
+	}
+	for _, c := range ids {
+		if no && !yes[c] {
+			continue
+		}
+		if crash() {
+			return false, !no
+		}
+		ps.send(c, stepCmd(typ, c, req, ids, s, e))
+	}
+	return true, !no
+}
+
+func marshal(t *testing.T, cmd *actor.Command) string {
+	b, err := actor.MarshalCommand(cmd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
 
 // decideCmdByID and stepCmdByID are decideCmd and stepCmd for a
 // collective known by its id (the resolver's view).

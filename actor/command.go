@@ -422,20 +422,9 @@ func (c *Command) validate(strict bool) []FieldError {
 		default:
 			c.Busy.Start, c.Busy.End = time.Time{}, time.Time{}
 		}
-	case TypeCollectivePrepare, TypeCollectiveAbort:
-		if c.V < CollectiveSchemaVersion {
-			add("type", fmt.Sprintf("unknown command type %q", c.Type))
-		} else if c.Booking == nil {
-			if c.Type == TypeCollectivePrepare {
-				add("booking", "is required")
-			}
-		} else {
-			errs = append(errs, validateBooking(c.Booking, strict)...)
-		}
-	case TypeCollectiveDecide, TypeCollectiveCommit, TypeCollectiveCancel, TypePoolUpsert, TypePoolChoose, TypePoolRecord:
-		if c.V < CollectiveSchemaVersion {
-			add("type", fmt.Sprintf("unknown command type %q", c.Type))
-		}
+	case TypeCollectivePrepare, TypeCollectiveAbort, TypeCollectiveFence, TypeCollectiveDecide, TypeCollectiveCommit,
+		TypeCollectiveCancel, TypePoolUpsert, TypePoolChoose, TypePoolRecord:
+		errs = append(errs, c.validateStepType(strict)...)
 	case TypeCollectiveMove, TypeCollectiveMoveCommit, TypeCollectiveMoveAbort:
 		if c.V < CollectiveMoveSchemaVersion {
 			add("type", fmt.Sprintf("unknown command type %q", c.Type))

@@ -255,15 +255,15 @@ func TestSchemaNumbersCanonical(t *testing.T) {
 		}
 	}
 	// What the version says still counts: a canonical 2 is decided (this
-	// build knows it), a canonical 6 holds the partition.
+	// build knows it), a canonical 9 holds the partition.
 	h := newHarness(t)
 	h.send("cal1", upsertCmd("cal1", "u", "n"))
 	_, r := h.send("cal1", strings.Replace(valid("v2"), `"v":1`, `"v":2`, 1))
 	wantCode(t, r, "")
-	three := h.input("cal1", strings.Replace(valid("v3"), `"v":1`, `"v":6`, 1))
-	three.Schema = "6"
+	three := h.input("cal1", strings.Replace(valid("v3"), `"v":1`, `"v":9`, 1))
+	three.Schema = "9"
 	if out := h.apply(three)[0]; !out.Held {
-		t.Fatalf("version 6: %+v", out)
+		t.Fatalf("version 9: %+v", out)
 	}
 }
 
@@ -308,7 +308,7 @@ func (h *skipHarness) applyWith(s *data.Store, apply func(*data.Tx, int, []actor
 func TestSkipDecidedAlikeByEveryBuild(t *testing.T) {
 	h := &skipHarness{harness: newHarness(t), skips: map[uint64]*actor.Skip{}}
 	upsert := h.input("cal1", upsertCmd("cal1", "u", "n"))
-	newer := h.input("cal1", strings.Replace(bookCmd("cal1", "n3", at(0), at(60), "Ada"), `"v":1`, `"v":6`, 1))
+	newer := h.input("cal1", strings.Replace(bookCmd("cal1", "n3", at(0), at(60), "Ada"), `"v":1`, `"v":9`, 1))
 	after := h.input("cal1", bookCmd("cal1", "b1", at(0), at(60), "Bob"))
 	skipBody := func(req string, seq uint64) string {
 		return fmt.Sprintf(`{"v":2,"type":"partition.skip","request_id":%q,"calendar_id":"_bookline-0","skip":{"seq":%d}}`, req, seq)
@@ -379,18 +379,18 @@ func TestSkipDecidedAlikeByEveryBuild(t *testing.T) {
 	if got := replay("random", randomBatches(r2, log, false)); got != want {
 		t.Errorf("replay in random batches: %s, live %s", got, want)
 	}
-	// A build that knows version 6 skips it too.
-	restore := actor.SetKnownSchemaVersionForTest(6)
+	// A build that knows version 9 skips it too.
+	restore := actor.SetKnownSchemaVersionForTest(9)
 	defer restore()
 	if d := actor.Decode(newer); d.Newer != 0 || d.Reject != nil {
-		t.Fatalf("a version 6 build does not decide version 6: %+v", d)
+		t.Fatalf("a version 9 build does not decide version 9: %+v", d)
 	}
-	if got := replay("knows v6", [][]actor.Input{log}); got != want {
-		t.Errorf("replay by a build that knows version 6: %s, live %s", got, want)
+	if got := replay("knows v5", [][]actor.Input{log}); got != want {
+		t.Errorf("replay by a build that knows version 9: %s, live %s", got, want)
 	}
 	delete(h.skips, newer.Seq)
-	if got := replay("knows v6, no skip", [][]actor.Input{log}); got == want {
-		t.Error("without the skip a build that knows version 6 decides as if skipped: the test proves nothing")
+	if got := replay("knows v5, no skip", [][]actor.Input{log}); got == want {
+		t.Error("without the skip a build that knows version 9 decides as if skipped: the test proves nothing")
 	}
 }
 

@@ -415,7 +415,7 @@ func everyOutcome() (msgs []actor.Input, want []string) {
 	// Schema version 2: the marker, and a command of version 3 that
 	// stopped the partition until a skip named it.
 	addOn("_bookline-0", "", `{"v":2,"type":"schema.upgrade","request_id":"schema-upgrade.2","calendar_id":"_bookline-0"}`)
-	add(actor.CodeCommandSkipped, strings.Replace(bookCmd("s", "s-v3", wed(8, 0), wed(9, 0), "Vi"), `"v":1`, `"v":6`, 1))
+	add(actor.CodeCommandSkipped, strings.Replace(bookCmd("s", "s-v3", wed(8, 0), wed(9, 0), "Vi"), `"v":1`, `"v":9`, 1))
 	skipped := len(msgs)
 	skip := func(req string, seq int) string {
 		return fmt.Sprintf(`{"v":2,"type":"partition.skip","request_id":%q,"calendar_id":"_bookline-0","skip":{"seq":%d}}`, req, seq)
@@ -449,28 +449,34 @@ func everyOutcome() (msgs []actor.Input, want []string) {
 	addOn("t", actor.CodeSlotTaken, prepareCmd("t", "s-k2", ids, mon(11, 0), mon(12, 0)))
 	add(actor.CodeCollectiveAborted, decideCmd("s-k2", ids, actor.DecisionAbort))
 	add("", stepCmd(actor.TypeCollectiveAbort, "s", "s-k2", ids, mon(11, 0), mon(12, 0)))
+	// Schema version 5: a collective decided by its votes, one vote
+	// fenced (yes), and a member fenced before it voted (no).
+	add("", prepareCmd("s", "s-k3", ids, mon(13, 0), mon(14, 0)))
+	add("", fenceCmd(5, "s", "s-k3", ids))
+	addOn("t", actor.CodeCollectiveAborted, fenceCmd(5, "t", "s-k3", ids))
+	addOn("t", actor.CodeCollectiveAborted, prepareCmd("t", "s-k3", ids, mon(13, 0), mon(14, 0)))
 	// Schema version 5: a collective moved by half an hour on s and t;
 	// a second move refused by t and aborted.
 	for _, c := range ids {
-		addOn(c, "", prepareCmd(c, "s-k3", ids, mon(13, 0), mon(14, 0)))
+		addOn(c, "", prepareCmd(c, "s-k4", ids, mon(14, 30), mon(15, 30)))
 	}
-	add("", decideCmd("s-k3", ids, actor.DecisionCommit))
+	add("", decideCmd("s-k4", ids, actor.DecisionCommit))
 	for _, c := range ids {
-		addOn(c, "", stepCmd(actor.TypeCollectiveCommit, c, "s-k3", ids, mon(13, 0), mon(14, 0)))
+		addOn(c, "", stepCmd(actor.TypeCollectiveCommit, c, "s-k4", ids, mon(14, 30), mon(15, 30)))
 	}
-	k3 := actor.CollectiveID(ids, "s-k3")
+	k4 := actor.CollectiveID(ids, "s-k4")
 	for _, c := range ids {
-		addOn(c, "", moveCmd(c, "s-m1", "s-k3", ids, mon(13, 30), mon(14, 30)))
+		addOn(c, "", moveCmd(c, "s-m1", "s-k4", ids, mon(15, 0), mon(16, 0)))
 	}
-	add("", decideCmdByID(actor.MoveID(k3, "s-m1"), ids, actor.DecisionCommit))
+	add("", decideCmdByID(actor.MoveID(k4, "s-m1"), ids, actor.DecisionCommit))
 	for _, c := range ids {
-		addOn(c, "", moveStepCmd(actor.TypeCollectiveMoveCommit, c, k3, "s-m1", ids, time.Time{}, time.Time{}))
+		addOn(c, "", moveStepCmd(actor.TypeCollectiveMoveCommit, c, k4, "s-m1", ids, time.Time{}, time.Time{}))
 	}
 	addOn("t", "", bookCmd("t", "t-b2", mon(16, 0), mon(17, 0), "Tom"))
-	add("", moveCmd("s", "s-m2", "s-k3", ids, mon(16, 0), mon(17, 0)))
-	addOn("t", actor.CodeSlotTaken, moveCmd("t", "s-m2", "s-k3", ids, mon(16, 0), mon(17, 0)))
-	add(actor.CodeCollectiveAborted, decideCmdByID(actor.MoveID(k3, "s-m2"), ids, actor.DecisionAbort))
-	add("", moveStepCmd(actor.TypeCollectiveMoveAbort, "s", k3, "s-m2", ids, mon(16, 0), mon(17, 0)))
+	add("", moveCmd("s", "s-m2", "s-k4", ids, mon(16, 0), mon(17, 0)))
+	addOn("t", actor.CodeSlotTaken, moveCmd("t", "s-m2", "s-k4", ids, mon(16, 0), mon(17, 0)))
+	add(actor.CodeCollectiveAborted, decideCmdByID(actor.MoveID(k4, "s-m2"), ids, actor.DecisionAbort))
+	add("", moveStepCmd(actor.TypeCollectiveMoveAbort, "s", k4, "s-m2", ids, mon(16, 0), mon(17, 0)))
 	// Pools: one upserted, a choice, a booking recorded; an unknown pool.
 	tok := actor.PoolToken("team")
 	addOn(tok, actor.CodePoolNotFound, poolChooseCmd("team", "s-q0"))

@@ -109,6 +109,9 @@ type Occurrence struct {
 // producer writes, so that every build that can decide c can read it
 // (docs/protocol.md, "Versions").
 func (c *Command) MinVersion() int {
+	if c.Type == TypeCollectiveFence {
+		return CollectiveVotesSchemaVersion
+	}
 	if c.Move != nil || isMoveType(c.Type) {
 		return CollectiveMoveSchemaVersion
 	}

@@ -14,7 +14,7 @@ import (
 
 // Sentinel errors of the data package.
 var (
-	// ErrClosed is returned by Commit after Close.
+	// ErrClosed is returned by Commit and View after Close.
 	ErrClosed = errors.New("data: store closed")
 	// ErrNotFound is returned by lookups of a missing calendar or booking.
 	ErrNotFound = errors.New("data: not found")
@@ -213,12 +213,22 @@ func (s *Store) Synced() bool { return !s.noSync }
 // CommitDurable conditions have returned: when the newest commit is not
 // durable yet, View waits for it (at most one sync of the log).
 func (s *Store) View(fn func(*Tx) error) error {
-	return s.db.View(func(btx *bolt.Tx) error {
+	return closedAsErrClosed(s.db.View(func(btx *bolt.Tx) error {
 		if err := s.vis.wait(uint64(btx.ID())); err != nil {
 			return err
 		}
 		return fn(&Tx{tx: btx, cals: &s.cals})
-	})
+	}))
+}
+
+// closedAsErrClosed turns bbolt's error for a read after Close into
+// ErrClosed, the one error of a closed store: a reader racing a shutdown
+// is told the store is gone, not that something broke.
+func closedAsErrClosed(err error) error {
+	if errors.Is(err, bolt.ErrDatabaseNotOpen) {
+		return ErrClosed
+	}
+	return err
 }
 
 // ViewIfVisible runs fn in a read-only transaction when the newest commit
@@ -236,7 +246,7 @@ func (s *Store) ViewIfVisible(fn func(*Tx) error) (bool, error) {
 		ran = true
 		return fn(&Tx{tx: btx, cals: &s.cals})
 	})
-	return ran, err
+	return ran, closedAsErrClosed(err)
 }
 
 // Commit runs fn inside a read-write transaction and returns once that

@@ -889,6 +889,13 @@ func TestCommitAfterClose(t *testing.T) {
 			t.Fatalf("Commit after Close = %v, want ErrClosed", err)
 		}
 	}
+	// A read racing a shutdown is told the store is closed.
+	if err := s.View(func(*data.Tx) error { return nil }); !errors.Is(err, data.ErrClosed) {
+		t.Errorf("View after Close = %v, want ErrClosed", err)
+	}
+	if _, err := s.ViewIfVisible(func(*data.Tx) error { return nil }); !errors.Is(err, data.ErrClosed) {
+		t.Errorf("ViewIfVisible after Close = %v, want ErrClosed", err)
+	}
 	if err := s.Close(); err != nil {
 		t.Errorf("second Close = %v", err)
 	}

@@ -97,8 +97,8 @@ func (s *Server) createCollectiveHold(c *fiber.Ctx) error {
 }
 
 // startCollective books (hold false) or holds a collective: the prepares
-// on every member at once; then, unless a hold was granted, the decision
-// and its application.
+// on every member at once; then a booking is decided by the votes, and a
+// hold refused by a member is aborted through its coordinator.
 func (s *Server) startCollective(c *fiber.Ctx, req *collectiveRequest, hold bool, holdTTL int) error {
 	reqID, err := requestID(c)
 	if err != nil {
@@ -134,11 +134,14 @@ func (s *Server) startCollective(c *fiber.Ctx, req *collectiveRequest, hold bool
 	defer cancel()
 
 	votes := s.runStep(ctx, prepares)
+	if !hold {
+		return s.finishByVotes(ctx, c, id, ids, spec, votes)
+	}
 	all := true
 	for _, v := range votes {
 		all = all && v.err == nil && v.reply.Outcome == actor.OutcomeAccepted
 	}
-	if hold && all {
+	if all {
 		// Held: the coordinator's part answers, with its secret.
 		return s.writeHeld(c, votes[0].raw)
 	}
@@ -380,6 +383,10 @@ func (s *Server) cancelCollective(c *fiber.Ctx, cal, id string, ids []string) er
 	}
 	ctx, cancel := context.WithTimeout(s.withTrace(context.Background(), requestIDOf(c)), s.cfg.ReplyTimeout)
 	defer cancel()
+	if _, err := s.finishPending(ctx, id, ids); err != nil {
+		s.log.Warn("finishing a pending collective before its cancel", "id", id, "trace_id", requestIDOf(c), "err", err)
+		return &Error{Code: CodeUnavailable, Message: "the collective booking is still being decided: retry the cancel shortly"}
+	}
 	var mine []byte
 	var failed []string
 	for _, v := range s.runStep(ctx, cmds) {

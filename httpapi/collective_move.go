@@ -38,6 +38,14 @@ func (s *Server) moveCollective(c *fiber.Ctx, cal, id, reqID string, ids []strin
 	}
 	ctx, cancel := context.WithTimeout(s.withTrace(context.Background(), requestIDOf(c)), s.cfg.ReplyTimeout)
 	defer cancel()
+	// A collective answered 201 may still be pending on a member (its
+	// commits follow the answer): finished first, as before a cancel, so
+	// that a move right after the booking is not refused
+	// collective_pending (and recorded so under its key).
+	if _, err := s.finishPending(ctx, id, ids); err != nil {
+		s.log.Warn("finishing a pending collective before its move", "id", id, "trace_id", requestIDOf(c), "err", err)
+		return &Error{Code: CodeUnavailable, Message: "the collective booking is still being decided: retry the move shortly"}
+	}
 
 	votes := s.runStep(ctx, prepares)
 	all := true

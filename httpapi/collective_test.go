@@ -1,6 +1,7 @@
 package httpapi_test
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"strings"
@@ -80,14 +81,21 @@ func TestCollectiveOverHTTP(t *testing.T) {
 	if again.Status != http.StatusCreated || string(again.Body) != string(r.Body) {
 		t.Fatalf("retry: %d %s, first %s", again.Status, again.Body, r.Body)
 	}
-	for _, cal := range ids {
-		list := h.listAll(cal)
-		if len(list) != 1 || list[0].ID != a.ID || list[0].Status != "confirmed" {
-			t.Fatalf("%s lists %+v", cal, list)
-		}
+	for i, cal := range ids {
+		// The answer follows the votes; each member applies the commit
+		// right after it.
+		queuetest.CheckFor(t, 10*time.Second, func() error {
+			if list := h.listAll(cal); len(list) != 1 || list[0].ID != a.ID || list[0].Status != "confirmed" {
+				return fmt.Errorf("%s lists %+v", cal, list)
+			}
+			return nil
+		})
 		g := h.do("GET", "/v1/calendars/"+cal+"/bookings/"+a.ID, nil)
 		if g.Status != http.StatusOK || !strings.Contains(string(g.Body), `"calendar_ids":["`+strings.Join(ids, `","`)+`"]`) {
 			t.Fatalf("GET on %s: %d %s", cal, g.Status, g.Body)
+		}
+		if i == 0 && string(g.Body) != string(r.Body) {
+			t.Fatalf("the answer before the commit was applied:\n%s\nthe part after:\n%s", r.Body, g.Body)
 		}
 	}
 
@@ -147,6 +155,51 @@ func TestCollectiveOverHTTP(t *testing.T) {
 // twice, and every collective answered 201 is on all of its calendars.
 // Racing collectives can all lose (each wins a member the others need), so
 // the race runs again on the next day, up to five times, until one wins.
+// TestCollectiveCancelWhilePending: a DELETE that finds a collective's
+// parts still pending (every member voted yes, and the API that prepared
+// them stopped before the commits) finishes the collective from its
+// votes, then cancels it: 200, not a collective_pending recorded under the
+// cancel's key. One whose member never voted is aborted instead: 404.
+func TestCollectiveCancelWhilePending(t *testing.T) {
+	h := start(t, "", options{})
+	ids := twoPartitions(t, 4, 2)
+	for _, id := range ids {
+		h.createCalendar(id, "UTC")
+	}
+	at := time.Date(2027, 5, 4, 10, 0, 0, 0, time.UTC)
+	prepare := func(req, cal string, start time.Time) string {
+		t.Helper()
+		spec := actor.BookingSpec{Start: start, End: start.Add(time.Hour), Customer: "Panel"}
+		cmd := actor.PrepareCommand(cal, req, ids, spec, 0)
+		if errs := cmd.Validate(); len(errs) > 0 {
+			t.Fatal(errs)
+		}
+		raw, err := h.node.Submit(context.Background(), cmd, cmd.Fingerprint())
+		if err != nil || !strings.Contains(string(raw), `"outcome":"accepted"`) {
+			t.Fatalf("prepare on %s: %v %s", cal, err, raw)
+		}
+		return cmd.Collective.ID
+	}
+	id := prepare("crashed-1", ids[0], at)
+	prepare("crashed-1", ids[1], at)
+	r := h.do("DELETE", "/v1/calendars/"+ids[1]+"/bookings/"+id, nil, "Idempotency-Key", "cancel-1")
+	h.mustStatus(r, http.StatusOK)
+	for _, cal := range ids {
+		if g := h.do("GET", "/v1/calendars/"+cal+"/bookings/"+id, nil); !strings.Contains(string(g.Body), `"status":"cancelled"`) {
+			t.Fatalf("%s: %d %s", cal, g.Status, g.Body)
+		}
+	}
+	// Only the first member voted: the other is fenced, the collective
+	// aborted, and there is nothing to cancel.
+	id = prepare("crashed-2", ids[0], at.Add(2*time.Hour))
+	r = h.do("DELETE", "/v1/calendars/"+ids[0]+"/bookings/"+id, nil)
+	h.mustStatus(r, http.StatusNotFound)
+	// The interval is free again on both.
+	for _, cal := range ids {
+		h.mustStatus(h.do("POST", "/v1/calendars/"+cal+"/bookings", bookingBody(at.Add(2*time.Hour), time.Hour, "Next")), http.StatusCreated)
+	}
+}
+
 func TestCollectiveConcurrent(t *testing.T) {
 	h := start(t, "", options{})
 	ids := twoPartitions(t, 4, 4)

@@ -134,6 +134,11 @@ func (s *Server) errorHandler(c *fiber.Ctx, err error) error {
 			s.log.Error("http error", "request_id", requestIDOf(c), "path", c.Path(), "status", fe.Code, "err", fe.Message)
 			apiErr = &Error{Code: CodeInternal, Message: "internal error"}
 		}
+	case isUnavailable(err):
+		// A read racing the instance's shutdown (its index closed): the
+		// client retries, here after the restart or on another instance.
+		s.log.Debug("unavailable", "request_id", requestIDOf(c), "path", c.Path(), "err", err)
+		apiErr = &Error{Code: CodeUnavailable, Message: "service unavailable, retry later"}
 	default:
 		s.log.Error("internal error", "request_id", requestIDOf(c), "method", c.Method(), "path", c.Path(), "err", err)
 		apiErr = &Error{Code: CodeInternal, Message: "internal error"}

@@ -168,7 +168,7 @@ func TestAdminSkipsAStoppedPartition(t *testing.T) {
 		return ack.Sequence
 	}
 	s, e := base.Format(time.RFC3339), base.Add(time.Hour).Format(time.RFC3339)
-	newer := publish(fmt.Sprintf(`{"v":6,"type":"booking.create","request_id":"n3","calendar_id":"alice","booking":{"start":%q,"end":%q,"customer":"Ada"},"seats":2}`, s, e), "6", "newer")
+	newer := publish(fmt.Sprintf(`{"v":9,"type":"booking.create","request_id":"n3","calendar_id":"alice","booking":{"start":%q,"end":%q,"customer":"Ada"},"seats":2}`, s, e), "9", "newer")
 	publish(fmt.Sprintf(`{"v":1,"type":"booking.create","request_id":"b1","calendar_id":"alice","booking":{"start":%q,"end":%q,"customer":"Bob"}}`, s, e), "1", "after")
 	stalled := fmt.Sprintf(`bookline_partition_stalled{partition="%d"}`, pa)
 	queuetest.CheckFor(t, 20*time.Second, func() error {
@@ -260,9 +260,9 @@ func TestAdminSkipsAStoppedPartition(t *testing.T) {
 	if got := replay(); got != live.Total {
 		t.Fatal("replay differs from the live index")
 	}
-	restore := actor.SetKnownSchemaVersionForTest(6)
+	restore := actor.SetKnownSchemaVersionForTest(9)
 	defer restore()
 	if got := replay(); got != live.Total {
-		t.Fatal("a replay by a build that knows version 6 differs from the live index")
+		t.Fatal("a replay by a build that knows version 9 differs from the live index")
 	}
 }

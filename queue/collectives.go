@@ -19,10 +19,12 @@ import (
 const DefaultCollectiveResolveAfter = 30 * time.Second
 
 // collectiveResolver finishes collective bookings whose API stopped
-// between the prepare and the decision's last step (actor/collective.go):
-// for a part pending longer than after, it asks the coordinator for an
-// abort and applies whatever decision the coordinator answers (the first
-// one recorded), so every member ends in that one decision. Like the hold
+// between the prepare and the decision's last step (actor/collective.go,
+// collective_votes.go): for a part pending longer than after, it learns
+// every member's vote (actor.ResolveCollective), and applies the decision
+// the coordinator records from them (the first one recorded), so every
+// member ends in that one decision. A held part past its expiry gets the
+// coordinator's expire decision. Like the hold
 // expirer it acts only for partitions this instance may publish for, from
 // an index that is caught up.
 type collectiveResolver struct {
@@ -117,19 +119,21 @@ func (r *collectiveResolver) resolve(ctx context.Context, pp data.PendingPart, n
 	if bk.ExpiresAt == nil && now.Sub(bk.CreatedAt) < r.after || bk.ExpiresAt != nil && now.Before(*bk.ExpiresAt) {
 		return false, nil // not due yet
 	}
-	decision := actor.DecisionAbort
+	spec := actor.BookingSpec{Start: bk.Start, End: bk.End, Customer: bk.Customer, Metadata: bk.Metadata}
+	var commit bool
 	if bk.ExpiresAt != nil {
-		decision = actor.DecisionExpire
-	}
-	decided, err := r.submit(ctx, actor.DecideCommand(bk.ID, bk.CalendarIDs, decision))
-	if err != nil {
+		// A hold's expiry is decided by its coordinator alone.
+		decided, err := r.submit(ctx, actor.DecideCommand(bk.ID, bk.CalendarIDs, actor.DecisionExpire))
+		if err != nil {
+			return false, err
+		}
+		var ok bool
+		if commit, ok = actor.Committed(&decided); !ok {
+			return false, fmt.Errorf("the coordinator answered no decision: %s %s", decided.Code, decided.Message)
+		}
+	} else if commit, err = actor.ResolveCollective(ctx, r.submit, bk.ID, bk.CalendarIDs, &spec); err != nil {
 		return false, err
 	}
-	commit, ok := actor.Committed(&decided)
-	if !ok {
-		return false, fmt.Errorf("the coordinator answered no decision: %s %s", decided.Code, decided.Message)
-	}
-	spec := actor.BookingSpec{Start: bk.Start, End: bk.End, Customer: bk.Customer, Metadata: bk.Metadata}
 	applied, err := r.submit(ctx, actor.ApplyCommand(bk.CalendarID, bk.ID, bk.CalendarIDs, commit, &spec))
 	if err != nil {
 		return false, err

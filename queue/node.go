@@ -558,7 +558,15 @@ func (n *Node) Submit(ctx context.Context, cmd *actor.Command, fingerprint strin
 func (n *Node) StorageFailing() map[string]bool { return n.storage.failing() }
 
 // View runs fn in a read-only transaction on the index.
-func (n *Node) View(fn func(*data.Tx) error) error { return n.store.View(fn) }
+func (n *Node) View(fn func(*data.Tx) error) error {
+	err := n.store.View(fn)
+	if errors.Is(err, data.ErrClosed) {
+		// The node is stopping: nothing is wrong with the read, another
+		// instance (or this one, restarted) can serve it.
+		return errors.Join(ErrUnavailable, err)
+	}
+	return err
+}
 
 // Logger is the node's logger (with the instance id in cluster mode).
 func (n *Node) Logger() *slog.Logger { return n.log }

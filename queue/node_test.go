@@ -572,3 +572,14 @@ func TestRepliesToThisProcessStayInProcess(t *testing.T) {
 		t.Errorf("%d publish acknowledgements through NATS, want 2", acks)
 	}
 }
+
+// TestViewAfterCloseIsUnavailable: a read that races the node's shutdown
+// is unavailable (the API answers 503, retry elsewhere), not an internal
+// error.
+func TestViewAfterCloseIsUnavailable(t *testing.T) {
+	n := startNode(t, t.TempDir(), io.Discard)
+	stopNode(t, n)
+	if err := n.View(func(*data.Tx) error { return nil }); !errors.Is(err, queue.ErrUnavailable) {
+		t.Fatalf("View after Close = %v, want ErrUnavailable", err)
+	}
+}

@@ -41,10 +41,10 @@ func TestSkipSubcommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	// A command of schema version 6, as a newer build would publish it.
+	// A command of schema version 9, as a newer build would publish it.
 	msg := nats.NewMsg(queue.CommandSubject("alice"))
 	msg.Header.Set(queue.HeaderSchema, "3")
-	msg.Data = []byte(`{"v":6,"type":"booking.create","request_id":"n3","calendar_id":"alice","booking":{"start":"2027-02-01T08:00:00Z","end":"2027-02-01T09:00:00Z","customer":"Ada"}}`)
+	msg.Data = []byte(`{"v":9,"type":"booking.create","request_id":"n3","calendar_id":"alice","booking":{"start":"2027-02-01T08:00:00Z","end":"2027-02-01T09:00:00Z","customer":"Ada"}}`)
 	reply, err := nc.RequestMsg(msg, 5*time.Second) // the stream's PubAck
 	if err != nil {
 		t.Fatal(err)
