@@ -492,6 +492,8 @@ func decide(tx *data.Tx, p int, d *Decoded) (*Reply, error) {
 		r, err = cancelPart(tx, d)
 	case TypeCollectiveFence:
 		r, err = fencePart(tx, d)
+	case TypeCollectiveMove, TypeCollectiveMoveCommit, TypeCollectiveMoveAbort:
+		r, err = decideMove(tx, d)
 	case TypePoolUpsert:
 		r, err = upsertPool(tx, d)
 	case TypePoolChoose:

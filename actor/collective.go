@@ -133,7 +133,7 @@ func isCollectiveType(t string) bool {
 		TypeCollectiveFence:
 		return true
 	}
-	return false
+	return isMoveType(t)
 }
 
 // firstAnswerWins reports whether every command of d's request id gets the
@@ -142,7 +142,7 @@ func isCollectiveType(t string) bool {
 // one every member applies.
 func firstAnswerWins(c *Command) bool {
 	return c.V >= CollectiveSchemaVersion &&
-		(c.Type == TypeCollectiveDecide || c.Type == TypeCollectiveCommit || c.Type == TypeCollectiveAbort || c.Type == TypeCollectiveFence)
+		(c.Type == TypeCollectiveDecide || c.Type == TypeCollectiveCommit || c.Type == TypeCollectiveAbort || c.Type == TypeCollectiveFence) || isMoveStep(c)
 }
 
 // dropCollectiveFields forgets the member of version 4 in a command of an
@@ -341,8 +341,8 @@ func collectivePart(tx *data.Tx, d *Decoded) (bk data.Booking, found bool, err e
 	if errors.Is(err, data.ErrNotFound) {
 		return bk, false, nil
 	}
-	if err == nil && len(bk.CalendarIDs) == 0 {
-		return bk, false, nil // a booking of one calendar with this id
+	if err == nil && (len(bk.CalendarIDs) == 0 || bk.MoveOf != "") {
+		return bk, false, nil // a booking of one calendar with this id, or a move record
 	}
 	return bk, err == nil, err
 }
@@ -429,10 +429,12 @@ func cancelPart(tx *data.Tx, d *Decoded) (Reply, error) {
 	if !found || bk.Status == data.StatusAborted {
 		return d.reject(CodeBookingNotFound, "booking not found"), nil
 	}
-	switch bk.Status {
-	case data.StatusPending:
+	switch {
+	case bk.Status == data.StatusPending:
 		return d.reject(CodeCollectivePending, "the collective booking is not decided yet on this calendar; try again in a few seconds"), nil
-	case data.StatusConfirmed:
+	case bk.MoveID != "":
+		return d.reject(CodeCollectivePending, "a move of the collective booking is not decided yet on this calendar; try again in a few seconds"), nil
+	case bk.Status == data.StatusConfirmed:
 		if err := cancelRecord(tx, d, &bk); err != nil {
 			return Reply{}, err
 		}

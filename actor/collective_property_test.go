@@ -49,15 +49,19 @@ func (ps *partitions) send(cal, body string) actor.Reply {
 // TestCollectivesAndPoolsAcrossPartitions is a property test of collective
 // bookings and pools over three partitions that share nothing. Random
 // single bookings, series, collectives (of two or three calendars, in
-// several partitions), their cancels and pool bookings are run by an "API"
+// several partitions), their cancels and moves (collective_move_property_test.go)
+// and pool bookings are run by an "API"
 // that stops at a random step of some of them (a crash: the rest of that
 // request's steps are never sent). Then every partition's owner resolves
 // what it finds pending, as queue's resolver does. It checks that
 //
-//   - every collective is confirmed on all of its calendars or on none;
+//   - every collective is confirmed on all of its calendars or on none,
+//     and at one interval on all of them (every move applied to all or
+//     none);
 //   - no calendar has overlapping bookings (every pool choice, and every
 //     part, was free when its writer decided it: the index invariants,
-//     checked at the end);
+//     checked at the end, and after the load, where a part may overlap
+//     its own pending move and nothing else);
 //   - each partition's log replayed into an empty index, in random
 //     batches, gives the live index.
 func TestCollectivesAndPoolsAcrossPartitions(t *testing.T) {
@@ -87,7 +91,7 @@ func TestCollectivesAndPoolsAcrossPartitions(t *testing.T) {
 	var colls []coll
 	crash := func() bool { return rng.IntN(5) == 0 }
 	for n := range 400 {
-		switch op := rng.IntN(10); {
+		switch op := rng.IntN(12); {
 		case op < 3:
 			s, e := slot()
 			c := cals[rng.IntN(len(cals))]
@@ -112,6 +116,12 @@ func TestCollectivesAndPoolsAcrossPartitions(t *testing.T) {
 			} else {
 				k.done, k.promised = ps.votesAPI(ids, order, req, s, e, crash, rng)
 			}
+		case op >= 10 && len(colls) > 0:
+			k := colls[rng.IntN(len(colls))]
+			for try := 0; try < 20 && !ps.confirmed(k.ids, k.req); try++ {
+				k = colls[rng.IntN(len(colls))] // most collectives lose a member: move one that exists
+			}
+			ps.moveRandomly(rng, moveReqOf(n), k.req, k.ids, crash)
 		case op < 9 && len(colls) > 0:
 			k := colls[rng.IntN(len(colls))]
 			if !k.done {
@@ -142,6 +152,11 @@ func TestCollectivesAndPoolsAcrossPartitions(t *testing.T) {
 		}
 	}
 
+	// Moves left pending hold two intervals of their parts, and nothing
+	// else overlaps either.
+	for _, h := range ps.parts {
+		datatest.CheckInvariants(t, h.s)
+	}
 	// The owners resolve what is pending, as queue's resolver does: learn
 	// the votes, record the decision they make, apply what is recorded.
 	submit := func(_ context.Context, cmd *actor.Command) (actor.Reply, error) {
@@ -156,6 +171,10 @@ func TestCollectivesAndPoolsAcrossPartitions(t *testing.T) {
 		for _, pp := range pending {
 			var bk data.Booking
 			_ = h.s.View(func(tx *data.Tx) (err error) { bk, err = tx.Booking(pp.Calendar, pp.ID); return err })
+			if bk.MoveOf != "" {
+				ps.resolveMove(t, bk)
+				continue
+			}
 			spec := actor.BookingSpec{Start: bk.Start, End: bk.End, Customer: bk.Customer}
 			commit, err := actor.ResolveCollective(context.Background(), submit, bk.ID, bk.CalendarIDs, &spec)
 			if err != nil {
@@ -172,6 +191,7 @@ func TestCollectivesAndPoolsAcrossPartitions(t *testing.T) {
 	// All or none, for every collective.
 	committed, aborted, promised := 0, 0, 0
 	for _, k := range colls {
+		ps.checkMovedAlike(t, k.ids, k.req)
 		if k.promised {
 			promised++
 		}
@@ -212,8 +232,11 @@ func TestCollectivesAndPoolsAcrossPartitions(t *testing.T) {
 			t.Errorf("collective %s of %v: %v", id, k.ids, statuses)
 		}
 	}
-	t.Logf("%d collectives: %d on every calendar, %d on none (the rest cancelled half way); %d answered committed by their votes",
-		len(colls), committed, aborted, promised)
+	t.Logf("%d collectives: %d on every calendar, %d on none (the rest cancelled half way); %d answered committed by their votes; move records by status %v",
+		len(colls), committed, aborted, promised, ps.movesDone())
+	if moves := ps.movesDone(); moves[data.StatusMoved] == 0 || moves[data.StatusAborted] == 0 {
+		t.Fatalf("the load moved %d and aborted %d moves: it must do both", moves[data.StatusMoved], moves[data.StatusAborted])
+	}
 	if committed == 0 || aborted == 0 || promised == 0 {
 		t.Fatalf("the load committed %d (%d by votes) and aborted %d collectives: it must do each", committed, promised, aborted)
 	}

@@ -133,6 +133,9 @@ type Command struct {
 	Collective *CollectiveSpec `json:"collective,omitempty"`
 	// Pool is the body of the pool.* commands (schema version 4: pool.go).
 	Pool *PoolSpec `json:"pool,omitempty"`
+	// Move is the body of the collective.move* commands (schema version
+	// 5: collective_move.go).
+	Move *MoveSpec `json:"move,omitempty"`
 }
 
 // SkipSpec is the body of partition.skip: the stream sequence of the
@@ -356,6 +359,9 @@ func (c *Command) Validate() []FieldError { return c.validate(true) }
 
 // validate is Validate under the strict rules or those of rules level 1
 // (docs/protocol.md, "Versions").
+//
+// long: one case per command type and one check per schema version's
+// members, in one place, so that what a version accepts reads as a whole.
 func (c *Command) validate(strict bool) []FieldError {
 	var errs []FieldError
 	add := func(f, m string) { errs = append(errs, FieldError{Field: f, Message: m}) }
@@ -419,6 +425,10 @@ func (c *Command) validate(strict bool) []FieldError {
 	case TypeCollectivePrepare, TypeCollectiveAbort, TypeCollectiveFence, TypeCollectiveDecide, TypeCollectiveCommit,
 		TypeCollectiveCancel, TypePoolUpsert, TypePoolChoose, TypePoolRecord:
 		errs = append(errs, c.validateStepType(strict)...)
+	case TypeCollectiveMove, TypeCollectiveMoveCommit, TypeCollectiveMoveAbort:
+		if c.V < CollectiveMoveSchemaVersion {
+			add("type", fmt.Sprintf("unknown command type %q", c.Type))
+		}
 	case TypeSchemaUpgrade, TypePartitionSkip:
 		switch {
 		case c.V < 2:
@@ -440,6 +450,7 @@ func (c *Command) validate(strict bool) []FieldError {
 		errs = append(errs, c.validateCollective()...)
 		errs = append(errs, c.validatePool()...)
 	}
+	errs = append(errs, c.validateMove(strict)...)
 	if c.RecordTTLSeconds < 0 || c.RecordTTLSeconds > MaxRecordTTLSeconds {
 		add("record_ttl_seconds", fmt.Sprintf("must be from 0 (keep the record forever) to %d seconds", MaxRecordTTLSeconds))
 	}

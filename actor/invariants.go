@@ -137,6 +137,13 @@ func checkApplied(tx *data.Tx, partition int, seq0, count0 uint64, chained0 bool
 // Capacity 1 (nearly every calendar) needs no sweep: any other entry
 // overlapping is a violation, and the scan allocates nothing.
 func checkTaken(tx *data.Tx, partition int, d *Decoded, cal *data.Calendar, bk *data.Booking) error {
+	return checkTakenBeside(tx, partition, d, cal, bk, "")
+}
+
+// checkTakenBeside is checkTaken leaving out the entry of booking beside
+// (when not ""): a collective's part, which may overlap its own pending
+// move, bk, and nothing else (collective_move.go).
+func checkTakenBeside(tx *data.Tx, partition int, d *Decoded, cal *data.Calendar, bk *data.Booking, beside string) error {
 	iv := data.Interval{Start: bk.Start, End: bk.End}
 	buffered := data.Interval{Start: bk.Start.Add(-bk.BufferBefore), End: bk.End.Add(bk.BufferAfter)}
 	seats := cal.Rules.Seats()
@@ -146,8 +153,12 @@ func checkTaken(tx *data.Tx, partition int, d *Decoded, cal *data.Calendar, bk *
 		others         []data.Interval
 		othersBuf      []data.Interval
 	)
-	tx.SlotTimesNear(bk.CalendarID, buffered.Start, buffered.End, func(s data.SlotEntry) bool {
-		if !s.LiveAt(now) {
+	scan := tx.SlotTimesNear // ids cost an allocation each; read them only when one is left out
+	if beside != "" {
+		scan = tx.SlotsNear
+	}
+	scan(bk.CalendarID, buffered.Start, buffered.End, func(s data.SlotEntry) bool {
+		if !s.LiveAt(now) || beside != "" && s.ID == beside {
 			return true
 		}
 		if self == 0 && s.Start.Equal(bk.Start) && s.End.Equal(bk.End) && s.Hold == (bk.Status == data.StatusHeld) {

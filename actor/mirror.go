@@ -66,6 +66,12 @@ func backfill(tx *data.Tx, d *Decoded, old, link *data.ExternalLink) error {
 		if err != nil {
 			return err
 		}
+		if bk.Status != data.StatusConfirmed {
+			// A collective's part or move record still pending occupies
+			// its interval too; it is mirrored when its commit is
+			// decided, a move record never.
+			continue
+		}
 		if err := tx.PutSync(data.SyncEntry{Calendar: d.Cmd.CalendarID, Seq: d.Seq, Sub: uint32(i + 1), Op: data.SyncCreate,
 			ExternalCalendar: link.CalendarID, Booking: bk}); err != nil {
 			return err

@@ -136,6 +136,8 @@ func appendBookingJSON(b []byte, bk *data.Booking) ([]byte, bool) {
 		}
 		b = append(b, ']')
 	}
+	b = appendOmitString(b, `,"move_id":`, bk.MoveID)
+	b = appendOmitString(b, `,"move_of":`, bk.MoveOf)
 	return append(b, '}'), true
 }
 

@@ -455,6 +455,28 @@ func everyOutcome() (msgs []actor.Input, want []string) {
 	add("", fenceCmd(5, "s", "s-k3", ids))
 	addOn("t", actor.CodeCollectiveAborted, fenceCmd(5, "t", "s-k3", ids))
 	addOn("t", actor.CodeCollectiveAborted, prepareCmd("t", "s-k3", ids, mon(13, 0), mon(14, 0)))
+	// Schema version 5: a collective moved by half an hour on s and t;
+	// a second move refused by t and aborted.
+	for _, c := range ids {
+		addOn(c, "", prepareCmd(c, "s-k4", ids, mon(14, 30), mon(15, 30)))
+	}
+	add("", decideCmd("s-k4", ids, actor.DecisionCommit))
+	for _, c := range ids {
+		addOn(c, "", stepCmd(actor.TypeCollectiveCommit, c, "s-k4", ids, mon(14, 30), mon(15, 30)))
+	}
+	k4 := actor.CollectiveID(ids, "s-k4")
+	for _, c := range ids {
+		addOn(c, "", moveCmd(c, "s-m1", "s-k4", ids, mon(15, 0), mon(16, 0)))
+	}
+	add("", decideCmdByID(actor.MoveID(k4, "s-m1"), ids, actor.DecisionCommit))
+	for _, c := range ids {
+		addOn(c, "", moveStepCmd(actor.TypeCollectiveMoveCommit, c, k4, "s-m1", ids, time.Time{}, time.Time{}))
+	}
+	addOn("t", "", bookCmd("t", "t-b2", mon(16, 0), mon(17, 0), "Tom"))
+	add("", moveCmd("s", "s-m2", "s-k4", ids, mon(16, 0), mon(17, 0)))
+	addOn("t", actor.CodeSlotTaken, moveCmd("t", "s-m2", "s-k4", ids, mon(16, 0), mon(17, 0)))
+	add(actor.CodeCollectiveAborted, decideCmdByID(actor.MoveID(k4, "s-m2"), ids, actor.DecisionAbort))
+	add("", moveStepCmd(actor.TypeCollectiveMoveAbort, "s", k4, "s-m2", ids, mon(16, 0), mon(17, 0)))
 	// Pools: one upserted, a choice, a booking recorded; an unknown pool.
 	tok := actor.PoolToken("team")
 	addOn(tok, actor.CodePoolNotFound, poolChooseCmd("team", "s-q0"))
@@ -512,7 +534,10 @@ func TestSchemaValidatesDecidedMessages(t *testing.T) {
 		{"types of accepted replies", v.types, "command.schema.json", "commandType"},
 	} {
 		for _, k := range schemaEnum(t, c.file, c.def) {
-			if !c.seen[k] {
+			// A move record's status once its move was applied: the
+			// commit answers with the part, so only reads of the index
+			// (GET of the record) show it.
+			if !c.seen[k] && k != data.StatusMoved {
 				t.Errorf("%s: no reply with %q was checked", c.what, k)
 			}
 		}

@@ -112,6 +112,9 @@ func (c *Command) MinVersion() int {
 	if c.Type == TypeCollectiveFence {
 		return CollectiveVotesSchemaVersion
 	}
+	if c.Move != nil || isMoveType(c.Type) {
+		return CollectiveMoveSchemaVersion
+	}
 	if c.Collective != nil || c.Pool != nil || isCollectiveType(c.Type) || isPoolType(c.Type) {
 		return CollectiveSchemaVersion
 	}

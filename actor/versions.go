@@ -24,7 +24,8 @@ import (
 // by this build (Decoded.Newer). Version 2 is version 1's types and fields
 // plus schema.upgrade and partition.skip; version 3 adds recurring series
 // (series.go), version 4 collective bookings (collective.go), version 5
-// collective.fence (collective_votes.go). bookline's
+// collective.fence (collective_votes.go) and the move of a collective
+// (collective_move.go). bookline's
 // own producers keep writing version 1 (SchemaVersion) for what version 1
 // can express.
 const KnownSchemaVersion = 5

@@ -113,11 +113,18 @@ const (
 	// bookingCodecVersionMembers is 3 followed by a collective's member
 	// calendars, written only for a collective's part.
 	bookingCodecVersionMembers = 4
+	// bookingCodecVersionMove is 4 followed by a collective's pending
+	// move and a move record's part (Booking.MoveID, MoveOf), written
+	// only for a part or move record of a collective being moved.
+	bookingCodecVersionMove = 5
 )
 
 // AppendBooking appends the binary form of bk.
 func AppendBooking(b []byte, bk *Booking) []byte {
-	if len(bk.CalendarIDs) > 0 {
+	moving := len(bk.CalendarIDs) > 0 && (bk.MoveID != "" || bk.MoveOf != "")
+	if moving {
+		b = append(b, bookingCodecVersionMove)
+	} else if len(bk.CalendarIDs) > 0 {
 		b = append(b, bookingCodecVersionMembers)
 	} else if bk.Series != nil || bk.SeriesID != "" {
 		b = append(b, bookingCodecVersionSeries)
@@ -151,6 +158,9 @@ func AppendBooking(b []byte, bk *Booking) []byte {
 	} else if bk.Series != nil || bk.SeriesID != "" {
 		b = appendSeries(b, bk)
 	}
+	if moving {
+		b = AppendString(AppendString(b, bk.MoveID), bk.MoveOf)
+	}
 	return b
 }
 
@@ -158,7 +168,7 @@ func AppendBooking(b []byte, bk *Booking) []byte {
 func ReadBooking(r *Reader) Booking {
 	var bk Booking
 	v := r.Byte()
-	if v != bookingCodecVersion && v != bookingCodecVersionSeries && v != bookingCodecVersionMembers {
+	if v < bookingCodecVersion || v > bookingCodecVersionMove {
 		r.fail()
 		return bk
 	}
@@ -183,8 +193,11 @@ func ReadBooking(r *Reader) Booking {
 	if v >= bookingCodecVersionSeries {
 		r.series(&bk)
 	}
-	if v == bookingCodecVersionMembers {
+	if v >= bookingCodecVersionMembers {
 		bk.CalendarIDs = r.members()
+	}
+	if v == bookingCodecVersionMove {
+		bk.MoveID, bk.MoveOf = r.String(), r.String()
 	}
 	return bk
 }

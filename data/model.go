@@ -18,8 +18,12 @@ const (
 	// and the collective's decision: it holds its interval, and only the
 	// decision (commit or abort) changes it.
 	StatusPending = "pending"
-	// StatusAborted is a part whose collective was aborted.
+	// StatusAborted is a part whose collective was aborted, or a
+	// collective's move record whose move was aborted.
 	StatusAborted = "aborted"
+	// StatusMoved is a collective's move record (MoveOf) whose move was
+	// applied: its part holds the interval now, the record nothing.
+	StatusMoved = "moved"
 )
 
 // Occupies reports whether a booking in this status holds its interval.
@@ -148,6 +152,13 @@ type Booking struct {
 	// order, this one among them; nil for a booking of one calendar. A
 	// collective's part has the collective's id on every member.
 	CalendarIDs []string `json:"calendar_ids,omitempty"`
+	// MoveID, on a collective's part, names the part's pending move: a
+	// record of its own, in status pending at the new interval, from the
+	// move's prepare until its decision reaches this calendar. Empty when
+	// no move is pending.
+	MoveID string `json:"move_id,omitempty"`
+	// MoveOf, on a collective's move record, is the part it moves.
+	MoveOf string `json:"move_of,omitempty"`
 	// Buffers in force when the booking was made; they travel with it.
 	BufferBefore time.Duration `json:"-"`
 	BufferAfter  time.Duration `json:"-"`

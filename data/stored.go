@@ -48,9 +48,13 @@ const (
 // Flags of a stored booking's second flags byte (version 4).
 const (
 	sb2Collective = 1 << iota
+	// sb2Move: the part's pending move and the move record's part
+	// (MoveID, MoveOf), set only while a collective is being moved or
+	// on its move records, so stored data of earlier builds reads the same.
+	sb2Move
 )
 
-var statusCodes = []string{"", StatusConfirmed, StatusCancelled, StatusHeld, StatusReleased, StatusExpired, StatusPending, StatusAborted}
+var statusCodes = []string{"", StatusConfirmed, StatusCancelled, StatusHeld, StatusReleased, StatusExpired, StatusPending, StatusAborted, StatusMoved}
 
 // appendDuration writes whole seconds in a byte or three, other
 // durations in full.
@@ -101,6 +105,9 @@ func appendCompactBooking(b []byte, bk *Booking, cr *Creation, original []byte) 
 	if len(bk.CalendarIDs) > 0 {
 		flags2 |= sb2Collective
 	}
+	if bk.MoveID != "" || bk.MoveOf != "" {
+		flags2 |= sb2Move
+	}
 	if flags2 != 0 {
 		b = append(b, storedBookingVersionV4, flags, flags2)
 	} else {
@@ -138,6 +145,9 @@ func appendCompactBooking(b []byte, bk *Booking, cr *Creation, original []byte) 
 	}
 	if flags2&sb2Collective != 0 {
 		b = appendMembers(b, bk.CalendarIDs)
+	}
+	if flags2&sb2Move != 0 {
+		b = AppendString(AppendString(b, bk.MoveID), bk.MoveOf)
 	}
 	if cr != nil {
 		b = binary.AppendUvarint(b, uint64(cr.V))
@@ -206,6 +216,9 @@ func decodeStoredBooking(calID, id string, v []byte) (storedBooking, error) {
 	}
 	if flags2&sb2Collective != 0 {
 		bk.CalendarIDs = r.members()
+	}
+	if flags2&sb2Move != 0 {
+		bk.MoveID, bk.MoveOf = r.String(), r.String()
 	}
 	if flags&sbCreation != 0 {
 		cr := &Creation{V: uint8(r.Uvarint()), Kind: r.Byte(), Seq: r.Uvarint()}

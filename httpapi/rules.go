@@ -231,6 +231,9 @@ func (s *Server) rescheduleBooking(c *fiber.Ctx) error {
 	if len(bad) > 0 {
 		return invalid(bad...)
 	}
+	if ids := s.collectivePartOf(c, cal, id); ids != nil {
+		return s.moveCollective(c, cal, id, reqID, ids, iv)
+	}
 	return s.submit(c, &actor.Command{V: actor.SchemaVersion, Type: actor.TypeBookingReschedule, RequestID: reqID, CalendarID: cal, BookingID: id, Reschedule: iv})
 }
 

@@ -110,6 +110,9 @@ func (r *collectiveResolver) resolve(ctx context.Context, pp data.PendingPart, n
 	}); err != nil {
 		return false, err
 	}
+	if bk.MoveOf != "" {
+		return r.resolveMove(ctx, &bk, now)
+	}
 	if bk.Status != data.StatusPending || len(bk.CalendarIDs) == 0 {
 		return false, nil // decided since
 	}

@@ -50,6 +50,10 @@ func MustOpen(tb testing.TB) *data.Store {
 //   - a held record is missing from the hold expiry index;
 //   - a booking record belongs to another calendar than the one it is filed
 //     under, or its interval is empty;
+//   - a collective's part names a pending move (MoveID) that is not a
+//     pending move record naming it back (MoveOf), or the reverse. A part
+//     and its own pending move count as one booking where they overlap:
+//     that is the only overlap allowed beyond the capacity;
 //   - a live busy block has no busy slot, or a busy slot no live block;
 //   - a request record that expires is missing from the request expiry
 //     index (entries without their record are allowed: they are dropped
@@ -293,6 +297,10 @@ func checkCalendar(tx *data.Tx, calID string, holdIndexed map[string]bool) []str
 		}
 	}
 
+	if countMovesWithParts(records, counted, report) != nil {
+		return problems
+	}
+
 	// Capacity: the intervals, then (when those fit) the buffered spans.
 	raw := overCapacity(counted, seats, (*data.SlotEntry).Interval)
 	for _, o := range raw {
@@ -316,9 +324,52 @@ type overload struct {
 	ids []string // the intervals covering it, sorted
 }
 
+// countMovesWithParts gives every pending move record of counted its
+// part's id, so that overCapacity counts the two as one booking, and
+// reports the links between parts and moves that do not agree; it returns
+// report's error (too many problems).
+func countMovesWithParts(records map[string]data.Booking, counted []data.SlotEntry, report func(string, ...any) error) error {
+	owner, problems := moveOwners(records)
+	for _, p := range problems {
+		if err := report("%s", p); err != nil {
+			return err
+		}
+	}
+	for i := range counted {
+		if o, ok := owner[counted[i].ID]; ok {
+			counted[i].ID = o
+		}
+	}
+	return nil
+}
+
+// moveOwners maps the id of every pending move record of records to its
+// part's, when the two name each other, and describes every link that is
+// not so.
+func moveOwners(records map[string]data.Booking) (owner map[string]string, problems []string) {
+	owner = map[string]string{}
+	for _, id := range slices.Sorted(maps.Keys(records)) {
+		bk := records[id]
+		if bk.MoveID != "" {
+			if m, ok := records[bk.MoveID]; !ok || m.Status != data.StatusPending || m.MoveOf != id || bk.Status != data.StatusConfirmed {
+				problems = append(problems, fmt.Sprintf("%s part %s names move %s, which is not its pending move", bk.Status, id, bk.MoveID))
+			}
+		}
+		if bk.MoveOf != "" && bk.Status == data.StatusPending {
+			if p, ok := records[bk.MoveOf]; !ok || p.MoveID != id {
+				problems = append(problems, fmt.Sprintf("pending move %s of %s is not named by its part", id, bk.MoveOf))
+				continue
+			}
+			owner[id] = bk.MoveOf
+		}
+	}
+	return owner, problems
+}
+
 // overCapacity sweeps the intervals span(s) of slots and returns the first
 // instant of every stretch in which more than seats of them overlap
-// (half-open: touching intervals do not overlap).
+// (half-open: touching intervals do not overlap). Slots of one id (a part
+// and its pending move, see moveOwners) count once where they overlap.
 func overCapacity(slots []data.SlotEntry, seats int, span func(*data.SlotEntry) data.Interval) []overload {
 	type edge struct {
 		t     time.Time
@@ -350,15 +401,15 @@ func overCapacity(slots []data.SlotEntry, seats int, span func(*data.SlotEntry) 
 	n, over := 0, false
 	for _, e := range edges {
 		if !e.start {
-			n--
 			if active[e.id]--; active[e.id] == 0 {
 				delete(active, e.id)
 			}
+			n = len(active)
 			over = over && n > seats
 			continue
 		}
-		n++
 		active[e.id]++
+		n = len(active)
 		if n > seats && !over {
 			over = true
 			out = append(out, overload{at: e.t, ids: slices.Sorted(maps.Keys(active))})

@@ -60,7 +60,9 @@ func EventType(payload []byte) string {
 		return EventBookingConfirmed
 	case "booking.cancel", actor.TypeCollectiveCancel:
 		return EventBookingCancelled
-	case "booking.reschedule":
+	case "booking.reschedule", actor.TypeCollectiveMoveCommit:
+		// A member's applied move is that calendar's reschedule of its
+		// part, with the collective's id and calendar_ids.
 		return EventBookingRescheduled
 	case "hold.create":
 		return EventHoldCreated
