@@ -20,7 +20,7 @@ import (
 var commandTypes = []string{"", TypeCalendarUpsert, TypeBookingCreate, TypeBookingCancel, TypeBookingReschedule,
 	TypeHoldCreate, TypeHoldConfirm, TypeHoldRelease, TypeHoldExpire, TypeBusySet, TypeBusyClear,
 	TypeCollectivePrepare, TypeCollectiveDecide, TypeCollectiveCommit, TypeCollectiveAbort, TypeCollectiveCancel,
-	TypePoolUpsert, TypePoolChoose, TypePoolRecord, TypeCollectiveFence}
+	TypePoolUpsert, TypePoolChoose, TypePoolRecord, TypeCollectiveFence, TypeCollectiveMove, TypeCollectiveMoveCommit, TypeCollectiveMoveAbort}
 
 func typeCode(t string) uint8 {
 	for i, name := range commandTypes[1:] {
