@@ -156,6 +156,7 @@ func serveOn(t *testing.T, ln net.Listener, n node) (stop func()) {
 // reaches the other instance (a load balancer in front of both), which
 // finds the channel in the store, answers 200 and reads the calendar.
 func TestClusterPushNotificationOnAnyInstance(t *testing.T) {
+	t.Parallel()
 	fake := googletest.New(t)
 	const g = "lb-push@example.com"
 	fake.AddCalendar(g)

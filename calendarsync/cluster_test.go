@@ -203,6 +203,7 @@ func startClusterNodeWith(t *testing.T, urls, id string, gc calendarsync.Config,
 // had confirmed: nothing lost, no event left for a cancelled booking, no
 // operation that Google had confirmed repeated.
 func TestClusterMirrorSurvivesOwner(t *testing.T) {
+	t.Parallel()
 	fake := googletest.New(t)
 	const g = "team@group.calendar.google.com"
 	fake.AddCalendar(g)

@@ -27,6 +27,7 @@ import (
 // owner's call outlives the new owner's first, and its retry (a 412, a
 // fresh read, a patch) brings the first reschedule back.
 func TestClusterMirrorFencedAcrossTakeover(t *testing.T) {
+	t.Parallel()
 	fake := googletest.New(t)
 	const g = "fenced@group.calendar.google.com"
 	fake.AddCalendar(g)

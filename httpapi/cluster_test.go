@@ -143,6 +143,7 @@ type attempt struct {
 // instance owning the most partitions, then stops a NATS node, and checks
 // that nothing was lost, doubled or answered wrongly.
 func TestClusterTakeover(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("cluster takeover test takes ~30s")
 	}

@@ -209,6 +209,7 @@ func TestOutcomeAfterRecordRetentionIs404(t *testing.T) {
 // while nobody decides (it catches up itself), and 404 for an id never
 // sent.
 func TestClusterOutcome(t *testing.T) {
+	t.Parallel()
 	url := queuetest.StartServer(t)
 	var ins []*instance
 	for _, id := range []string{"a", "b"} {

@@ -184,6 +184,7 @@ func waitMap(t *testing.T, ins ...*instance) []string {
 // change (how soon is measured against the takeover timeout + 5 s and
 // logged).
 func TestClusterRebalanceUnderLoad(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("rebalancing under load takes ~1 min")
 	}

@@ -219,6 +219,7 @@ func eventOrder(t *testing.T, js jetstream.JetStream) []string {
 // last killed instance could not acknowledge; the instance cut off sends
 // nothing after it lost NATS.
 func TestClusterWebhookTakeovers(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("cluster webhook test takes ~45s")
 	}

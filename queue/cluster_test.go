@@ -92,6 +92,7 @@ func ownerOf(t *testing.T, p int, nodes ...*queue.Node) (owner *queue.Node, othe
 // replies, the two indexes agree, and the event stream holds each outcome
 // once.
 func TestClusterStaleOwnerRepeatsIdenticalAnswers(t *testing.T) {
+	t.Parallel()
 	url := queuetest.StartServer(t)
 	a := startInstance(t, url, "a", nil)
 	b := startInstance(t, url, "b", nil)
@@ -220,6 +221,7 @@ func TestClusterStaleOwnerRepeatsIdenticalAnswers(t *testing.T) {
 // partitions over (catching up first) and decides new commands; a new empty
 // instance catches up the whole history and agrees.
 func TestClusterReadYourWritesTakeoverAndJoin(t *testing.T) {
+	t.Parallel()
 	url := queuetest.StartServer(t)
 	a := startInstance(t, url, "a", nil)
 	b := startInstance(t, url, "b", nil)
@@ -288,6 +290,7 @@ func TestClusterReadYourWritesTakeoverAndJoin(t *testing.T) {
 // naming the missing range, and keeps serving reads of the partition it
 // can still catch up; the owner keeps deciding both.
 func TestClusterCatchUpRefusesHistoryGap(t *testing.T) {
+	t.Parallel()
 	// b must stay behind on both calendars' partitions: it reads them
 	// only when the test asks. So both are partitions the map of members
 	// {a, b} gives to a; a's membership does not expire while the test
@@ -388,6 +391,7 @@ func TestClusterCatchUpRefusesHistoryGap(t *testing.T) {
 // passed.) BOOKLINE_LONG_TESTS=1 runs 200 holds over two minutes instead
 // of 120 over about ten seconds.
 func TestClusterHoldExpiries(t *testing.T) {
+	t.Parallel()
 	span, holds := 10*time.Second, 120
 	if os.Getenv("BOOKLINE_LONG_TESTS") != "" {
 		span, holds = 2*time.Minute, 200
@@ -503,6 +507,7 @@ func TestClusterHoldExpiries(t *testing.T) {
 // another instance cancels the booking in the way, before this index has
 // applied the cancel, the slot is not refused any more.
 func TestClusterRefusalIsNotStale(t *testing.T) {
+	t.Parallel()
 	url := queuetest.StartServer(t)
 	a := startInstance(t, url, "a", nil)
 	b := startInstance(t, url, "b", nil)

@@ -374,6 +374,7 @@ func (r *restartableServer) stop() { r.ns.Shutdown(); r.ns.WaitForShutdown() }
 // leader whose files were damaged: making a damaged node of a real
 // cluster the leader is the fault suite's work.)
 func TestClusterCatchUpRefusesChangedHistory(t *testing.T) {
+	t.Parallel()
 	srv := startRestartable(t)
 	url := srv.ns.ClientURL()
 	a := startInstance(t, url, "a", nil)

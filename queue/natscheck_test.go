@@ -49,6 +49,7 @@ func TestCheckServersSyncAlways(t *testing.T) {
 // setting to change; with AllowLazySync it starts and reports the
 // servers as lazy.
 func TestClusterRefusesLazyServers(t *testing.T) {
+	t.Parallel()
 	c := queuetest.StartCluster(t, 3)
 	cfg := queue.NodeConfig{DataDir: t.TempDir(), NATSURL: c.URLs(), InstanceID: "lazy", Partitions: 2,
 		Servers: queue.ServerCheck{MonitorURLs: c.MonitorURLs()}, Logger: quietLog()}
@@ -86,6 +87,7 @@ func TestClusterRefusesLazyServers(t *testing.T) {
 // run lazily, it still needs the replicas to be given, since it cannot
 // count the servers.
 func TestClusterNeedsAServerCheck(t *testing.T) {
+	t.Parallel()
 	url := queuetest.StartServer(t)
 	cfg := queue.NodeConfig{DataDir: t.TempDir(), NATSURL: url, InstanceID: "blind", Partitions: 2, Logger: quietLog()}
 	_, err := queue.StartNode(cfg)
@@ -144,6 +146,7 @@ func TestCheckServersNamesTheMissing(t *testing.T) {
 // servers), naming the stream and how to raise it; allowed, the start
 // goes on and leaves the stream as it is. Never changed either way.
 func TestClusterRefusesFewerReplicas(t *testing.T) {
+	t.Parallel()
 	c := queuetest.StartClusterWith(t, 3, queuetest.ClusterOptions{SyncAlways: true})
 	check := queue.ServerCheck{MonitorURLs: c.MonitorURLs()}
 	old, err := queue.StartNode(queue.NodeConfig{DataDir: t.TempDir(), NATSURL: c.URLs(), InstanceID: "old", Partitions: 2,

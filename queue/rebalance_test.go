@@ -193,6 +193,7 @@ func nudge(t *testing.T, n *queue.Node, cal string) {
 // graceful stop hands its share over at once, a killed instance's share
 // moves after the takeover timeout. The server's pins follow the map.
 func TestClusterRebalanceSpreadsPartitions(t *testing.T) {
+	t.Parallel()
 	const parts = 8
 	ttl := 2 * time.Second
 	c := queuetest.StartCluster(t, 3)
@@ -284,6 +285,7 @@ func countOf(m []string, id string) int {
 // commands from the consumer. Every requester receives two identical
 // replies, the indexes agree and every outcome is announced once.
 func TestClusterStaleOwnerAcrossRebalance(t *testing.T) {
+	t.Parallel()
 	const parts = 2
 	c := queuetest.StartCluster(t, 3)
 	urls := c.URLs()
@@ -482,6 +484,7 @@ func noPendingEvents(n *queue.Node) error {
 // instance that takes the partition over publishes them, once each, in
 // command order, with the events published before the death not repeated.
 func TestClusterTakeoverSendsPendingEvents(t *testing.T) {
+	t.Parallel()
 	const parts = 4
 	ttl := 2 * time.Second
 	c := queuetest.StartCluster(t, 3)
@@ -581,6 +584,7 @@ func startServerWithUser(t *testing.T, allow []string) string {
 // KV subjects (a configuration from before the members bucket) they fall
 // back to pulling every partition, loudly, and keep deciding.
 func TestClusterMembershipPermissions(t *testing.T) {
+	t.Parallel()
 	base := []string{"$JS.API.>", "$JS.ACK.BOOKLINE_CMD.>", "bookline.cmd.>", "bookline.evt.>", "bookline.evt-invalid", "_INBOX.>"}
 	t.Run("documented", func(t *testing.T) {
 		u := startServerWithUser(t, append(slices.Clone(base), "$KV.bookline_members.>", "$KV.bookline_progress.>"))

@@ -187,6 +187,7 @@ func TestNewerSchemaStopsPartition(t *testing.T) {
 // of its calendar answer unavailable with the reason instead of a state
 // that lacks it.
 func TestClusterNewerSchemaStopsEveryInstance(t *testing.T) {
+	t.Parallel()
 	url := queuetest.StartServer(t)
 	n1 := startInstance(t, url, "old-1", nil)
 	n2 := startInstance(t, url, "old-2", nil)

@@ -204,6 +204,7 @@ func TestSkipResumesStoppedPartition(t *testing.T) {
 // and the commands of version 3 (series) too. And an instance refuses to
 // skip a command that a live member knows.
 func TestClusterMarkersWaitForEveryMember(t *testing.T) {
+	t.Parallel()
 	url := queuetest.StartServer(t)
 	nc, err := nats.Connect(url)
 	if err != nil {

@@ -252,6 +252,7 @@ func TestStreamBoundsNeedSnapshots(t *testing.T) {
 // that was away while the stream was trimmed past its index restores the
 // newest snapshot when it comes back.
 func TestClusterFollowsAndRestoresBehindTrimmedStream(t *testing.T) {
+	t.Parallel()
 	url := queuetest.StartServer(t)
 	start := func(id, dir string, logs *queuetest.SyncBuffer) *queue.Node {
 		t.Helper()

@@ -25,6 +25,7 @@ import (
 // after the start, is created at once by all four too. Run it with
 // -count to see it hold.
 func TestClusterStartTogether(t *testing.T) {
+	t.Parallel()
 	// NoWait: the instances start as soon as the servers take
 	// connections, before JetStream's meta leader is elected.
 	c := queuetest.StartClusterWith(t, 3, queuetest.ClusterOptions{SyncAlways: true, NoWait: true})
