@@ -348,7 +348,12 @@ func collectivePart(tx *data.Tx, d *Decoded) (bk data.Booking, found bool, err e
 }
 
 // commitPart decides a collective.commit: the pending part is confirmed.
-func commitPart(tx *data.Tx, d *Decoded) (Reply, error) {
+func commitPart(tx *data.Tx, d *Decoded) (Reply, error) { return commitPartSub(tx, d, 0) }
+
+// commitPartSub is commitPart as one of several parts one command commits
+// (collective.commits): sub, from 1, keeps each part's mirror operation
+// its own entry.
+func commitPartSub(tx *data.Tx, d *Decoded, sub uint32) (Reply, error) {
 	bk, found, err := collectivePart(tx, d)
 	if err != nil {
 		return Reply{}, err
@@ -363,7 +368,7 @@ func commitPart(tx *data.Tx, d *Decoded) (Reply, error) {
 		if err := tx.PutBooking(bk); err != nil {
 			return Reply{}, err
 		}
-		if err := mirrorLinked(tx, d, data.SyncCreate, &bk); err != nil {
+		if err := mirrorLinkedSub(tx, d, data.SyncCreate, &bk, sub); err != nil {
 			return Reply{}, err
 		}
 	case data.StatusAborted:

@@ -133,6 +133,9 @@ type Command struct {
 	Collective *CollectiveSpec `json:"collective,omitempty"`
 	// Pool is the body of the pool.* commands (schema version 4: pool.go).
 	Pool *PoolSpec `json:"pool,omitempty"`
+	// Commits is the body of collective.commits (schema version 5:
+	// collective_commits.go).
+	Commits *CommitsSpec `json:"commits,omitempty"`
 }
 
 // SkipSpec is the body of partition.skip: the stream sequence of the
@@ -419,6 +422,10 @@ func (c *Command) validate(strict bool) []FieldError {
 	case TypeCollectivePrepare, TypeCollectiveAbort, TypeCollectiveFence, TypeCollectiveDecide, TypeCollectiveCommit,
 		TypeCollectiveCancel, TypePoolUpsert, TypePoolChoose, TypePoolRecord:
 		errs = append(errs, c.validateStepType(strict)...)
+	case TypeCollectiveCommits:
+		if c.V < CollectiveVotesSchemaVersion {
+			add("type", fmt.Sprintf("unknown command type %q", c.Type))
+		}
 	case TypeSchemaUpgrade, TypePartitionSkip:
 		switch {
 		case c.V < 2:
@@ -439,6 +446,11 @@ func (c *Command) validate(strict bool) []FieldError {
 	} else {
 		errs = append(errs, c.validateCollective()...)
 		errs = append(errs, c.validatePool()...)
+	}
+	if c.V < CollectiveVotesSchemaVersion {
+		c.Commits = nil
+	} else {
+		errs = append(errs, c.validateCommits()...)
 	}
 	if c.RecordTTLSeconds < 0 || c.RecordTTLSeconds > MaxRecordTTLSeconds {
 		add("record_ttl_seconds", fmt.Sprintf("must be from 0 (keep the record forever) to %d seconds", MaxRecordTTLSeconds))
