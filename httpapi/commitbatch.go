@@ -14,10 +14,12 @@ import (
 // commits that follow only apply that decision, and each commit of its
 // own is a command of the log (publish, store, decide, reply), which is
 // what bounds throughput under load. So the API queues each member's
-// commit with the partition of its calendar, and one sender per partition
+// commit with the partition of its calendar, and a sender per partition
 // publishes what has gathered as one collective.commits: at once when
 // nothing is in flight, and meanwhile the next batch gathers, so batches
-// grow with the load and an idle API adds no delay.
+// grow with the load and an idle API adds no delay. A full batch waiting
+// starts another sender (up to commitSenders), so that a backlog drains
+// instead of growing.
 //
 // A commit that is not applied (the queue is full, the batch's answer is
 // lost, the instance stops) leaves its part pending; the partition's
@@ -34,7 +36,13 @@ type PartitionCounter interface {
 const (
 	// commitBatchEntries bounds the entries of one collective.commits
 	// (actor.MaxCommitEntries is the protocol's bound).
-	commitBatchEntries = 64
+	commitBatchEntries = 128
+	// commitSenders bounds the batches of a partition in flight at once.
+	// One is enough while the commits keep up; a second and more start
+	// only when a full batch is waiting, so that a backlog (a slow log
+	// round under heavy load) drains instead of growing: one sender
+	// carries at most commitBatchEntries per round trip.
+	commitSenders = 4
 	// commitBatchBytes bounds a batch's entries' size, well below
 	// actor.MaxCommandBytes whatever the calendar ids' lengths.
 	commitBatchBytes = 32 << 10
@@ -53,14 +61,14 @@ type commitBatcher struct {
 	queues []*commitQueue
 }
 
-// commitQueue is one partition's waiting commits and its sender.
+// commitQueue is one partition's waiting commits and its senders.
 type commitQueue struct {
 	b     *commitBatcher
 	token string // actor.CommitsToken of the partition
 
 	mu      sync.Mutex
 	waiting []actor.CommitEntry
-	sending bool // a sender goroutine runs
+	senders int // sender goroutines running
 }
 
 // newCommitBatcher is nil when the partition count is not known (no
@@ -100,8 +108,10 @@ func (q *commitQueue) add(e actor.CommitEntry) bool {
 		return false
 	}
 	q.waiting = append(q.waiting, e)
-	start := !q.sending
-	q.sending = true
+	start := q.senders == 0 || len(q.waiting) >= commitBatchEntries && q.senders < commitSenders
+	if start {
+		q.senders++
+	}
 	q.mu.Unlock()
 	if start {
 		go q.run()
@@ -126,7 +136,7 @@ func (q *commitQueue) take() []actor.CommitEntry {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if len(q.waiting) == 0 {
-		q.sending = false
+		q.senders--
 		return nil
 	}
 	n, size := 0, 0

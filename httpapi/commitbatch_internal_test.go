@@ -13,7 +13,7 @@ import (
 // least), and every batch is a valid collective.commits within the
 // command size limit; an empty queue stops its sender.
 func TestCommitQueueTake(t *testing.T) {
-	q := &commitQueue{token: actor.CommitsToken(0, 2), sending: true}
+	q := &commitQueue{token: actor.CommitsToken(0, 2), senders: 1}
 	long := func(i int) actor.CommitEntry {
 		ids := make([]string, actor.MaxMembers)
 		for k := range ids {
@@ -47,7 +47,7 @@ func TestCommitQueueTake(t *testing.T) {
 			t.Fatalf("batch of %d entries: %d bytes, %v", len(batch), len(b), err)
 		}
 	}
-	if next != 200 || q.sending {
-		t.Fatalf("took %d of 200; sender still marked running: %v", next, q.sending)
+	if next != 200 || q.senders != 0 {
+		t.Fatalf("took %d of 200; %d senders still counted", next, q.senders)
 	}
 }
