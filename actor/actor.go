@@ -20,6 +20,11 @@ type Input struct {
 	// this build cannot read its body.
 	Schema string
 	Data   []byte
+	// Partitions is the stream's partition count, fixed when the stream
+	// was created: collective.commits refuses an entry whose calendar it
+	// does not place in the deciding partition. Every caller that decides
+	// (Apply and its variants) sets it.
+	Partitions int
 }
 
 // Decoded is an Input after decoding and validation, which needs no state
@@ -62,6 +67,9 @@ type Decoded struct {
 	partition int
 	// msg is the message as delivered, for MessageHash.
 	msg Input
+	// events are the outcome events of the parts a collective.commits
+	// confirmed, one per part, each its collective.commit's reply.
+	events []Reply
 }
 
 // MessageHash identifies one message of the log: SHA-256 (first 16 bytes)
@@ -327,6 +335,15 @@ func putOutcome(tx *data.Tx, effects sideEffects, d, dn *Decoded, reply *Reply, 
 	if !effects.events || d.Seq <= effects.eventsAfter || dn.Skip == nil && isSystemCommand(&dn.Cmd) {
 		return buf, nil
 	}
+	if dn.Reject == nil && dn.Cmd.Type == TypeCollectiveCommits {
+		// The events of the parts it confirmed, none of its own: each
+		// member's subscribers see the commit of their calendar.
+		if len(dn.events) == 0 {
+			return buf, nil
+		}
+		buf = appendEventList(buf[:0], dn.events)
+		return buf, tx.PutEvent(data.Event{Seq: d.Seq, Calendar: eventCalendar(dn), Payload: buf})
+	}
 	buf = AppendReply(buf[:0], reply)
 	return buf, tx.PutEvent(data.Event{Seq: d.Seq, Calendar: eventCalendar(dn), Payload: buf})
 }
@@ -480,28 +497,8 @@ func decide(tx *data.Tx, p int, d *Decoded) (*Reply, error) {
 		return &r, nil
 	case TypePartitionSkip:
 		r, err = decideSkip(tx, p, d)
-	case TypeCollectivePrepare:
-		r, err = preparePart(tx, d)
-	case TypeCollectiveDecide:
-		r, err = decideCollective(tx, d)
-	case TypeCollectiveCommit:
-		r, err = commitPart(tx, d)
-	case TypeCollectiveAbort:
-		r, err = abortPart(tx, d)
-	case TypeCollectiveCancel:
-		r, err = cancelPart(tx, d)
-	case TypeCollectiveFence:
-		r, err = fencePart(tx, d)
-	case TypeCollectiveMove, TypeCollectiveMoveCommit, TypeCollectiveMoveAbort:
-		r, err = decideMove(tx, d)
-	case TypePoolUpsert:
-		r, err = upsertPool(tx, d)
-	case TypePoolChoose:
-		r, err = choosePool(tx, d)
-	case TypePoolRecord:
-		r, err = recordPool(tx, d)
 	default:
-		err = fmt.Errorf("validated command of unknown type %q", cmd.Type)
+		r, err = decideTeam(tx, d)
 	}
 	if err != nil {
 		return nil, err

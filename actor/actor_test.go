@@ -73,6 +73,10 @@ type harness struct {
 	part int
 	seq  uint64
 	log  []actor.Input // what sendAt applied
+	// partitions is the stream's partition count its messages carry
+	// (actor.Input.Partitions; 0: not set, as no decision but
+	// collective.commits needs it).
+	partitions int
 }
 
 func newHarness(tb testing.TB) *harness {
@@ -84,7 +88,8 @@ func newHarness(tb testing.TB) *harness {
 // Its stream time is t0 + seq seconds.
 func (h *harness) input(cal, body string) actor.Input {
 	h.seq++
-	return actor.Input{Seq: h.seq, At: t0.Add(time.Duration(h.seq) * time.Second), SubjectCalendar: cal, Data: []byte(body)}
+	return actor.Input{Seq: h.seq, At: t0.Add(time.Duration(h.seq) * time.Second), SubjectCalendar: cal, Data: []byte(body),
+		Partitions: h.partitions}
 }
 
 // decodeNoSkips decodes in for a partition whose log holds no skip.

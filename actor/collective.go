@@ -335,6 +335,36 @@ func decideCollective(tx *data.Tx, d *Decoded) (Reply, error) {
 	return d.reject(CodeCollectiveAborted, "the collective booking was aborted: no member keeps it"), nil
 }
 
+// decideTeam decides the command types of collectives and pools (schema
+// versions 4 and 5).
+func decideTeam(tx *data.Tx, d *Decoded) (Reply, error) {
+	switch d.Cmd.Type {
+	case TypeCollectivePrepare:
+		return preparePart(tx, d)
+	case TypeCollectiveDecide:
+		return decideCollective(tx, d)
+	case TypeCollectiveCommit:
+		return commitPart(tx, d)
+	case TypeCollectiveAbort:
+		return abortPart(tx, d)
+	case TypeCollectiveCancel:
+		return cancelPart(tx, d)
+	case TypeCollectiveFence:
+		return fencePart(tx, d)
+	case TypeCollectiveMove, TypeCollectiveMoveCommit, TypeCollectiveMoveAbort:
+		return decideMove(tx, d)
+	case TypeCollectiveCommits:
+		return decideCommits(tx, d)
+	case TypePoolUpsert:
+		return upsertPool(tx, d)
+	case TypePoolChoose:
+		return choosePool(tx, d)
+	case TypePoolRecord:
+		return recordPool(tx, d)
+	}
+	return Reply{}, fmt.Errorf("validated command of unknown type %q", d.Cmd.Type)
+}
+
 // collectivePart loads the part a commit, abort or cancel names.
 func collectivePart(tx *data.Tx, d *Decoded) (bk data.Booking, found bool, err error) {
 	bk, err = tx.Booking(d.Cmd.CalendarID, d.Cmd.Collective.ID)
@@ -348,7 +378,12 @@ func collectivePart(tx *data.Tx, d *Decoded) (bk data.Booking, found bool, err e
 }
 
 // commitPart decides a collective.commit: the pending part is confirmed.
-func commitPart(tx *data.Tx, d *Decoded) (Reply, error) {
+func commitPart(tx *data.Tx, d *Decoded) (Reply, error) { return commitPartSub(tx, d, 0) }
+
+// commitPartSub is commitPart as one of several parts one command commits
+// (collective.commits): sub, from 1, keeps each part's mirror operation
+// its own entry.
+func commitPartSub(tx *data.Tx, d *Decoded, sub uint32) (Reply, error) {
 	bk, found, err := collectivePart(tx, d)
 	if err != nil {
 		return Reply{}, err
@@ -363,7 +398,7 @@ func commitPart(tx *data.Tx, d *Decoded) (Reply, error) {
 		if err := tx.PutBooking(bk); err != nil {
 			return Reply{}, err
 		}
-		if err := mirrorLinked(tx, d, data.SyncCreate, &bk); err != nil {
+		if err := mirrorLinkedSub(tx, d, data.SyncCreate, &bk, sub); err != nil {
 			return Reply{}, err
 		}
 	case data.StatusAborted:

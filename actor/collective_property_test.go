@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -21,11 +22,15 @@ type partitions struct {
 	t     *testing.T
 	parts []*harness
 	of    map[string]int // calendar (or pool token) -> partition
+	// batch holds, per partition, the commits an API gathered for one
+	// collective.commits and has not sent yet.
+	batch   [][]actor.CommitEntry
+	batches int
 }
 
 func newPartitions(t *testing.T, n int) *partitions {
-	ps := &partitions{t: t, of: map[string]int{}}
-	for range n {
+	ps := &partitions{t: t, of: map[string]int{}, batch: make([][]actor.CommitEntry, n)}
+	for i := range n {
 		s, err := data.OpenWith(filepath.Join(t.TempDir(), "index.db"), data.Options{NoSync: true})
 		if err != nil {
 			t.Fatal(err)
@@ -34,7 +39,7 @@ func newPartitions(t *testing.T, n int) *partitions {
 			datatest.CheckInvariants(t, s)
 			s.Close()
 		})
-		ps.parts = append(ps.parts, &harness{tb: t, s: s})
+		ps.parts = append(ps.parts, &harness{tb: t, s: s, part: i, partitions: n})
 	}
 	return ps
 }
@@ -69,13 +74,18 @@ func TestCollectivesAndPoolsAcrossPartitions(t *testing.T) {
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, 7))
 	ps := newPartitions(t, 3)
-	cals := []string{"c0", "c1", "c2", "c3", "c4", "c5"}
-	for i, c := range cals {
-		ps.of[c] = i % 3
+	var cals []string // two in each partition, as the stream places them
+	for p := range 3 {
+		in, _ := calendarsOf(p, 3, 2)
+		cals = append(cals, in...)
+	}
+	slices.Sort(cals)
+	for _, c := range cals {
+		ps.of[c] = actor.PartitionOf(c, 3)
 		ps.send(c, upsertCmd(c, "u-"+c, c))
 	}
 	tok := actor.PoolToken("pool")
-	ps.of[tok] = 1
+	ps.of[tok] = actor.PartitionOf(tok, 3)
 	ps.send(tok, poolUpsertCmd("pool", "pu", cals[:4], "least_recently_booked", nil))
 
 	slot := func() (time.Time, time.Time) {
@@ -115,6 +125,9 @@ func TestCollectivesAndPoolsAcrossPartitions(t *testing.T) {
 				k.done = ps.coordinatorAPI(ids, order, req, s, e, crash)
 			} else {
 				k.done, k.promised = ps.votesAPI(ids, order, req, s, e, crash, rng)
+			}
+			if rng.IntN(3) == 0 {
+				ps.flush(rng.IntN(3), rng)
 			}
 		case op >= 10 && len(colls) > 0:
 			k := colls[rng.IntN(len(colls))]
@@ -157,6 +170,14 @@ func TestCollectivesAndPoolsAcrossPartitions(t *testing.T) {
 	for _, h := range ps.parts {
 		datatest.CheckInvariants(t, h.s)
 	}
+	// The APIs stop: some send what they gathered, the others' batches
+	// are lost with them.
+	for p := range ps.batch {
+		if rng.IntN(2) == 0 {
+			ps.flush(p, rng)
+		}
+	}
+
 	// The owners resolve what is pending, as queue's resolver does: learn
 	// the votes, record the decision they make, apply what is recorded.
 	submit := func(_ context.Context, cmd *actor.Command) (actor.Reply, error) {
@@ -232,12 +253,12 @@ func TestCollectivesAndPoolsAcrossPartitions(t *testing.T) {
 			t.Errorf("collective %s of %v: %v", id, k.ids, statuses)
 		}
 	}
-	t.Logf("%d collectives: %d on every calendar, %d on none (the rest cancelled half way); %d answered committed by their votes; move records by status %v",
-		len(colls), committed, aborted, promised, ps.movesDone())
+	t.Logf("%d collectives: %d on every calendar, %d on none (the rest cancelled half way); %d answered committed by their votes; %d batches of commits; move records by status %v",
+		len(colls), committed, aborted, promised, ps.batches, ps.movesDone())
 	if moves := ps.movesDone(); moves[data.StatusMoved] == 0 || moves[data.StatusAborted] == 0 {
 		t.Fatalf("the load moved %d and aborted %d moves: it must do both", moves[data.StatusMoved], moves[data.StatusAborted])
 	}
-	if committed == 0 || aborted == 0 || promised == 0 {
+	if committed == 0 || aborted == 0 || promised == 0 || ps.batches == 0 {
 		t.Fatalf("the load committed %d (%d by votes) and aborted %d collectives: it must do each", committed, promised, aborted)
 	}
 
@@ -246,7 +267,7 @@ func TestCollectivesAndPoolsAcrossPartitions(t *testing.T) {
 		replayed := datatest.MustOpen(t)
 		for rest := h.log; len(rest) > 0; {
 			n := min(len(rest), 1+rng.IntN(40))
-			applyInputs(t, replayed, 0, rest[:n]...)
+			applyInputs(t, replayed, i, rest[:n]...)
 			rest = rest[n:]
 		}
 		if live, got := digestOf(t, h.s), digestOf(t, replayed); live.Total != got.Total {
@@ -323,6 +344,19 @@ func (ps *partitions) votesAPI(ids, order []string, req string, s, e time.Time, 
 	if no {
 		typ = actor.TypeCollectiveAbort
 	}
+	if !no && rng.IntN(2) == 0 {
+		// The commits go to the partitions' batches (httpapi's
+		// commitBatcher), now and then twice.
+		for _, c := range ids {
+			p := actor.PartitionOf(c, len(ps.parts))
+			ps.batch[p] = append(ps.batch[p], actor.CommitEntry{CalendarID: c, ID: id, CalendarIDs: ids})
+			if rng.IntN(8) == 0 {
+				ps.batch[p] = append(ps.batch[p], actor.CommitEntry{CalendarID: c, ID: id, CalendarIDs: ids})
+			}
+		}
+		return false, true
+	}
+	var aborted []string
 	for _, c := range ids {
 		if no && !yes[c] {
 			continue
@@ -331,8 +365,54 @@ func (ps *partitions) votesAPI(ids, order []string, req string, s, e time.Time, 
 			return false, !no
 		}
 		ps.send(c, stepCmd(typ, c, req, ids, s, e))
+		aborted = append(aborted, c)
+	}
+	if no && len(aborted) > 0 && rng.IntN(4) == 0 {
+		// A commit of an aborted part in a batch is not applied.
+		c := aborted[0]
+		p := actor.PartitionOf(c, len(ps.parts))
+		ps.batch[p] = append(ps.batch[p], actor.CommitEntry{CalendarID: c, ID: id, CalendarIDs: ids})
 	}
 	return true, !no
+}
+
+// flush sends partition p's gathered commits as one collective.commits to
+// its token, sometimes with an entry of another partition's calendar,
+// which must be refused. Each entry must be committed, or found decided
+// before, unless its part was aborted.
+func (ps *partitions) flush(p int, rng *rand.Rand) {
+	entries := ps.batch[p]
+	ps.batch[p] = nil
+	if len(entries) == 0 {
+		return
+	}
+	n := len(ps.parts)
+	if rng.IntN(4) == 0 {
+		for c, q := range ps.of {
+			if q != p && !strings.HasPrefix(c, actor.PoolTokenPrefix) {
+				entries = append(entries, actor.CommitEntry{CalendarID: c, ID: entries[0].ID, CalendarIDs: []string{c, "zz"}})
+				break
+			}
+		}
+	}
+	tok := actor.CommitsToken(p, n)
+	ps.of[tok] = p
+	ps.batches++
+	r := ps.send(tok, marshal(ps.t, actor.CommitsCommand(tok, fmt.Sprint("batch-", ps.batches), entries, 0)))
+	if r.Outcome != actor.OutcomeAccepted {
+		ps.t.Fatalf("batch refused: %+v", r)
+	}
+	for _, d := range r.Details {
+		i, _ := strconv.Atoi(strings.TrimSuffix(strings.TrimPrefix(d.Field, "commits["), "]"))
+		e := entries[i]
+		foreign := actor.PartitionOf(e.CalendarID, n) != p
+		if !foreign && !strings.HasPrefix(d.Message, actor.CodeCollectiveAborted) {
+			ps.t.Fatalf("entry %+v of partition %d not committed: %s", e, p, d.Message)
+		}
+		if foreign && !strings.HasPrefix(d.Message, actor.CodeInvalidRequest) {
+			ps.t.Fatalf("entry %+v of another partition: %s", e, d.Message)
+		}
+	}
 }
 
 func marshal(t *testing.T, cmd *actor.Command) string {

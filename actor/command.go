@@ -136,6 +136,9 @@ type Command struct {
 	// Move is the body of the collective.move* commands (schema version
 	// 5: collective_move.go).
 	Move *MoveSpec `json:"move,omitempty"`
+	// Commits is the body of collective.commits (schema version 5:
+	// collective_commits.go).
+	Commits *CommitsSpec `json:"commits,omitempty"`
 }
 
 // SkipSpec is the body of partition.skip: the stream sequence of the
@@ -425,8 +428,8 @@ func (c *Command) validate(strict bool) []FieldError {
 	case TypeCollectivePrepare, TypeCollectiveAbort, TypeCollectiveFence, TypeCollectiveDecide, TypeCollectiveCommit,
 		TypeCollectiveCancel, TypePoolUpsert, TypePoolChoose, TypePoolRecord:
 		errs = append(errs, c.validateStepType(strict)...)
-	case TypeCollectiveMove, TypeCollectiveMoveCommit, TypeCollectiveMoveAbort:
-		if c.V < CollectiveMoveSchemaVersion {
+	case TypeCollectiveMove, TypeCollectiveMoveCommit, TypeCollectiveMoveAbort, TypeCollectiveCommits:
+		if c.V < CollectiveMoveSchemaVersion { // = CollectiveVotesSchemaVersion: both are version 5's
 			add("type", fmt.Sprintf("unknown command type %q", c.Type))
 		}
 	case TypeSchemaUpgrade, TypePartitionSkip:
@@ -451,6 +454,11 @@ func (c *Command) validate(strict bool) []FieldError {
 		errs = append(errs, c.validatePool()...)
 	}
 	errs = append(errs, c.validateMove(strict)...)
+	if c.V < CollectiveVotesSchemaVersion {
+		c.Commits = nil
+	} else {
+		errs = append(errs, c.validateCommits()...)
+	}
 	if c.RecordTTLSeconds < 0 || c.RecordTTLSeconds > MaxRecordTTLSeconds {
 		add("record_ttl_seconds", fmt.Sprintf("must be from 0 (keep the record forever) to %d seconds", MaxRecordTTLSeconds))
 	}

@@ -31,7 +31,7 @@ func MarshalCommand(c *Command) ([]byte, error) {
 // omitempty as in Command's tags), or reports that it cannot be sure of
 // identical bytes.
 func appendCommandJSON(b []byte, c *Command) ([]byte, bool) {
-	if c.Calendar != nil || c.Busy != nil || c.Skip != nil || c.Collective != nil || c.Pool != nil || c.Move != nil || c.hasSeriesFields() {
+	if c.Calendar != nil || c.Busy != nil || c.Skip != nil || c.Collective != nil || c.Pool != nil || c.Move != nil || c.Commits != nil || c.hasSeriesFields() {
 		return b, false
 	}
 	ok := true

@@ -112,7 +112,7 @@ func FuzzMarshalCommand(f *testing.F) {
 
 // commandJSONFallback are the Command fields whose presence alone sends
 // MarshalCommand to json.Marshal and the writer's reader to encoding/json.
-var commandJSONFallback = []string{"Calendar", "Busy", "Skip", "Scope", "Booking.Recurrence", "Booking.OnConflict", "Collective", "Pool", "Move"}
+var commandJSONFallback = []string{"Calendar", "Busy", "Skip", "Scope", "Booking.Recurrence", "Booking.OnConflict", "Collective", "Pool", "Move", "Commits"}
 
 // fieldByPath is the field of the struct c points to at a dotted path,
 // through pointers.

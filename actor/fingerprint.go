@@ -36,6 +36,9 @@ func (c *Command) Fingerprint() string {
 	if ext := c.v5Fingerprint(); ext != nil {
 		b = append(b, ext...)
 	}
+	if ext := c.commitsFingerprint(); ext != nil {
+		b = append(b, ext...)
+	}
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:16])
 }

@@ -74,9 +74,12 @@ var fingerprintedV1 = []string{
 // (fpSeriesV3); an earlier version's command is decided, and
 // fingerprinted, without them. collective and pool are fields of schema
 // version 4 (collective.go, pool.go), added the same way
-// (v4Fingerprint), and move of schema version 5 (collective_move.go,
-// v5Fingerprint).
-var notFingerprinted = []string{"move", "move.end", "move.id", "move.start", "booking.on_conflict", "collective", "collective.calendar_ids", "collective.decision", "collective.hold", "collective.id",
+// (v4Fingerprint), move of schema version 5 (collective_move.go,
+// v5Fingerprint), and commits, collective.commits' of version 5
+// (collective_commits.go, commitsFingerprint).
+var notFingerprinted = []string{"move", "move.end", "move.id", "move.start", "booking.on_conflict", "commits", "commits.Entries",
+	"commits.Entries.calendar_id", "commits.Entries.id", "commits.Entries.calendar_ids", "collective", "collective.calendar_ids",
+	"collective.decision", "collective.hold", "collective.id",
 	"pool", "pool.booking_id", "pool.calendar_ids", "pool.chosen", "pool.id", "pool.strategy", "pool.weights", "booking.recurrence", "booking.recurrence.count", "booking.recurrence.freq",
 	"booking.recurrence.interval", "booking.recurrence.until", "calendar.google.check_freebusy", "calendar.google.event_title",
 	"calendar.google.visibility", "record_ttl_seconds", "request_id", "scope", "skip", "skip.seq", "v"}

@@ -30,6 +30,12 @@ func mirrorSub(tx *data.Tx, d *Decoded, link *data.ExternalLink, op byte, bk *da
 
 // mirrorLinked is mirror for decisions that did not load the calendar.
 func mirrorLinked(tx *data.Tx, d *Decoded, op byte, bk *data.Booking) error {
+	return mirrorLinkedSub(tx, d, op, bk, 0)
+}
+
+// mirrorLinkedSub is mirrorLinked for one of several operations a command
+// queues (mirrorSub).
+func mirrorLinkedSub(tx *data.Tx, d *Decoded, op byte, bk *data.Booking, sub uint32) error {
 	if !d.mirror {
 		return nil
 	}
@@ -37,7 +43,7 @@ func mirrorLinked(tx *data.Tx, d *Decoded, op byte, bk *data.Booking) error {
 	if err != nil {
 		return err
 	}
-	return mirror(tx, d, cal.Link, op, bk)
+	return mirrorSub(tx, d, cal.Link, op, bk, sub)
 }
 
 // backfill queues, when a calendar is newly linked (or linked to another

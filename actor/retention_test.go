@@ -21,7 +21,7 @@ func withTTL(body string, secs int) string {
 func (h *harness) sendAt(cal, body string, at time.Time) (actor.Output, actor.Reply) {
 	h.tb.Helper()
 	h.seq++
-	in := actor.Input{Seq: h.seq, At: at, SubjectCalendar: cal, Data: []byte(body)}
+	in := actor.Input{Seq: h.seq, At: at, SubjectCalendar: cal, Data: []byte(body), Partitions: h.partitions}
 	h.log = append(h.log, in)
 	out := h.apply(in)[0]
 	return out, decodeReply(h.tb, out.Reply)

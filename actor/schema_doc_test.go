@@ -311,13 +311,15 @@ func (v *validator) apply(msgs []actor.Input) []actor.Output {
 			v.t.Errorf("%d outcome events for %d decided messages, %d of them about a partition", len(evs), len(msgs), system)
 		}
 		for _, ev := range evs {
-			payload, err := actor.BinaryToJSON(ev.Payload) // as the event publisher sends it
+			parts, err := actor.EventParts(ev.Payload) // as the event publisher sends them
 			if err != nil {
 				v.t.Fatal(err)
 			}
-			v.check(v.s.event, "event", payload)
-			if r := replies[ev.Seq]; r != nil && !bytes.Equal(payload, r) {
-				v.t.Errorf("seq %d: event payload\n%s\ndiffers from the reply\n%s", ev.Seq, payload, r)
+			for _, part := range parts {
+				v.check(v.s.event, "event", part.JSON)
+				if r := replies[ev.Seq]; r != nil && part.Calendar == "" && !bytes.Equal(part.JSON, r) {
+					v.t.Errorf("seq %d: event payload\n%s\ndiffers from the reply\n%s", ev.Seq, part.JSON, r)
+				}
 			}
 		}
 	})
@@ -335,7 +337,7 @@ func everyOutcome() (msgs []actor.Input, want []string) {
 	now := t0 // Monday 2026-03-02 10:00 in Berlin
 	addOn := func(subject, code, body string) {
 		now = now.Add(time.Second)
-		msgs = append(msgs, actor.Input{Seq: uint64(len(msgs) + 1), At: now, SubjectCalendar: subject, Data: []byte(body)})
+		msgs = append(msgs, actor.Input{Seq: uint64(len(msgs) + 1), At: now, SubjectCalendar: subject, Data: []byte(body), Partitions: 1})
 		want = append(want, code)
 	}
 	add := func(code, body string) { addOn("s", code, body) }
@@ -477,6 +479,14 @@ func everyOutcome() (msgs []actor.Input, want []string) {
 	addOn("t", actor.CodeSlotTaken, moveCmd("t", "s-m2", "s-k4", ids, mon(16, 0), mon(17, 0)))
 	add(actor.CodeCollectiveAborted, decideCmdByID(actor.MoveID(k4, "s-m2"), ids, actor.DecisionAbort))
 	add("", moveStepCmd(actor.TypeCollectiveMoveAbort, "s", k4, "s-m2", ids, mon(16, 0), mon(17, 0)))
+	// Both members' commits of a vote-decided collective in one
+	// collective.commits, with an entry of an aborted part not applied.
+	add("", prepareCmd("s", "s-k5", ids, mon(18, 0), mon(19, 0)))
+	addOn("t", "", prepareCmd("t", "s-k5", ids, mon(18, 0), mon(19, 0)))
+	commitsTok := actor.CommitsToken(0, 1)
+	batch, _ := json.Marshal(actor.CommitsCommand(commitsTok, "s-c1", []actor.CommitEntry{entry("s", "s-k5", ids), entry("t", "s-k5", ids),
+		entry("s", "s-k2", ids)}, 0))
+	addOn(commitsTok, "", string(batch))
 	// Pools: one upserted, a choice, a booking recorded; an unknown pool.
 	tok := actor.PoolToken("team")
 	addOn(tok, actor.CodePoolNotFound, poolChooseCmd("team", "s-q0"))

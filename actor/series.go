@@ -109,7 +109,7 @@ type Occurrence struct {
 // producer writes, so that every build that can decide c can read it
 // (docs/protocol.md, "Versions").
 func (c *Command) MinVersion() int {
-	if c.Type == TypeCollectiveFence {
+	if c.Type == TypeCollectiveFence || c.Type == TypeCollectiveCommits {
 		return CollectiveVotesSchemaVersion
 	}
 	if c.Move != nil || isMoveType(c.Type) {

@@ -60,7 +60,7 @@ func (n node) SyncGoogle(ctx context.Context, calID string) (data.BusySyncResult
 // (cmd/bookline/wire.go), webhooks aside.
 func (n node) api() *httpapi.Server {
 	return httpapi.New(n.Node, httpapi.Config{Ports: httpapi.Ports{Refuser: n.Node, Answerer: n.Node, Outcomes: n.Node,
-		CalendarSync: n.Node, Durability: n.Node, Cluster: n.Node, Snapshots: n.Node, Skipper: n.Node,
+		CalendarSync: n.Node, Durability: n.Node, Cluster: n.Node, Snapshots: n.Node, Skipper: n.Node, Partitions: n.Node,
 		Google: n.google, GoogleCheck: n.google, DeadLetters: n.google, GoogleNotifications: n.google}})
 }
 

@@ -69,7 +69,11 @@ func (s *Server) finishByVotes(ctx context.Context, c *fiber.Ctx, id string, ids
 		// retry of a collective an API of version 4 decided.
 		return &Error{Code: actor.CodeCollectiveAborted, Message: "the collective booking was aborted: no member keeps it"}
 	}
-	go s.commitParts(s.withTrace(context.Background(), requestIDOf(c)), id, ids)
+	if s.commits != nil {
+		s.commits.add(id, ids)
+	} else {
+		go s.commitParts(s.withTrace(context.Background(), requestIDOf(c)), id, ids)
+	}
 	return sendJSON(c, http.StatusCreated, "", actor.CommittedPart(*votes[0].reply.Booking))
 }
 

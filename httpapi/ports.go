@@ -52,6 +52,10 @@ type Ports struct {
 	GoogleNotifications GoogleNotifier
 	// Webhooks serves /v1/webhooks.
 	Webhooks Webhooks
+	// Partitions gathers the commits of vote-decided collective bookings
+	// into one collective.commits per partition (commitbatch.go); nil:
+	// each member's commit is a command of its own.
+	Partitions PartitionCounter
 }
 
 // CodeNotEnabled: the route belongs to a feature that is off in this

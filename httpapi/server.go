@@ -153,6 +153,9 @@ type Server struct {
 	// digesting is set while a digest runs: it reads the whole index, so
 	// one runs at a time.
 	digesting atomic.Bool
+	// commits gathers collective commits per partition (nil: one
+	// command each; commitbatch.go).
+	commits *commitBatcher
 }
 
 // New builds the API on backend.
@@ -199,6 +202,7 @@ func New(backend Backend, cfg Config) *Server {
 	s := &Server{backend: backend, cfg: cfg, log: cfg.Logger, keys: cfg.Keys, metrics: cfg.Metrics, secrets: cfg.Secrets,
 		limiter: newRateLimiter(cfg.RateLimit, cfg.RateBurst), pageLimiter: newRateLimiter(cfg.PageRateLimit, cfg.PageRateBurst),
 		sweeps: make(chan struct{}, cfg.AvailabilitySweeps)}
+	s.commits = newCommitBatcher(s, cfg.Ports.Partitions)
 	s.app = fiber.New(fiber.Config{
 		AppName:               "bookline",
 		BodyLimit:             cfg.BodyLimit,

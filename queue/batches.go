@@ -131,6 +131,7 @@ func (p *Partition) submit(batch []jetstream.Msg) (*inFlight, error) {
 			SubjectCalendar: calendarOfStoredSubject(m.Subject()),
 			Schema:          m.Headers().Get(HeaderSchema),
 			Data:            m.Data(),
+			Partitions:      p.sys.n,
 		})
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -212,7 +212,7 @@ func (p *Partition) applyLog(msgs []logMsg, floor uint64) (int, error) {
 	split := len(msgs)
 	for i, m := range msgs {
 		in[i] = actor.Decode(actor.Input{Seq: m.seq, At: m.at, SubjectCalendar: calendarOfStoredSubject(m.subject),
-			Schema: m.header.Get(HeaderSchema), Data: m.data})
+			Schema: m.header.Get(HeaderSchema), Data: m.data, Partitions: p.sys.n})
 		if m.seq > floor && split == len(msgs) {
 			split = i
 		}

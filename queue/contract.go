@@ -4,12 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/bookline/bookline/actor"
 )
 
 // The wire contract. docs/protocol.md documents every name here; they are
@@ -55,6 +56,10 @@ const (
 	// command stream that sequence belongs to (streamIdentity): a stream
 	// deleted and created again numbers its commands from 1 again.
 	HeaderCommandStream = "Bookline-Command-Stream"
+	// HeaderEventPart, on the outcome events of a collective.commits (one
+	// per part it committed, all with its sequence), is the event's
+	// position among them, from 1; absent on every other event.
+	HeaderEventPart = "Bookline-Event-Part"
 	// HeaderContentType is always application/json.
 	HeaderContentType = "Content-Type"
 
@@ -95,11 +100,7 @@ func CommandSubject(calID string) string { return CommandSubjectPrefix + calID }
 // calID: FNV-1a (32 bit) of the token, modulo n. It matches the server's
 // {{partition(n,1)}} and exists for diagnostics and tests; publishers never
 // need it.
-func PartitionOf(calID string, n int) int {
-	h := fnv.New32a()
-	h.Write([]byte(calID))
-	return int(h.Sum32() % uint32(n))
-}
+func PartitionOf(calID string, n int) int { return actor.PartitionOf(calID, n) }
 
 // partitionFilter is the stored-subject filter of partition p.
 func partitionFilter(p int) string { return PartitionSubjectPrefix + strconv.Itoa(p) + ".*" }

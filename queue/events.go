@@ -11,7 +11,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/bookline/bookline/actor"
@@ -303,23 +302,21 @@ func (e *eventPublisher) drainOnce(ctx context.Context) (int, error) {
 			return n, nil
 		}
 	}
-	round, err := e.acks.start(len(evs))
+	msgs, of := e.outboxMsgs(evs, identity)
+	round, err := e.acks.start(len(msgs))
 	if err != nil {
 		return 0, err
 	}
 	var firstErr error
-	for i, ev := range evs {
-		m, err := e.eventMsg(ev, identity)
-		if err != nil {
-			// Undecodable (eventMsg logged it): dropped from the outbox
-			// with the published ones, never retried.
+	for i, m := range msgs {
+		if m == nil {
 			e.acks.settle(round, i, 0, nil)
 			continue
 		}
 		m.Reply = e.acks.reply(round, i)
 		if err := e.js.Conn().PublishMsg(m); err != nil {
 			firstErr = err
-			for j := i; j < len(evs); j++ {
+			for j := i; j < len(msgs); j++ {
 				e.acks.settle(round, j, 0, err)
 			}
 			break
@@ -334,16 +331,25 @@ func (e *eventPublisher) drainOnce(ctx context.Context) (int, error) {
 	case <-ctx.Done():
 	}
 	e.acks.mu.Lock()
-	for i, ev := range evs {
+	// An entry is published when every one of its messages is.
+	failed := make([]bool, len(evs))
+	for i := range msgs {
 		switch {
 		case !round.acked[i]:
 			if firstErr == nil {
 				firstErr = errors.New("timed out waiting for event acks")
 			}
-		case round.res[i] == nil:
+			failed[of[i]] = true
+		case round.res[i] != nil:
+			if firstErr == nil {
+				firstErr = round.res[i]
+			}
+			failed[of[i]] = true
+		}
+	}
+	for i, ev := range evs {
+		if !failed[i] {
 			done = append(done, ev.Seq)
-		case firstErr == nil:
-			firstErr = round.res[i]
 		}
 	}
 	e.newestAck = max(e.newestAck, round.newest)
@@ -429,33 +435,6 @@ func (e *eventPublisher) confirm(ctx context.Context, evs []data.Event) {
 	}
 }
 
-// eventMsg is the message of outcome event ev, decided from the command
-// stream incarnation identity (ev.Stream when set). An error means the
-// entry cannot be decoded, which short of disk corruption cannot happen:
-// it is logged and dropped rather than stall every event behind it.
-func (e *eventPublisher) eventMsg(ev data.Event, identity string) (*nats.Msg, error) {
-	if ev.Stream != "" {
-		identity = ev.Stream
-	}
-	payload, err := actor.BinaryToJSON(ev.Payload)
-	if err != nil {
-		e.log.Error("dropping undecodable outcome event", "seq", ev.Seq, "stream", identity, "err", err)
-		return nil, err
-	}
-	seq := strconv.FormatUint(ev.Seq, 10)
-	if identity != e.msgIDIdentity {
-		e.msgIDIdentity, e.msgIDPrefix = identity, eventMsgIDPrefix(identity)
-	}
-	m := &nats.Msg{Subject: EventSubject(ev.Calendar), Data: payload, Header: make(nats.Header, 6)}
-	m.Header[HeaderSchema] = schemaHeader
-	m.Header[HeaderContentType] = jsonHeader
-	m.Header[HeaderCommandSeq] = []string{seq}
-	m.Header[HeaderCommandStream] = []string{identity}
-	m.Header[jetstream.MsgIDHeader] = []string{e.msgIDPrefix + seq}
-	m.Header[jetstream.ExpectedStreamHeader] = eventStreamHeader
-	return m, nil
-}
-
 // Header values every event carries, shared by their messages (nats.go
 // only reads them).
 var (
@@ -504,14 +483,16 @@ func (e *eventPublisher) drainAside(ctx context.Context) error {
 		}
 		wait, cancel := context.WithTimeout(ctx, 10*time.Second)
 		for _, ev := range evs {
-			m, err := e.eventMsg(ev, ev.Stream)
+			ms, err := e.eventMsgs(ev, ev.Stream)
 			if err != nil {
 				continue
 			}
-			// eventMsg sets the expected stream.
-			if _, err := e.js.PublishMsg(wait, m); err != nil {
-				cancel()
-				return fmt.Errorf("event stream: %w", err)
+			for _, m := range ms {
+				// eventMsgs sets the expected stream.
+				if _, err := e.js.PublishMsg(wait, m); err != nil {
+					cancel()
+					return fmt.Errorf("event stream: %w", err)
+				}
 			}
 		}
 		cancel()

@@ -194,7 +194,7 @@ func feedReplay(ctx context.Context, it jetstream.MessagesContext, s jetstream.S
 			chunk = append(chunk, make([][]actor.Decoded, p+1-len(chunk))...)
 		}
 		chunk[p] = append(chunk[p], actor.Decode(actor.Input{Seq: seq, At: meta.Timestamp, SubjectCalendar: cal,
-			Schema: m.Headers().Get(HeaderSchema), Data: m.Data()}))
+			Schema: m.Headers().Get(HeaderSchema), Data: m.Data(), Partitions: partitions}))
 		if p < len(sys) {
 			if err := sys[p].mark(ctx, chunk[p][len(chunk[p])-1:], never); err != nil {
 				return err

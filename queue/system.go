@@ -56,6 +56,7 @@ func SystemToken(p, n int) string {
 // it has grown, one message at a time: there are few.
 type systemLog struct {
 	stream  jetstream.Stream
+	n       int // the stream's partition count
 	token   string
 	subject string // the stored subject: bookline.part.<p>.<token>
 
@@ -72,7 +73,7 @@ type systemLog struct {
 
 func newSystemLog(stream jetstream.Stream, p, n int) *systemLog {
 	tok := SystemToken(p, n)
-	return &systemLog{stream: stream, token: tok, subject: PartitionSubjectPrefix + strconv.Itoa(p) + "." + tok,
+	return &systemLog{stream: stream, n: n, token: tok, subject: PartitionSubjectPrefix + strconv.Itoa(p) + "." + tok,
 		skips: map[uint64]actor.Skip{}}
 }
 
