@@ -481,8 +481,8 @@ func everyOutcome() (msgs []actor.Input, want []string) {
 	add("", moveStepCmd(actor.TypeCollectiveMoveAbort, "s", k4, "s-m2", ids, mon(16, 0), mon(17, 0)))
 	// Both members' commits of a vote-decided collective in one
 	// collective.commits, with an entry of an aborted part not applied.
-	add("", prepareCmd("s", "s-k5", ids, mon(18, 0), mon(19, 0)))
-	addOn("t", "", prepareCmd("t", "s-k5", ids, mon(18, 0), mon(19, 0)))
+	add("", prepareCmd("s", "s-k5", ids, mon(10, 0).AddDate(0, 0, 7), mon(11, 0).AddDate(0, 0, 7)))
+	addOn("t", "", prepareCmd("t", "s-k5", ids, mon(10, 0).AddDate(0, 0, 7), mon(11, 0).AddDate(0, 0, 7)))
 	commitsTok := actor.CommitsToken(0, 1)
 	batch, _ := json.Marshal(actor.CommitsCommand(commitsTok, "s-c1", []actor.CommitEntry{entry("s", "s-k5", ids), entry("t", "s-k5", ids),
 		entry("s", "s-k2", ids)}, 0))
