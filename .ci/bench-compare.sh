@@ -653,9 +653,9 @@ SECTION=$(mktemp "$WORK/section.XXXXXX")
 		echo
 		echo "collective: every request books one interval (uniform's random intervals) on two calendars that are"
 		echo "in different partitions of bookline's $PARTITIONS (\`bookline bench --partitions $PARTITIONS\`; both targets get"
-		echo "the same pairs). bookline: \`POST /v1/bookings\`, a two-phase commit through the log (prepare on both"
-		echo "members at once, decide on the coordinator, commit on both: three log round trips, each a group commit"
-		echo "with its fdatasync, five commands). PostgreSQL: one transaction that locks both calendar rows in id order,"
+		echo "the same pairs). bookline: \`POST /v1/bookings\`, decided by the members' votes (a prepare on both"
+		echo "members at once, answered once both are durable: one log round trip, each member's a group commit with"
+		echo "its fdatasync; the commits follow the answer, batched per partition). PostgreSQL: one transaction that locks both calendar rows in id order,"
 		echo "checks each under the exclusion constraint and inserts both rows, one commit (a conflict already"
 		echo "visible is answered before any lock, read-only). req/s counts collectives (two bookings each)."
 	fi
