@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -95,13 +96,13 @@ func stopNode(t testing.TB, n node) {
 	}
 }
 
-var reqN int
+// reqN numbers request ids; the cluster tests run in parallel.
+var reqN atomic.Int64
 
 func submit(t testing.TB, n node, cmd *actor.Command) actor.Reply {
 	t.Helper()
 	if cmd.RequestID == "" {
-		reqN++
-		cmd.RequestID = fmt.Sprintf("t.%d.%d", time.Now().UnixNano(), reqN)
+		cmd.RequestID = fmt.Sprintf("t.%d.%d", time.Now().UnixNano(), reqN.Add(1))
 	}
 	cmd.V = cmd.MinVersion()
 	if errs := cmd.Validate(); len(errs) > 0 {
