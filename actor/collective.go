@@ -136,6 +136,17 @@ func isCollectiveType(t string) bool {
 	return isMoveType(t)
 }
 
+// collectiveTypeAt reports whether t is a collective step in a command
+// of version v: the types version 5 added are not one before it, so that
+// such a command is refused with the details the builds of version 4 gave
+// it (its type unknown, its collective member out of place).
+func collectiveTypeAt(t string, v int) bool {
+	if t == TypeCollectiveFence || isMoveType(t) {
+		return v >= CollectiveVotesSchemaVersion
+	}
+	return isCollectiveType(t)
+}
+
 // firstAnswerWins reports whether every command of d's request id gets the
 // answer its first one got, whatever it asks: the steps whose request id
 // is derived from the collective's id, so that the first decision is the
@@ -174,7 +185,7 @@ func (c *Command) validateStepType(strict bool) []FieldError {
 func (c *Command) validateCollective() []FieldError {
 	var errs []FieldError
 	add := func(f, m string) { errs = append(errs, FieldError{Field: f, Message: m}) }
-	if !isCollectiveType(c.Type) {
+	if !collectiveTypeAt(c.Type, c.V) {
 		if c.Collective != nil {
 			add("collective", "only the collective.* commands have a collective")
 		}

@@ -98,7 +98,10 @@ func (s *Server) createCollectiveHold(c *fiber.Ctx) error {
 
 // startCollective books (hold false) or holds a collective: the prepares
 // on every member at once; then a booking is decided by the votes, and a
-// hold refused by a member is aborted through its coordinator.
+// hold refused by a member is aborted through its coordinator. While an
+// instance of an older build runs, a booking is decided by its
+// coordinator too: that build's resolver would abort a part the votes
+// committed, having no fence.
 func (s *Server) startCollective(c *fiber.Ctx, req *collectiveRequest, hold bool, holdTTL int) error {
 	reqID, err := requestID(c)
 	if err != nil {
@@ -134,14 +137,14 @@ func (s *Server) startCollective(c *fiber.Ctx, req *collectiveRequest, hold bool
 	defer cancel()
 
 	votes := s.runStep(ctx, prepares)
-	if !hold {
+	if !hold && s.votesDecide() {
 		return s.finishByVotes(ctx, c, id, ids, spec, votes)
 	}
 	all := true
 	for _, v := range votes {
 		all = all && v.err == nil && v.reply.Outcome == actor.OutcomeAccepted
 	}
-	if all {
+	if hold && all {
 		// Held: the coordinator's part answers, with its secret.
 		return s.writeHeld(c, votes[0].raw)
 	}
@@ -354,6 +357,11 @@ func (s *Server) collectivePartOf(c *fiber.Ctx, cal, id string) []string {
 		_ = s.backend.View(func(tx *data.Tx) error {
 			if bk, err := tx.Booking(cal, id); err == nil {
 				ids, found = bk.CalendarIDs, true
+				if bk.MoveOf != "" {
+					// A pending move's own record: not the collective,
+					// which is named by its part's id.
+					ids = nil
+				}
 			}
 			return nil
 		})
@@ -383,6 +391,9 @@ func (s *Server) cancelCollective(c *fiber.Ctx, cal, id string, ids []string) er
 	}
 	ctx, cancel := context.WithTimeout(s.withTrace(context.Background(), requestIDOf(c)), s.cfg.ReplyTimeout)
 	defer cancel()
+	if err := s.noMovePending(c, id, ids); err != nil {
+		return err
+	}
 	if _, err := s.finishPending(ctx, id, ids); err != nil {
 		s.log.Warn("finishing a pending collective before its cancel", "id", id, "trace_id", requestIDOf(c), "err", err)
 		return &Error{Code: CodeUnavailable, Message: "the collective booking is still being decided: retry the cancel shortly"}

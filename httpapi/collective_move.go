@@ -48,6 +48,14 @@ func (s *Server) moveCollective(c *fiber.Ctx, cal, id, reqID string, ids []strin
 	}
 
 	votes := s.runStep(ctx, prepares)
+	for _, v := range votes {
+		// The key moved the collective before with another body: the
+		// move's id is the key's, so its decision is that request's; this
+		// one decides nothing.
+		if v.err == nil && v.reply.Code == actor.CodeIdempotencyKeyReused {
+			return s.writeReply(c, v.raw)
+		}
+	}
 	all := true
 	for _, v := range votes {
 		all = all && v.err == nil && v.reply.Outcome == actor.OutcomeAccepted
@@ -72,14 +80,6 @@ func (s *Server) moveCollective(c *fiber.Ctx, cal, id, reqID string, ids []strin
 		}
 	}
 	applied := s.runStep(ctx, applies)
-	for _, v := range votes {
-		// The key moved the collective before with another body: the
-		// move's id is the key's, so the recorded decision is that
-		// request's, not an answer to this one.
-		if v.err == nil && v.reply.Code == actor.CodeIdempotencyKeyReused {
-			return s.writeReply(c, v.raw)
-		}
-	}
 	if !committed {
 		return s.collectiveRefusal(votes, decided)
 	}

@@ -3,6 +3,8 @@ package httpapi_test
 import (
 	"context"
 	"fmt"
+	"io"
+	"log/slog"
 	"net/http"
 	"strings"
 	"sync"
@@ -10,6 +12,7 @@ import (
 	"time"
 
 	"github.com/bookline/bookline/actor"
+	"github.com/bookline/bookline/data"
 	"github.com/bookline/bookline/httpapi"
 	"github.com/bookline/bookline/queue"
 	"github.com/bookline/bookline/queue/queuetest"
@@ -186,6 +189,95 @@ func TestCollectiveCancelWhilePending(t *testing.T) {
 	}
 }
 
+// TestCollectiveCancelWhileMoving: a DELETE of a collective whose move is
+// pending on a member (the API that moved it stopped after one prepare)
+// is refused collective_pending before anything is published: no member
+// is cancelled, rather than the others cancelled and that one refusing.
+func TestCollectiveCancelWhileMoving(t *testing.T) {
+	h := start(t, "", options{})
+	ids := twoPartitions(t, 4, 2)
+	for _, id := range ids {
+		h.createCalendar(id, "UTC")
+	}
+	at := time.Date(2027, 5, 6, 10, 0, 0, 0, time.UTC)
+	r := h.do("POST", "/v1/bookings", map[string]any{"calendar_ids": ids, "start": at.Format(time.RFC3339),
+		"end": at.Add(time.Hour).Format(time.RFC3339), "customer": "Panel"})
+	h.mustStatus(r, http.StatusCreated)
+	var a collectiveAnswer
+	r.json(t, &a)
+	move := actor.MovePrepareCommand(ids[1], "moved-halfway", a.ID, ids, actor.IntervalSpec{Start: at.Add(3 * time.Hour), End: at.Add(4 * time.Hour)}, 0)
+	if errs := move.Validate(); len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	queuetest.CheckFor(t, 10*time.Second, func() error { // the commits follow the 201
+		for _, cal := range ids {
+			if g := h.do("GET", "/v1/calendars/"+cal+"/bookings/"+a.ID, nil); !strings.Contains(string(g.Body), `"status":"confirmed"`) {
+				return fmt.Errorf("%s: %s", cal, g.Body)
+			}
+		}
+		return nil
+	})
+	if raw, err := h.node.Submit(context.Background(), move, move.Fingerprint()); err != nil || !strings.Contains(string(raw), `"outcome":"accepted"`) {
+		t.Fatalf("move prepare: %v %s", err, raw)
+	}
+	r = h.do("DELETE", "/v1/calendars/"+ids[0]+"/bookings/"+a.ID, nil, "Idempotency-Key", "cancel-moving")
+	if r.Status != http.StatusConflict || !strings.Contains(string(r.Body), actor.CodeCollectivePending) {
+		t.Fatalf("cancel while moving: %d %s", r.Status, r.Body)
+	}
+	for _, cal := range ids {
+		if g := h.do("GET", "/v1/calendars/"+cal+"/bookings/"+a.ID, nil); !strings.Contains(string(g.Body), `"status":"confirmed"`) {
+			t.Fatalf("%s after the refused cancel: %s", cal, g.Body)
+		}
+	}
+}
+
+// olderInstance is a cluster in which an instance of a build before
+// schema version 5 still runs.
+type olderInstance struct{}
+
+func (olderInstance) EveryInstanceDecides(v int) bool { return v < actor.CollectiveVotesSchemaVersion }
+
+// TestCollectiveWithAnOlderInstance: while an instance that does not know
+// schema version 5 runs (a rolling upgrade), a collective booking is
+// decided by its coordinator, as that build's resolver expects: the
+// decision is recorded before the 201, and every part is confirmed when
+// it comes. Decided by the votes instead, an older resolver could abort
+// parts the votes committed.
+func TestCollectiveWithAnOlderInstance(t *testing.T) {
+	h := start(t, "", options{})
+	ids := twoPartitions(t, 4, 2)
+	for _, id := range ids {
+		h.createCalendar(id, "UTC")
+	}
+	ports := nodePorts(h.node)
+	ports.Versions = olderInstance{}
+	api := httpapi.New(h.node, httpapi.Config{ReplyTimeout: 10 * time.Second, Metrics: httpapi.NewMetrics(), Ports: ports,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	h.URL, _ = serveLoopback(t, api)
+	at := time.Date(2027, 5, 5, 10, 0, 0, 0, time.UTC)
+	r := h.do("POST", "/v1/bookings", map[string]any{"calendar_ids": ids, "start": at.Format(time.RFC3339),
+		"end": at.Add(time.Hour).Format(time.RFC3339), "customer": "Panel"}, "Idempotency-Key", "rolling-1")
+	h.mustStatus(r, http.StatusCreated)
+	var a collectiveAnswer
+	r.json(t, &a)
+	var decided bool
+	parts := map[string]string{}
+	if err := h.node.View(func(tx *data.Tx) error {
+		_, decided, _ = tx.Request(ids[0], actor.DecisionRequestID(a.ID))
+		for _, cal := range ids {
+			if bk, err := tx.Booking(cal, a.ID); err == nil {
+				parts[cal] = bk.Status
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if !decided || parts[ids[0]] != "confirmed" || parts[ids[1]] != "confirmed" {
+		t.Fatalf("decision recorded %v, parts %v", decided, parts)
+	}
+}
+
 func TestCollectiveConcurrent(t *testing.T) {
 	h := start(t, "", options{})
 	ids := twoPartitions(t, 4, 4)
@@ -227,6 +319,17 @@ func TestCollectiveConcurrent(t *testing.T) {
 	if len(confirmed) == 0 {
 		t.Fatal("no collective was booked in five races: the test proves nothing")
 	}
+	// The answers follow the votes; the commits follow the answers.
+	queuetest.CheckFor(t, 20*time.Second, func() error {
+		for _, cal := range ids {
+			for _, b := range h.listAll(cal) {
+				if b.Status == "pending" {
+					return fmt.Errorf("%s lists %s still pending", cal, b.ID)
+				}
+			}
+		}
+		return nil
+	})
 	on := map[string]map[string]bool{}
 	for _, cal := range ids {
 		on[cal] = map[string]bool{}

@@ -21,6 +21,14 @@ import (
 // when every vote is yes, aborted on every member that may hold a part
 // otherwise.
 func (s *Server) finishByVotes(ctx context.Context, c *fiber.Ctx, id string, ids []string, spec *actor.BookingSpec, votes []collectiveVote) error {
+	for _, v := range votes {
+		if v.err == nil && v.reply.Code == actor.CodeIdempotencyKeyReused {
+			// The key made this collective before with another body: its
+			// parts are that request's, whatever the other answers say,
+			// so nothing here is aborted.
+			return s.writeReply(c, v.raw)
+		}
+	}
 	no := false
 	var unknown []*collectiveVote
 	for i := range votes {
@@ -77,6 +85,13 @@ func (s *Server) finishByVotes(ctx context.Context, c *fiber.Ctx, id string, ids
 	return sendJSON(c, http.StatusCreated, "", actor.CommittedPart(*votes[0].reply.Booking))
 }
 
+// votesDecide reports whether collectives may be decided by their votes:
+// every instance's resolver then learns the votes before it decides.
+func (s *Server) votesDecide() bool {
+	g := s.cfg.Ports.Versions
+	return g == nil || g.EveryInstanceDecides(actor.CollectiveVotesSchemaVersion)
+}
+
 // partAborted reads whether cal's part of collective id is aborted in this
 // instance's index.
 func (s *Server) partAborted(cal, id string) bool {
@@ -105,6 +120,30 @@ func (s *Server) commitParts(ctx context.Context, id string, ids []string) {
 				"err", v.err, "code", v.reply.Code)
 		}
 	}
+}
+
+// noMovePending refuses, before anything is published, a cancel of a
+// collective with a move pending on some member: that member would refuse
+// its cancel (collective_pending, recorded under the cancel's key) while
+// the others cancelled. Each member's index is brought up to its
+// calendar's log first (cluster mode), as finishPending then reads it.
+func (s *Server) noMovePending(c *fiber.Ctx, id string, ids []string) error {
+	for _, cal := range ids {
+		_ = s.syncRead(c, cal) // a member not caught up is read as it is
+	}
+	moving := false
+	_ = s.backend.View(func(tx *data.Tx) error {
+		for _, cal := range ids {
+			if bk, err := tx.Booking(cal, id); err == nil && bk.MoveID != "" {
+				moving = true
+			}
+		}
+		return nil
+	})
+	if moving {
+		return &Error{Code: actor.CodeCollectivePending, Message: "the collective booking is being moved: nothing was cancelled; retry in a few seconds"}
+	}
+	return nil
 }
 
 // submitOne submits one command: actor.Submit over runStep.

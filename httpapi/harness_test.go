@@ -103,7 +103,7 @@ func start(t testing.TB, dir string, o options) *harness {
 // them (cmd/bookline/wire.go), without Google and webhooks.
 func nodePorts(n *queue.Node) httpapi.Ports {
 	return httpapi.Ports{Refuser: n, Answerer: n, Outcomes: n, CalendarSync: n, Durability: n,
-		Cluster: n, Snapshots: n, Skipper: n, Partitions: n}
+		Cluster: n, Snapshots: n, Skipper: n, Partitions: n, Versions: n}
 }
 
 // serveLoopback serves api on a free loopback port; done is closed when

@@ -56,6 +56,16 @@ type Ports struct {
 	// into one collective.commits per partition (commitbatch.go); nil:
 	// each member's commit is a command of its own.
 	Partitions PartitionCounter
+	// Versions says whether every instance decides a schema version: a
+	// collective is decided by its votes only then (nil: this instance
+	// alone, which does).
+	Versions SchemaGate
+}
+
+// SchemaGate tells whether every instance of the cluster decides schema
+// version v (queue.Node.EveryInstanceDecides).
+type SchemaGate interface {
+	EveryInstanceDecides(v int) bool
 }
 
 // CodeNotEnabled: the route belongs to a feature that is off in this

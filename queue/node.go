@@ -553,6 +553,12 @@ func (n *Node) Submit(ctx context.Context, cmd *actor.Command, fingerprint strin
 	return reply, err
 }
 
+// EveryInstanceDecides reports whether every instance of the cluster
+// decides schema version v (always, for an instance alone): what a
+// producer needs before it relies on a rule of that version that other
+// instances' resolvers must follow too.
+func (n *Node) EveryInstanceDecides(v int) bool { return n.members == nil || n.members.allKnow(v) }
+
 // StorageFailing says, per storage component (StorageIndex, StorageNATS),
 // whether a write path of it fails for storage reasons now.
 func (n *Node) StorageFailing() map[string]bool { return n.storage.failing() }

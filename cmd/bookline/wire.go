@@ -56,7 +56,7 @@ func googleFollower(cfg calendarsync.Config, made **calendarsync.Syncer) func(*q
 // the Google sync; the webhook endpoints. Each is on in bookline serve.
 func apiPorts(n *queue.Node, google *calendarsync.Syncer, hooks *webhook.Manager) httpapi.Ports {
 	p := httpapi.Ports{Refuser: n, Answerer: n, Outcomes: n, CalendarSync: n, Durability: n,
-		Cluster: n, Snapshots: n, Skipper: n, Partitions: n}
+		Cluster: n, Snapshots: n, Skipper: n, Partitions: n, Versions: n}
 	// A nil *Syncer or *Manager stored in an interface makes a non-nil
 	// interface: the feature would read as on.
 	if google != nil {
@@ -81,6 +81,7 @@ var (
 	_ httpapi.Snapshots          = (*queue.Node)(nil)
 	_ httpapi.PartitionSkipper   = (*queue.Node)(nil)
 	_ httpapi.PartitionCounter   = (*queue.Node)(nil)
+	_ httpapi.SchemaGate         = (*queue.Node)(nil)
 
 	_ httpapi.GoogleSync           = (*calendarsync.Syncer)(nil)
 	_ httpapi.GoogleBookingChecker = (*calendarsync.Syncer)(nil)
