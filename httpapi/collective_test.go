@@ -231,6 +231,44 @@ func TestCollectiveCancelWhileMoving(t *testing.T) {
 	}
 }
 
+// TestCollectiveRetryAfterVersion4Abort: an API of version 4 got every
+// vote yes, recorded an abort at the coordinator (its answers timed out)
+// and stopped before the aborts reached the members. The client's retry
+// under the same key, on this build, gets the recorded yes votes: it is
+// answered collective_aborted from the recorded decision, not 201.
+func TestCollectiveRetryAfterVersion4Abort(t *testing.T) {
+	h := start(t, "", options{})
+	ids := twoPartitions(t, 4, 2)
+	for _, id := range ids {
+		h.createCalendar(id, "UTC")
+	}
+	at := time.Date(2027, 5, 7, 10, 0, 0, 0, time.UTC)
+	reqID := httpapi.KeyRequestID("", "v4-era")
+	spec := actor.BookingSpec{Start: at, End: at.Add(time.Hour), Customer: "Panel"}
+	var id string
+	submit := func(cmd *actor.Command, want string) {
+		t.Helper()
+		if errs := cmd.Validate(); len(errs) > 0 {
+			t.Fatal(errs)
+		}
+		raw, err := h.node.Submit(context.Background(), cmd, cmd.Fingerprint())
+		if err != nil || !strings.Contains(string(raw), want) {
+			t.Fatalf("%s: %v %s", cmd.Type, err, raw)
+		}
+	}
+	for _, cal := range ids {
+		cmd := actor.PrepareCommand(cal, reqID, ids, spec, 0)
+		id = cmd.Collective.ID
+		submit(cmd, `"outcome":"accepted"`)
+	}
+	submit(actor.DecideCommand(id, ids, actor.DecisionAbort), actor.CodeCollectiveAborted)
+	r := h.do("POST", "/v1/bookings", map[string]any{"calendar_ids": ids, "start": at.Format(time.RFC3339),
+		"end": at.Add(time.Hour).Format(time.RFC3339), "customer": "Panel"}, "Idempotency-Key", "v4-era")
+	if r.Status != http.StatusConflict || !strings.Contains(string(r.Body), actor.CodeCollectiveAborted) {
+		t.Fatalf("retry after a recorded abort: %d %s", r.Status, r.Body)
+	}
+}
+
 // olderInstance is a cluster in which an instance of a build before
 // schema version 5 still runs.
 type olderInstance struct{}

@@ -92,13 +92,24 @@ func (s *Server) votesDecide() bool {
 	return g == nil || g.EveryInstanceDecides(actor.CollectiveVotesSchemaVersion)
 }
 
-// partAborted reads whether cal's part of collective id is aborted in this
-// instance's index.
+// partAborted reads whether collective id, whose coordinator is cal, was
+// aborted, as far as this instance's index knows: the coordinator's part
+// is aborted, or the coordinator recorded an abort that the members have
+// not all applied yet (an API of version 4 that stopped between its
+// decision and the aborts).
 func (s *Server) partAborted(cal, id string) bool {
 	var aborted bool
 	_ = s.backend.View(func(tx *data.Tx) error {
-		bk, err := tx.Booking(cal, id)
-		aborted = err == nil && bk.Status == data.StatusAborted
+		if bk, err := tx.Booking(cal, id); err == nil && bk.Status == data.StatusAborted {
+			aborted = true
+			return nil
+		}
+		if rec, ok, err := tx.Request(cal, actor.DecisionRequestID(id)); err == nil && ok {
+			if r, err := actor.ReplyFromRecord(rec); err == nil {
+				commit, known := actor.Committed(&r)
+				aborted = known && !commit
+			}
+		}
 		return nil
 	})
 	return aborted
