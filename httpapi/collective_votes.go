@@ -170,11 +170,16 @@ func (s *Server) submitOne(ctx context.Context, cmd *actor.Command) (actor.Reply
 // reports whether the collective is committed.
 func (s *Server) finishPending(ctx context.Context, id string, ids []string) (committed bool, err error) {
 	var pending *data.Booking
+	settled := map[string]bool{} // members whose part is decided already
 	_ = s.backend.View(func(tx *data.Tx) error {
 		for _, cal := range ids {
-			if bk, err := tx.Booking(cal, id); err == nil && bk.Status == data.StatusPending && bk.ExpiresAt == nil {
+			bk, err := tx.Booking(cal, id)
+			switch {
+			case err != nil:
+			case bk.Status != data.StatusPending:
+				settled[cal] = true
+			case bk.ExpiresAt == nil && pending == nil:
 				pending = &bk
-				return nil
 			}
 		}
 		return nil
@@ -187,9 +192,13 @@ func (s *Server) finishPending(ctx context.Context, id string, ids []string) (co
 	if err != nil {
 		return false, err
 	}
-	applies := make([]*actor.Command, len(ids))
-	for i, cal := range ids {
-		applies[i] = actor.ApplyCommand(cal, id, ids, commit, spec)
+	var applies []*actor.Command
+	for _, cal := range ids {
+		// A member that applied the decision already is left alone: its
+		// commit again would be answered, and announced, a second time.
+		if !settled[cal] {
+			applies = append(applies, actor.ApplyCommand(cal, id, ids, commit, spec))
+		}
 	}
 	for _, v := range s.runStep(ctx, applies) {
 		if v.err != nil {
