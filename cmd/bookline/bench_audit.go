@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -93,6 +94,33 @@ func (r *benchRun) listAll(ctx context.Context, cal string) ([]listedBooking, er
 	}
 }
 
+// auditSettle bounds how long the audit waits for a collective's parts
+// to leave status pending: the commits follow the 201 (within
+// milliseconds, or, if an instance lost them, when the partition's owner
+// resolves them: 30 s by default).
+const auditSettle = 45 * time.Second
+
+// listSettled is listAll once no collective's part on cal is pending any
+// more, or at auditSettle: a part still pending then is reported.
+func (r *benchRun) listSettled(ctx context.Context, cal string) ([]listedBooking, error) {
+	deadline := time.Now().Add(auditSettle)
+	for {
+		listed, err := r.listAll(ctx, cal)
+		if err != nil || !slices.ContainsFunc(listed, pendingPart) || time.Now().After(deadline) {
+			return listed, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// pendingPart reports whether b is a collective's part whose commit has
+// not been applied yet.
+func pendingPart(b listedBooking) bool { return b.Status == "pending" && len(b.CalendarIDs) > 0 }
+
 // checkCalendar audits one calendar's listing: every listed booking is
 // confirmed, no two overlap, every created one is listed and no cancelled
 // one is.
@@ -143,7 +171,7 @@ func (r *benchRun) audit(ctx context.Context, created, cancelled map[string]map[
 	parts := collectiveParts{}
 	err := forEach(ctx, r.c.calendars, 16, func(i int) error {
 		cal := r.c.calendarID(i)
-		listed, err := r.listAll(ctx, cal)
+		listed, err := r.listSettled(ctx, cal)
 		if err != nil {
 			return err
 		}
