@@ -163,7 +163,7 @@ func (s *Server) startCollective(c *fiber.Ctx, req *collectiveRequest, hold bool
 	if !commit {
 		return s.collectiveRefusal(votes, decided)
 	}
-	return s.answerApplied(c, id, ids, applied)
+	return s.answerApplied(c, http.StatusCreated, ids[0], id, ids, applied)
 }
 
 // recordTTL is the record retention of a write's commands.
@@ -213,22 +213,26 @@ func (s *Server) decideCollective(ctx context.Context, c *fiber.Ctx, id string, 
 	return committed, s.runStep(ctx, applies), decided, nil
 }
 
-// answerApplied answers a committed collective: 201 with the first
-// member's part, or 202 when a member's confirmation is late.
-func (s *Server) answerApplied(c *fiber.Ctx, id string, ids []string, applied []collectiveVote) error {
+// answerApplied answers a committed collective step (a booking, 201; a
+// move, 200) with member cal's part as its commit left it, or 202 when a
+// member's commit came back late: that member applies it when its commit
+// is decided, or when its owner resolves it.
+func (s *Server) answerApplied(c *fiber.Ctx, status int, cal, id string, ids []string, applied []collectiveVote) error {
+	var mine []byte
 	for _, a := range applied {
 		if a.err != nil || a.reply.Outcome != actor.OutcomeAccepted {
-			// Committed: the part of this member is confirmed when its
-			// commit is decided, or when its owner resolves it.
-			s.log.Warn("a committed collective booking's member did not confirm in time", "id", id, "calendar", a.cal, "err", a.err)
+			s.log.Warn("a committed collective's member did not apply it in time", "id", id, "calendar", a.cal, "err", a.err)
 			return c.Status(http.StatusAccepted).JSON(fiber.Map{"status": "pending", "id": id, "calendar_ids": ids})
+		}
+		if a.cal == cal {
+			mine = a.raw
 		}
 	}
 	var view actor.ReplyView
-	if err := actor.ReadReply(applied[0].raw, &view); err != nil {
+	if err := actor.ReadReply(mine, &view); err != nil {
 		return err
 	}
-	return sendJSON(c, http.StatusCreated, "", view.Booking)
+	return sendJSON(c, status, "", view.Booking)
 }
 
 // writeHeld answers a granted collective hold with the coordinator's part

@@ -83,27 +83,5 @@ func (s *Server) moveCollective(c *fiber.Ctx, cal, id, reqID string, ids []strin
 	if !committed {
 		return s.collectiveRefusal(votes, decided)
 	}
-	return s.answerMoved(c, cal, id, ids, applied)
-}
-
-// answerMoved answers a committed move: 200 with member cal's part at its
-// new interval, or 202 when a member's move came back late.
-func (s *Server) answerMoved(c *fiber.Ctx, cal, id string, ids []string, applied []collectiveVote) error {
-	var mine []byte
-	for _, a := range applied {
-		if a.err != nil || a.reply.Outcome != actor.OutcomeAccepted {
-			// Committed: this member's part moves when its commit is
-			// decided, or when its owner resolves the move.
-			s.log.Warn("a committed collective move's member did not answer in time", "id", id, "calendar", a.cal, "err", a.err)
-			return c.Status(http.StatusAccepted).JSON(fiber.Map{"status": "pending", "id": id, "calendar_ids": ids})
-		}
-		if a.cal == cal {
-			mine = a.raw
-		}
-	}
-	var view actor.ReplyView
-	if err := actor.ReadReply(mine, &view); err != nil {
-		return err
-	}
-	return sendJSON(c, http.StatusOK, "", view.Booking)
+	return s.answerApplied(c, http.StatusOK, cal, id, ids, applied)
 }
