@@ -125,13 +125,20 @@ func ResolveCollective(ctx context.Context, submit Submit, id string, ids []stri
 	if all {
 		decision = DecisionCommit
 	}
+	return RecordedDecision(ctx, submit, id, ids, decision)
+}
+
+// RecordedDecision asks the coordinator of the collective (or move) id on
+// ids for decision and returns the decision it recorded: that one, or the
+// one recorded before it (the first wins). commit reports a commit.
+func RecordedDecision(ctx context.Context, submit Submit, id string, ids []string, decision string) (commit bool, err error) {
 	r, err := submit(ctx, DecideCommand(id, ids, decision))
 	if err != nil {
-		return false, fmt.Errorf("decision: %w", err)
+		return false, fmt.Errorf("decision of %s: %w", id, err)
 	}
 	commit, ok := Committed(&r)
 	if !ok {
-		return false, fmt.Errorf("the coordinator answered no decision: %s %s", r.Code, r.Message)
+		return false, fmt.Errorf("the coordinator answered no decision for %s: %s %s", id, r.Code, r.Message)
 	}
 	return commit, nil
 }

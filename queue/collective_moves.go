@@ -2,7 +2,6 @@ package queue
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/bookline/bookline/actor"
@@ -23,13 +22,9 @@ func (r *collectiveResolver) resolveMove(ctx context.Context, m *data.Booking, n
 	if now.Sub(m.CreatedAt) < r.after {
 		return false, nil
 	}
-	decided, err := r.submit(ctx, actor.DecideCommand(m.ID, m.CalendarIDs, actor.DecisionAbort))
+	commit, err := actor.RecordedDecision(ctx, r.submit, m.ID, m.CalendarIDs, actor.DecisionAbort)
 	if err != nil {
 		return false, err
-	}
-	commit, ok := actor.Committed(&decided)
-	if !ok {
-		return false, fmt.Errorf("the coordinator answered no decision for move %s: %s %s", m.ID, decided.Code, decided.Message)
 	}
 	iv := actor.IntervalSpec{Start: m.Start, End: m.End}
 	applied, err := r.submit(ctx, actor.MoveApplyCommand(m.CalendarID, m.MoveOf, m.ID, m.CalendarIDs, commit, &iv))

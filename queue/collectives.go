@@ -123,15 +123,11 @@ func (r *collectiveResolver) resolve(ctx context.Context, pp data.PendingPart, n
 	var commit bool
 	if bk.ExpiresAt != nil {
 		// A hold's expiry is decided by its coordinator alone.
-		decided, err := r.submit(ctx, actor.DecideCommand(bk.ID, bk.CalendarIDs, actor.DecisionExpire))
-		if err != nil {
-			return false, err
-		}
-		var ok bool
-		if commit, ok = actor.Committed(&decided); !ok {
-			return false, fmt.Errorf("the coordinator answered no decision: %s %s", decided.Code, decided.Message)
-		}
-	} else if commit, err = actor.ResolveCollective(ctx, r.submit, bk.ID, bk.CalendarIDs, &spec); err != nil {
+		commit, err = actor.RecordedDecision(ctx, r.submit, bk.ID, bk.CalendarIDs, actor.DecisionExpire)
+	} else {
+		commit, err = actor.ResolveCollective(ctx, r.submit, bk.ID, bk.CalendarIDs, &spec)
+	}
+	if err != nil {
 		return false, err
 	}
 	applied, err := r.submit(ctx, actor.ApplyCommand(bk.CalendarID, bk.ID, bk.CalendarIDs, commit, &spec))
