@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"syscall"
 	"testing"
 	"time"
 
@@ -65,12 +66,30 @@ func BenchmarkReplay(b *testing.B) {
 	store := datatest.MustOpen(b)
 	b.ReportAllocs()
 	b.ResetTimer()
+	cpu0 := cpuTime()
 	st, err := queue.Replay(context.Background(), node.JetStream(), store, queue.ReplayOptions{})
+	cpu := cpuTime() - cpu0
 	b.StopTimer()
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.ReportMetric(float64(st.Applied)/b.Elapsed().Seconds(), "commands/s")
+	// cores is the process's CPU over the wall time (reader, NATS server,
+	// committer, GC); committer-busy the share of the wall time the
+	// committer decided and wrote. With committer-busy near 1 and cores
+	// near the machine's, the committer bounds the replay and the other
+	// cores have no room to take decisions off it.
+	b.ReportMetric(cpu.Seconds()/b.Elapsed().Seconds(), "cores")
+	b.ReportMetric(st.Committing.Seconds()/b.Elapsed().Seconds(), "committer-busy")
+}
+
+// cpuTime is the CPU time (user and system) the process has used.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // BenchmarkWritersCatchUp measures the live writers applying a backlog:
@@ -80,12 +99,15 @@ func BenchmarkWritersCatchUp(b *testing.B) {
 	node := fillStream(b, b.N)
 	b.ReportAllocs()
 	b.ResetTimer()
+	cpu0 := cpuTime()
 	node.StartWriters()
 	for node.Ready() != nil {
 		time.Sleep(time.Millisecond)
 	}
+	cpu := cpuTime() - cpu0
 	b.StopTimer()
 	st := node.Store().Stats()
+	b.ReportMetric(cpu.Seconds()/b.Elapsed().Seconds(), "cores")
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "commands/s")
 	b.ReportMetric(float64(b.N)/float64(st.Commits), "commands/commit")
 	b.ReportMetric(float64(st.Calls)/float64(st.Commits), "batches/commit")

@@ -37,6 +37,10 @@ type ReplayStats struct {
 	Applied uint64 // commands applied
 	LastSeq uint64 // last stream sequence read
 	Elapsed time.Duration
+	// Committing is the time the committer spent deciding and writing
+	// chunks, the rest of Elapsed it waited for the reader: near Elapsed,
+	// the committer is what bounds the replay.
+	Committing time.Duration
 }
 
 // ErrIndexNotEmpty is returned when replaying into an index that already
@@ -309,6 +313,7 @@ func commitReplay(store *data.Store, identity string, progress func(applied, seq
 		// commit with fsync (which flushes every earlier page before it
 		// writes its meta page) records the stream identity: an index
 		// without one is not a finished replay.
+		began := time.Now()
 		err = store.CommitPending(kept, apply)
 		if err == nil {
 			err = store.FlushPending(kept, ReplayFlushKeys)
@@ -316,6 +321,7 @@ func commitReplay(store *data.Store, identity string, progress func(applied, seq
 		if err == nil && j.final {
 			err = store.Commit(func(tx *data.Tx) error { return tx.SetStreamIdentity(identity) })
 		}
+		st.Committing += time.Since(began)
 		if err == nil {
 			st.Applied += uint64(j.n)
 			if progress != nil {
