@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime/metrics"
 	"strconv"
 	"testing"
 	"time"
@@ -150,6 +151,7 @@ func BenchmarkSnapshotCopy(b *testing.B) {
 		for _, kind := range []string{"full", "compact"} {
 			b.Run(fmt.Sprintf("churned=%v/copy=%s", churned, kind), func(b *testing.B) {
 				var size int64
+				peak := heapPeak()
 				for range b.N {
 					var st data.SnapshotState
 					var err error
@@ -164,7 +166,32 @@ func BenchmarkSnapshotCopy(b *testing.B) {
 					size = st.Size
 				}
 				b.ReportMetric(float64(size), "copy-B")
+				b.ReportMetric(float64(peak()>>20), "peak-heap-MB")
 			})
 		}
 	}
+}
+
+// heapPeak samples the heap's live and unswept objects every 10 ms until
+// the returned function is called, which gives the largest seen: what a
+// snapshot adds to the process's anonymous memory while it runs.
+func heapPeak() func() uint64 {
+	sample := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+	done, peak := make(chan struct{}), make(chan uint64)
+	go func() {
+		var most uint64
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			metrics.Read(sample)
+			most = max(most, sample[0].Value.Uint64())
+			select {
+			case <-done:
+				peak <- most
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return func() uint64 { close(done); return <-peak }
 }
