@@ -1,0 +1,50 @@
+package queue
+
+import (
+	"io"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+func TestSnapshotWaitsForBulkLoad(t *testing.T) {
+	var applied atomic.Uint64
+	s := &snapshotter{log: slog.New(slog.NewTextHandler(io.Discard, nil)), loading: commandRate(applied.Load)}
+	t0 := time.Unix(1_800_000_000, 0)
+
+	// A trickle of commands: the due snapshot is taken.
+	applied.Add(bulkLoadCommands - 1)
+	if s.deferDuringLoad(t0) {
+		t.Fatal("deferred below the bulk rate")
+	}
+	// A bulk load: deferred, for at most maxSnapshotDefer.
+	for i, at := range []time.Duration{0, snapshotCheck, maxSnapshotDefer - time.Second} {
+		applied.Add(bulkLoadCommands)
+		if !s.deferDuringLoad(t0.Add(at)) {
+			t.Fatalf("check %d of the load: not deferred", i)
+		}
+	}
+	applied.Add(bulkLoadCommands)
+	if s.deferDuringLoad(t0.Add(maxSnapshotDefer)) {
+		t.Fatal("deferred past maxSnapshotDefer")
+	}
+	// The load ends: no deferral, and the next load waits its own bound.
+	if s.deferDuringLoad(t0.Add(maxSnapshotDefer + snapshotCheck)) {
+		t.Fatal("deferred after the load ended")
+	}
+	later := t0.Add(time.Hour)
+	for _, at := range []time.Duration{0, maxSnapshotDefer - time.Second} {
+		applied.Add(2 * bulkLoadCommands)
+		if !s.deferDuringLoad(later.Add(at)) {
+			t.Fatal("a new load did not get its own deferral")
+		}
+	}
+}
+
+func TestSnapshotNotDeferredWithoutCounter(t *testing.T) {
+	s := &snapshotter{log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	if s.deferDuringLoad(time.Now()) {
+		t.Fatal("deferred without a way to tell a load")
+	}
+}
