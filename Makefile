@@ -8,7 +8,7 @@ PKGS     ?= ./...
 # heavier load; 30 min keeps a slow machine from failing a passing package.
 TESTFLAGS ?= -race -count=1 -timeout 30m
 
-.PHONY: all build run test test-short lint fmt vet fuzz bench bench-compare bench-cluster screenshot faults contract clean
+.PHONY: all build run test test-short lint fmt vet fuzz bench bench-compare bench-cluster bench-import screenshot faults contract clean
 
 all: lint test build
 
@@ -60,6 +60,12 @@ bench:
 # Writes the table into docs/benchmarks.md. Knobs: see .ci/bench-compare.sh.
 bench-compare:
 	GO=$(GO) ./.ci/bench-compare.sh
+
+# A bulk import end to end (bookline serve and bookline import as two
+# processes): rows/s, the server's RSS after it, index bytes per booking.
+# Knobs: see .ci/bench-import.sh.
+bench-import:
+	GO=$(GO) ./.ci/bench-import.sh
 
 # Cluster mode (3 NATS nodes with sync_interval: always, R3, 2 bookline
 # instances, load spread over them) against PostgreSQL with a synchronous
