@@ -5,14 +5,17 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/bookline/bookline/actor"
 	"github.com/bookline/bookline/data"
@@ -103,8 +106,16 @@ func decodeBatch(t *testing.T, m jetstream.Msg) []streamEvent {
 	if len(data) == 0 || data[len(data)-1] != '\n' {
 		t.Fatalf("batch %s does not end with a line break", id)
 	}
+	schema := batchLineSchema(t)
 	var out []streamEvent
 	for _, line := range bytes.Split(data[:len(data)-1], []byte("\n")) {
+		inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(line))
+		if err != nil {
+			t.Fatalf("batch %s, line %s: %v", id, line, err)
+		}
+		if err := schema.Validate(inst); err != nil {
+			t.Fatalf("batch %s, line %s: docs/schema/event-batch-line.schema.json: %v", id, line, err)
+		}
 		d := json.NewDecoder(bytes.NewReader(line))
 		d.DisallowUnknownFields()
 		ev := streamEvent{Batch: id}
@@ -117,6 +128,30 @@ func decodeBatch(t *testing.T, m jetstream.Msg) []streamEvent {
 		t.Fatalf("batch %s: %s %d, %d lines", id, queue.HeaderEventCount, n, len(out))
 	}
 	return out
+}
+
+var batchLineSchemas sync.Map // *testing.T -> *jsonschema.Schema
+
+// batchLineSchema is the documented schema of a batch line, compiled once
+// per test.
+func batchLineSchema(t *testing.T) *jsonschema.Schema {
+	t.Helper()
+	if s, ok := batchLineSchemas.Load(t); ok {
+		return s.(*jsonschema.Schema)
+	}
+	dir, err := filepath.Abs("../docs/schema")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := jsonschema.NewCompiler()
+	c.AssertFormat()
+	s, err := c.Compile(filepath.Join(dir, "event-batch-line.schema.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	batchLineSchemas.Store(t, s)
+	t.Cleanup(func() { batchLineSchemas.Delete(t) })
+	return s
 }
 
 // outboxEmpty reports whether every outcome event left the outbox.
