@@ -35,6 +35,7 @@ const (
 // values in their $defs.
 type protocolSchemas struct {
 	command, reply, event             *jsonschema.Schema
+	eventBatchLine                    *jsonschema.Schema
 	knownType, knownCode, knownStatus *jsonschema.Schema
 }
 
@@ -54,12 +55,15 @@ func compileSchemas(t *testing.T) protocolSchemas {
 		return s
 	}
 	return protocolSchemas{
-		command:     compile("command.schema.json"),
-		reply:       compile("reply.schema.json"),
-		event:       compile("event.schema.json"),
-		knownType:   compile("command.schema.json#/$defs/commandType"),
-		knownCode:   compile("reply.schema.json#/$defs/knownCode"),
-		knownStatus: compile("reply.schema.json#/$defs/knownStatus"),
+		command: compile("command.schema.json"),
+		reply:   compile("reply.schema.json"),
+		event:   compile("event.schema.json"),
+		// Checked against the batches of a running node by
+		// queue/eventbatch_test.go.
+		eventBatchLine: compile("event-batch-line.schema.json"),
+		knownType:      compile("command.schema.json#/$defs/commandType"),
+		knownCode:      compile("reply.schema.json#/$defs/knownCode"),
+		knownStatus:    compile("reply.schema.json#/$defs/knownStatus"),
 	}
 }
 
@@ -665,8 +669,10 @@ func TestProtocolDocExamples(t *testing.T) {
 				t.Fatalf("a JSON example of docs/protocol.md does not parse: %v\n%s", err, blk)
 			}
 			var env struct {
-				Outcome    *string `json:"outcome"`
-				CalendarID string  `json:"calendar_id"`
+				Outcome    *string         `json:"outcome"`
+				CalendarID string          `json:"calendar_id"`
+				MsgID      string          `json:"msg_id"`
+				Event      json.RawMessage `json:"event"`
 			}
 			if err := json.Unmarshal(raw, &env); err != nil {
 				t.Fatal(err)
@@ -674,6 +680,13 @@ func TestProtocolDocExamples(t *testing.T) {
 			inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
 			if err != nil {
 				t.Fatal(err)
+			}
+			if env.MsgID != "" && env.Event != nil {
+				n["event batch line"]++
+				if err := s.eventBatchLine.Validate(inst); err != nil {
+					t.Errorf("event batch line example %s: %v", raw, err)
+				}
+				continue
 			}
 			if env.Outcome != nil {
 				n["reply"]++

@@ -50,12 +50,18 @@ func fastHooks() webhook.Config {
 
 func startHooks(t *testing.T, dir string, wc webhook.Config) *hookHarness {
 	t.Helper()
+	return startHooksWith(t, dir, wc, false)
+}
+
+// startHooksWith is startHooks, with the node's event batches on or off.
+func startHooksWith(t *testing.T, dir string, wc webhook.Config, eventBatches bool) *hookHarness {
+	t.Helper()
 	if dir == "" {
 		dir = t.TempDir()
 	}
 	log := slog.New(slog.NewTextHandler(testLogOut(), nil))
 	metrics := httpapi.NewMetrics()
-	node, err := queue.StartNode(queue.NodeConfig{DataDir: dir, Partitions: 2, Logger: log, Observer: metrics})
+	node, err := queue.StartNode(queue.NodeConfig{DataDir: dir, Partitions: 2, Logger: log, Observer: metrics, EventBatches: eventBatches})
 	if err != nil {
 		t.Fatalf("start node: %v", err)
 	}
@@ -64,6 +70,9 @@ func startHooks(t *testing.T, dir string, wc webhook.Config) *hookHarness {
 		t.Fatal(err)
 	}
 	wc.JS, wc.Stream, wc.SubjectPrefix, wc.Guard, wc.Logger = node.JetStream(), queue.EventStreamName, queue.EventSubjectPrefix, guard, log
+	// As bookline serve wires it (cmd/bookline/wire.go).
+	parts := node.PartitionCount()
+	wc.BatchSubjectPrefix, wc.PartitionOf = queue.EventBatchSubjectPrefix, func(cal string) int { return queue.PartitionOf(cal, parts) }
 	if wc.Key == nil {
 		// As bookline serve does: the data directory's own key.
 		if wc.Key, err = secretkey.LoadOrCreate(filepath.Join(dir, secretkey.FileName)); err != nil {
@@ -105,8 +114,10 @@ func (h *hookHarness) stop() {
 type delivery struct {
 	ID, Type, Calendar string
 	Seq                uint64
-	Status             int
-	Signatures         int
+	// Body is what was delivered.
+	Body       []byte
+	Status     int
+	Signatures int
 	// SeriesID and Occurrences are a series' (its booking's series_id,
 	// and how many occurrences the payload lists).
 	SeriesID    string
@@ -164,7 +175,7 @@ func (r *receiver) serve(w http.ResponseWriter, req *http.Request) {
 	if err := json.Unmarshal(body, &env); err != nil {
 		r.t.Errorf("body %q: %v", body, err)
 	}
-	d := delivery{ID: req.Header.Get(webhook.HeaderID), Type: env.Type, Calendar: env.Data.CalendarID, Seq: env.Data.Seq,
+	d := delivery{ID: req.Header.Get(webhook.HeaderID), Type: env.Type, Calendar: env.Data.CalendarID, Seq: env.Data.Seq, Body: body,
 		Signatures: len(strings.Fields(req.Header.Get(webhook.HeaderSignature))),
 		SeriesID:   env.Data.Booking.SeriesID, Occurrences: len(env.Data.Occurrences)}
 	switch r.mode.Load().(string) {

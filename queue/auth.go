@@ -203,12 +203,14 @@ func RolePermissions(role string, partitions int) *server.Permissions {
 				"$JS.API.STREAM.INFO." + StreamName,
 			}, Deny: system},
 			// Its own answers (nats.go's default inbox) and the live
-			// outcome events. Not bookline's inbox (BooklineInboxPrefix),
-			// not KV, not the stream or consumer API.
+			// outcome events, single or in batches (--event-batches). Not
+			// bookline's inbox (BooklineInboxPrefix), not KV, not the
+			// stream or consumer API.
 			Subscribe: &server.SubjectPermission{Allow: []string{
 				"_INBOX.>",
 				EventSubjectPrefix + ">",
 				EventSubjectInvalid,
+				EventBatchSubjectPrefix + ">",
 			}},
 		}
 	case RoleAdmin:

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/bookline/bookline/actor"
 	"github.com/bookline/bookline/queue"
+	"github.com/bookline/bookline/queue/queuetest"
 )
 
 // authNode starts a node whose embedded server listens on loopback and
@@ -253,5 +255,67 @@ func TestEmbeddedNATSAdminRole(t *testing.T) {
 	defer cancel2()
 	if _, err := js.UpdateStream(ctx2, jetstream.StreamConfig{Name: queue.StreamName, Subjects: []string{"x.>"}}); err == nil {
 		t.Fatal("admin reconfigured the command stream")
+	}
+}
+
+// TestEmbeddedNATSEventBatchPermissions: the importer, who may read the
+// live outcome events, reads their batches too (--event-batches), and
+// publishes none; the admin role gains nothing.
+func TestEmbeddedNATSEventBatchPermissions(t *testing.T) {
+	dir := t.TempDir()
+	creds, err := queue.LoadCredentials(queue.AuthDirFor(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := startNodeWith(t, queue.NodeConfig{DataDir: dir, NATSListen: "127.0.0.1:0", NATSAuth: creds, EventBatches: true}, nil)
+	imp, iv := dialRole(t, n, creds, queue.RoleImporter)
+	batches, err := imp.SubscribeSync(queue.EventBatchSubjectPrefix + ">")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := imp.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	submit(t, n, upsert("perm"))
+	m, err := batches.NextMsg(10 * time.Second)
+	if err != nil {
+		t.Fatalf("importer reading event batches: %v", err)
+	}
+	if !strings.Contains(string(m.Data), `"subject":"`+queue.EventSubject("perm")+`"`) {
+		t.Fatalf("batch %s", m.Data)
+	}
+	if err := imp.Publish(queue.EventBatchSubject(0), []byte("{}\n")); err != nil {
+		t.Fatal(err)
+	}
+	adm, av := dialRole(t, n, creds, queue.RoleAdmin)
+	if _, err := adm.SubscribeSync(queue.EventBatchSubjectPrefix + ">"); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		v    *violations
+		what string
+	}{
+		{iv, "Publish to \"" + queue.EventBatchSubject(0)},
+		{av, "Subscription to \"" + queue.EventBatchSubjectPrefix},
+	} {
+		queuetest.CheckFor(t, 5*time.Second, func() error {
+			_ = imp.Flush()
+			_ = adm.Flush()
+			return c.v.saw(c.what)
+		})
+	}
+	// The permissions as documented: one more subject to read, for the
+	// importer only.
+	sub := queue.RolePermissions(queue.RoleImporter, 2).Subscribe.Allow
+	if !slices.Contains(sub, queue.EventBatchSubjectPrefix+">") || !slices.Contains(sub, queue.EventSubjectPrefix+">") {
+		t.Errorf("importer may subscribe to %v", sub)
+	}
+	for _, s := range queue.RolePermissions(queue.RoleImporter, 2).Publish.Allow {
+		if strings.HasPrefix(s, "bookline.evt") {
+			t.Errorf("importer may publish to %s", s)
+		}
+	}
+	if adm := queue.RolePermissions(queue.RoleAdmin, 2).Subscribe.Allow; !slices.Equal(adm, []string{"_INBOX.>"}) {
+		t.Errorf("admin may subscribe to %v", adm)
 	}
 }

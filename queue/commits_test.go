@@ -21,38 +21,8 @@ import (
 func TestCollectiveCommitsEventsPerPart(t *testing.T) {
 	n := startNode(t, t.TempDir(), nil)
 	defer stopNode(t, n)
-	parts := n.PartitionCount()
-	var a, b string // two calendars of partition 0
-	for i := 0; b == ""; i++ {
-		c := fmt.Sprint("cm", i)
-		switch {
-		case actor.PartitionOf(c, parts) != 0:
-		case a == "":
-			a = c
-		default:
-			b = c
-		}
-	}
-	ids := []string{a, b}
-	slices.Sort(ids)
-	for _, c := range ids {
-		submit(t, n, upsert(c))
-	}
-	var entries []actor.CommitEntry
-	for i, req := range []string{"k1", "k2"} {
-		start := t0.Add(time.Duration(i) * time.Hour)
-		for _, c := range ids {
-			if r := submit(t, n, *actor.PrepareCommand(c, req, ids, actor.BookingSpec{Start: start, End: start.Add(time.Hour), Customer: "Team"}, 0)); r.Outcome != actor.OutcomeAccepted {
-				t.Fatalf("prepare: %+v", r)
-			}
-			entries = append(entries, actor.CommitEntry{CalendarID: c, ID: actor.CollectiveID(ids, req), CalendarIDs: ids})
-		}
-	}
-	tok := actor.CommitsToken(0, parts)
-	r := submit(t, n, *actor.CommitsCommand(tok, "batch-1", entries, 0))
-	if r.Outcome != actor.OutcomeAccepted || len(r.Details) != 0 {
-		t.Fatalf("batch: %+v", r)
-	}
+	ids, entries, r := commitTwoCollectives(t, n)
+	tok := actor.CommitsToken(0, n.PartitionCount())
 	for _, c := range ids {
 		var commits []string
 		queuetest.CheckFor(t, 10*time.Second, func() error {
@@ -91,4 +61,42 @@ func TestCollectiveCommitsEventsPerPart(t *testing.T) {
 	if evs := eventsOf(t, n.JetStream(), tok); len(evs) != 0 {
 		t.Fatalf("the batch itself has %d events", len(evs))
 	}
+}
+
+// commitTwoCollectives prepares two collective bookings of two calendars
+// of partition 0 (ids, sorted) and commits their four parts (entries)
+// with one collective.commits, whose answer is r.
+func commitTwoCollectives(t *testing.T, n *queue.Node) (ids []string, entries []actor.CommitEntry, r actor.Reply) {
+	t.Helper()
+	parts := n.PartitionCount()
+	var a, b string // two calendars of partition 0
+	for i := 0; b == ""; i++ {
+		c := fmt.Sprint("cm", i)
+		switch {
+		case actor.PartitionOf(c, parts) != 0:
+		case a == "":
+			a = c
+		default:
+			b = c
+		}
+	}
+	ids = []string{a, b}
+	slices.Sort(ids)
+	for _, c := range ids {
+		submit(t, n, upsert(c))
+	}
+	for i, req := range []string{"k1", "k2"} {
+		start := t0.Add(time.Duration(i) * time.Hour)
+		for _, c := range ids {
+			if r := submit(t, n, *actor.PrepareCommand(c, req, ids, actor.BookingSpec{Start: start, End: start.Add(time.Hour), Customer: "Team"}, 0)); r.Outcome != actor.OutcomeAccepted {
+				t.Fatalf("prepare: %+v", r)
+			}
+			entries = append(entries, actor.CommitEntry{CalendarID: c, ID: actor.CollectiveID(ids, req), CalendarIDs: ids})
+		}
+	}
+	r = submit(t, n, *actor.CommitsCommand(actor.CommitsToken(0, parts), "batch-1", entries, 0))
+	if r.Outcome != actor.OutcomeAccepted || len(r.Details) != 0 {
+		t.Fatalf("batch: %+v", r)
+	}
+	return ids, entries, r
 }

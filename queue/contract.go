@@ -60,7 +60,11 @@ const (
 	// per part it committed, all with its sequence), is the event's
 	// position among them, from 1; absent on every other event.
 	HeaderEventPart = "Bookline-Event-Part"
-	// HeaderContentType is always application/json.
+	// HeaderEventCount, on an event batch message (EventBatchSubject), is
+	// how many events (lines) it carries.
+	HeaderEventCount = "Bookline-Event-Count"
+	// HeaderContentType is application/json, or application/x-ndjson on
+	// an event batch message.
 	HeaderContentType = "Content-Type"
 
 	// DuplicateWindow is the stream's Nats-Msg-Id dedupe window. Request

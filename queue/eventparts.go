@@ -10,22 +10,36 @@ import (
 	"github.com/bookline/bookline/data"
 )
 
-// outboxMsgs are the messages of the outbox entries evs, in order. An
-// entry may hold the events of several calendars (actor.EventParts): of
-// holds the index in evs of each message. An undecodable entry (eventMsgs
-// logged it) has one nil message: it is dropped from the outbox with the
-// published ones, never retried.
-func (e *eventPublisher) outboxMsgs(evs []data.Event, identity string) (msgs []*nats.Msg, of []int) {
+// outboxMsgs are the messages of the outbox entries evs, in order: one
+// per event, or with batches on (eventbatch.go) the events of each
+// partition in a few messages. An entry may hold the events of several
+// calendars (actor.EventParts), and a batch the events of many entries:
+// message i carries the entries whose indexes in evs are
+// of[ends[i-1]:ends[i]] (from 0 for the first). An undecodable entry
+// (eventMsgs logged it) has one nil message: it is dropped from the outbox
+// with the published ones, never retried.
+func (e *eventPublisher) outboxMsgs(evs []data.Event, identity string) (msgs []*nats.Msg, of, ends []int) {
+	var b *eventBatcher
+	if e.batches {
+		b = e.batcher(identity)
+	}
 	for i, ev := range evs {
+		if b != nil && b.add(ev, i) {
+			continue
+		}
 		ms, err := e.eventMsgs(ev, identity)
 		if err != nil {
 			ms = []*nats.Msg{nil}
 		}
 		for _, m := range ms {
 			msgs, of = append(msgs, m), append(of, i)
+			ends = append(ends, len(of))
 		}
 	}
-	return msgs, of
+	if b != nil {
+		msgs, of, ends = b.finish(msgs, of, ends)
+	}
+	return msgs, of, ends
 }
 
 // eventMsgs are the messages of outcome event entry ev, decided from the

@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -25,6 +26,10 @@ const (
 	// EventSubjectInvalid carries outcomes of messages whose subject token
 	// is not a valid calendar id.
 	EventSubjectInvalid = "bookline.evt-invalid"
+	// EventBatchSubjectPrefix starts the subjects of event batch messages
+	// (EventBatchSubject): with --event-batches, the events of one drain
+	// of one partition, one line each (eventbatch.go).
+	EventBatchSubjectPrefix = "bookline.evt-batch."
 	// EventDuplicateWindow dedupes re-sent events (Nats-Msg-Id EventMsgID)
 	// after a crash between publishing and deleting them from the outbox:
 	// the outbox is re-sent as soon as the node is back, so minutes
@@ -42,6 +47,10 @@ func EventSubject(calID string) string {
 	return EventSubjectPrefix + calID
 }
 
+// EventBatchSubject is the subject of the event batch messages of
+// partition p.
+func EventBatchSubject(p int) string { return EventBatchSubjectPrefix + strconv.Itoa(p) }
+
 // DefaultEventsMaxAge is how long the event stream keeps outcome events by
 // default. Events are notifications derived from the command stream, not
 // history: a consumer that was away longer reads the state from the API
@@ -53,12 +62,14 @@ const DefaultEventsMaxAge = 30 * 24 * time.Hour
 func EventStreamConfig(replicas int) jetstream.StreamConfig {
 	return jetstream.StreamConfig{
 		Name:        EventStreamName,
-		Description: "bookline outcome events (accepted / rejected / cancelled), one per decided command",
-		Subjects:    []string{EventSubjectPrefix + "*", EventSubjectInvalid},
-		Storage:     jetstream.FileStorage,
-		Retention:   jetstream.LimitsPolicy,
-		Duplicates:  EventDuplicateWindow,
-		Replicas:    replicas,
+		Description: "bookline outcome events (accepted / rejected / cancelled), one per decided command, alone or in batches",
+		// The batch subjects are there whether or not --event-batches is
+		// on, so that turning it on or off needs no change of the stream.
+		Subjects:   []string{EventSubjectPrefix + "*", EventSubjectInvalid, EventBatchSubjectPrefix + "*"},
+		Storage:    jetstream.FileStorage,
+		Retention:  jetstream.LimitsPolicy,
+		Duplicates: EventDuplicateWindow,
+		Replicas:   replicas,
 	}
 }
 
@@ -111,6 +122,11 @@ type eventPublisher struct {
 	// msgIDPrefix caches EventMsgID's prefix of the identity it was made
 	// from.
 	msgIDIdentity, msgIDPrefix string
+	// batches publishes the events of a drain whose partition is known
+	// as one message per partition (--event-batches; eventbatch.go), of
+	// the command stream's partitions.
+	batches    bool
+	partitions int
 }
 
 // eventsCluster is what the publisher needs in cluster mode.
@@ -124,14 +140,23 @@ type eventsCluster struct {
 // published it), or hold it (not confirmed yet; this instance sends it if
 // it comes to own the partition first).
 func (c *eventsCluster) sort(ev data.Event) (publish, drop bool, part int) {
-	if ev.Calendar == "" || ev.Stream != "" {
+	if part = eventPartition(ev, len(c.parts)); part < 0 {
 		return true, false, -1 // no partition known: sent by whoever has it (same id everywhere)
 	}
-	part = PartitionOf(ev.Calendar, len(c.parts))
 	if c.parts[part].active.Load() {
 		return true, false, part
 	}
 	return false, ev.Seq <= c.progress.eventsDone(part), part
+}
+
+// eventPartition is the partition of the writer that decided ev, or -1
+// when it is not known: no calendar, or an event of an earlier command
+// stream incarnation, whose partition count may have differed.
+func eventPartition(ev data.Event, partitions int) int {
+	if ev.Calendar == "" || ev.Stream != "" || partitions < 1 {
+		return -1
+	}
+	return PartitionOf(ev.Calendar, partitions)
 }
 
 // Deleting published events from the outbox needs a sync of the event
@@ -302,7 +327,7 @@ func (e *eventPublisher) drainOnce(ctx context.Context) (int, error) {
 			return n, nil
 		}
 	}
-	msgs, of := e.outboxMsgs(evs, identity)
+	msgs, of, ends := e.outboxMsgs(evs, identity)
 	round, err := e.acks.start(len(msgs))
 	if err != nil {
 		return 0, err
@@ -331,21 +356,22 @@ func (e *eventPublisher) drainOnce(ctx context.Context) (int, error) {
 	case <-ctx.Done():
 	}
 	e.acks.mu.Lock()
-	// An entry is published when every one of its messages is.
+	// An entry is published when every message that carries (some of)
+	// it is: message i carries the entries of[ends[i-1]:ends[i]].
 	failed := make([]bool, len(evs))
+	from := 0
 	for i := range msgs {
-		switch {
-		case !round.acked[i]:
-			if firstErr == nil {
-				firstErr = errors.New("timed out waiting for event acks")
-			}
-			failed[of[i]] = true
-		case round.res[i] != nil:
-			if firstErr == nil {
-				firstErr = round.res[i]
-			}
-			failed[of[i]] = true
+		err := round.res[i]
+		if !round.acked[i] {
+			err = errors.New("timed out waiting for event acks")
 		}
+		if err != nil {
+			firstErr = cmp.Or(firstErr, err)
+			for _, j := range of[from:ends[i]] {
+				failed[j] = true
+			}
+		}
+		from = ends[i]
 	}
 	for i, ev := range evs {
 		if !failed[i] {

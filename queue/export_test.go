@@ -13,3 +13,11 @@ func SetHistoryQuiet(tb interface{ Cleanup(func()) }, d time.Duration) {
 	historyQuiet = d
 	tb.Cleanup(func() { historyQuiet = old })
 }
+
+// SetEventBatchBytes bounds event batch messages to n bytes until the test
+// ends.
+func SetEventBatchBytes(tb interface{ Cleanup(func()) }, n int) {
+	old := eventBatchBytes
+	eventBatchBytes = n
+	tb.Cleanup(func() { eventBatchBytes = old })
+}

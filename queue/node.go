@@ -277,6 +277,7 @@ func (n *Node) startLogSyncs(cfg NodeConfig) error {
 func (n *Node) build(cfg NodeConfig, stream jetstream.Stream, refused map[int]*HistoryMismatchError) (err error) {
 	n.events = newEventPublisher(n.js, n.store, cfg.Logger)
 	n.events.logSync = n.evtSync
+	n.events.batches, n.events.partitions = cfg.EventBatches, cfg.Partitions
 	n.memory = newMemoryReleaser(cfg.MemoryRelease, cfg.Logger)
 	n.events.work = &n.memory.events
 	every := cfg.HoldExpiryInterval

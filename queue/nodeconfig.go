@@ -94,6 +94,12 @@ type NodeConfig struct {
 	// EventsMaxAge is the outcome event stream's retention (0 keeps
 	// events for DefaultEventsMaxAge; negative keeps them forever).
 	EventsMaxAge time.Duration
+	// EventBatches publishes the outcome events of each drain of the
+	// outbox whose partition is known as one message per partition on
+	// EventBatchSubject, one line per event (--event-batches; see
+	// eventbatch.go and docs/protocol.md section 11), instead of one
+	// message per event (the default).
+	EventBatches bool
 	// DuplicateWindow overrides the stream's Nats-Msg-Id window when the
 	// stream is created (default DuplicateWindow).
 	DuplicateWindow time.Duration

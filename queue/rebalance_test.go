@@ -91,10 +91,16 @@ func TestAssignIsBalancedAndDeterministic(t *testing.T) {
 // clusterNode starts one bookline instance on the NATS cluster (R3).
 func clusterNode(t *testing.T, urls, id string, parts int, ttl time.Duration, logs io.Writer) *queue.Node {
 	t.Helper()
+	return clusterNodeWith(t, urls, id, parts, ttl, logs, false)
+}
+
+// clusterNodeWith is clusterNode, with event batches on or off.
+func clusterNodeWith(t *testing.T, urls, id string, parts int, ttl time.Duration, logs io.Writer, eventBatches bool) *queue.Node {
+	t.Helper()
 	if logs == nil {
 		logs = io.Discard
 	}
-	n, err := queue.StartNode(queue.NodeConfig{DataDir: t.TempDir(), NATSURL: urls, InstanceID: id, Partitions: parts,
+	n, err := queue.StartNode(queue.NodeConfig{DataDir: t.TempDir(), NATSURL: urls, InstanceID: id, Partitions: parts, EventBatches: eventBatches,
 		Replicas: 3, AllowLazySync: true /* not about durability */, TakeoverTimeout: ttl, Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	if err != nil {
 		t.Fatal(err)

@@ -144,7 +144,7 @@ func TestServeHelpListsOperationsFlags(t *testing.T) {
 	for _, want := range []string{"--config", "BOOKLINE_CONFIG", "--api-keys-file", "BOOKLINE_API_KEYS", "--nats-creds", "--nats-nkey",
 		"--nats-tls-ca", "--nats-tls-cert", "--nats-tls-key", "--max-body-bytes", "--max-header-bytes", "--max-list-range", "--max-list-limit",
 		"--rate-limit", "--rate-burst", "--page-rate-limit", "--page-rate-burst", "--http-read-timeout", "--http-write-timeout", "--http-idle-timeout", "--shutdown-timeout",
-		"--shutdown-delay", "--pprof-addr", "--log-every-booking", "command line > environment"} {
+		"--shutdown-delay", "--pprof-addr", "--log-every-booking", "--event-batches", "BOOKLINE_EVENT_BATCHES", "command line > environment"} {
 		if !strings.Contains(errb.String(), want) {
 			t.Errorf("help lacks %s", want)
 		}

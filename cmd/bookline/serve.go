@@ -82,6 +82,7 @@ type serveConfig struct {
 	streamMaxBytes   memoryLimit
 	streamTrimGrace  time.Duration
 	eventsMaxAge     time.Duration
+	eventBatches     bool
 
 	// Google Calendar sync.
 	googleCredentials  string
@@ -307,6 +308,7 @@ func (c *serveConfig) nodeConfig(n nodeSetup) queue.NodeConfig {
 			StreamMaxAge: c.streamMaxAge, StreamMaxBytes: c.streamMaxBytes.bytes, TrimGrace: c.streamTrimGrace},
 		SnapshotTaken: n.metrics.SnapshotTaken,
 		EventsMaxAge:  eventsMaxAge(c.eventsMaxAge),
+		EventBatches:  c.eventBatches,
 
 		AcceptHistory: n.acceptHistory,
 	}
@@ -413,6 +415,7 @@ func (c *serveConfig) defineFlags(fs *flag.FlagSet) {
 	fs.Var(&c.streamMaxBytes, "stream-max-bytes", "bound the command stream's size (units B, KiB, MiB, GiB), removing the oldest commands only below what the oldest kept snapshot covers (needs snapshots; at least 1MiB; 0 = no bound)")
 	fs.DurationVar(&c.streamTrimGrace, "stream-trim-grace", queue.DefaultTrimGrace, "with a bounded stream: commands stored this recently are never trimmed, even under a snapshot (instances that do not own a partition follow it a few seconds behind)")
 	fs.DurationVar(&c.eventsMaxAge, "events-max-age", queue.DefaultEventsMaxAge, "how long the outcome event stream BOOKLINE_EVT keeps events (0 = forever)")
+	fs.BoolVar(&c.eventBatches, "event-batches", false, "publish the outcome events of each drain of the outbox as one message per partition on bookline.evt-batch.<partition>, one JSON line per event (docs/protocol.md section 11), instead of one message per event on bookline.evt.<calendar>: about one stored message per booking instead of two during bulk loads. Consumers must read the batch subjects (bookline's webhooks do)")
 	fs.StringVar(&c.instanceID, "instance-id", "", "with --nats-url: this instance's unique name among the instances sharing the stream (default hostname-pid)")
 	fs.IntVar(&c.replicas, "replicas", 0, "replicas of the streams and buckets bookline creates; 0 = with --nats-url min(3, servers in the NATS cluster, as the check of the servers counts them: --nats-monitor-urls or a system account user), 1 with the embedded server. An existing stream or bucket with fewer replicas refuses the start unless --allow-fewer-replicas; bookline never changes the replicas of what it finds")
 	fs.BoolVar(&c.allowFewerReplicas, "allow-fewer-replicas", false, "with --nats-url: run on existing streams and buckets that have fewer replicas than --replicas (with a warning) instead of refusing to start")

@@ -96,6 +96,10 @@ var (
 // delivers from its event stream until stop is called.
 func startWebhooks(n *queue.Node, cfg webhook.Config) (m *webhook.Manager, stop func(), err error) {
 	cfg.JS, cfg.Stream, cfg.SubjectPrefix = n.JetStream(), queue.EventStreamName, queue.EventSubjectPrefix
+	// Batches are read whether or not this instance writes them: another
+	// instance, or an earlier run, may have.
+	parts := n.PartitionCount()
+	cfg.BatchSubjectPrefix, cfg.PartitionOf = queue.EventBatchSubjectPrefix, func(cal string) int { return queue.PartitionOf(cal, parts) }
 	// The bucket's replicas are the node's (--replicas resolved), and it is
 	// created the way the node's own are: retried while a fresh cluster
 	// settles, an existing one with fewer replicas refused.

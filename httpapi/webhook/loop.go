@@ -35,6 +35,13 @@ type loop struct {
 	dirty      bool
 	lastFlush  time.Time
 	statusRead bool
+
+	// batchSeq and batchDone: the stream sequence of the batch message
+	// (batch.go) this loop handed back last, and how many of its events
+	// it had delivered (or skipped) by then, not sent again when the
+	// batch comes back to it.
+	batchSeq  uint64
+	batchDone int
 }
 
 func newLoop(m *Manager, ep *endpoint.Endpoint) *loop {
@@ -83,13 +90,13 @@ func (l *loop) consumerConfig(ep *endpoint.Endpoint) jetstream.ConsumerConfig {
 
 func (l *loop) filters() []string {
 	if len(l.calendars) == 0 {
-		return []string{l.m.cfg.SubjectPrefix + "*"}
+		return append([]string{l.m.cfg.SubjectPrefix + "*"}, l.batchFilters()...)
 	}
 	out := make([]string, len(l.calendars))
 	for i, c := range l.calendars {
 		out[i] = l.m.cfg.SubjectPrefix + c
 	}
-	return out
+	return append(out, l.batchFilters()...)
 }
 
 // consumer finds or creates the generation's consumer (every instance
@@ -233,8 +240,9 @@ func eventID(msg jetstream.Msg, meta *jetstream.MsgMetadata) string {
 	return "evt-stream-" + strconv.FormatUint(meta.Sequence.Stream, 10)
 }
 
-// handle delivers one event, retrying on the schedule, and acks it once it
-// was delivered (or was not for this endpoint). It returns without an ack
+// handle delivers one event (or the endpoint's events of a batch message:
+// handleBatch), retrying on the schedule, and acks it once it was
+// delivered (or was not for this endpoint). It returns without an ack
 // when the endpoint is disabled or the loop stops: the event is handed
 // back (nak) and delivered first when the endpoint runs again. An attempt
 // in flight when the loop stops is let finish (and acked if it succeeded):
@@ -247,6 +255,10 @@ func (l *loop) handle(ctx context.Context, cons jetstream.Consumer, msg jetstrea
 		_ = msg.Term() // not a JetStream message: cannot happen
 		return
 	}
+	if l.isBatch(msg.Subject()) {
+		l.handleBatch(ctx, cons, msg, meta, pulled)
+		return
+	}
 	typ := EventType(msg.Data())
 	ep := l.ep.Load()
 	if !wants(ep, typ) {
@@ -254,40 +266,57 @@ func (l *loop) handle(ctx context.Context, cons jetstream.Consumer, msg jetstrea
 		return
 	}
 	id := eventID(msg, meta)
-	body, err := json.Marshal(envelope{Type: typ, Timestamp: meta.Timestamp.UTC().Format(time.RFC3339Nano), Data: json.RawMessage(msg.Data())})
-	if err != nil {
-		// The payload is not JSON: wrap it as a string rather than drop it.
-		q, _ := json.Marshal(string(msg.Data()))
-		body, _ = json.Marshal(envelope{Type: typ, Timestamp: meta.Timestamp.UTC().Format(time.RFC3339Nano), Data: q})
-	}
+	body := deliveryBody(typ, meta, msg.Data())
 	ls := newLease(l.m.cfg.JS.Conn(), msg.Reply(), pulled, consumerAckWait(cons))
 	defer ls.stop()
+	if l.deliver(ctx, cons, msg, meta, ls, id, typ, body) {
+		l.ack(ctx, msg)
+	}
+}
+
+// deliveryBody is the body of the delivery of an event of webhook type
+// typ, payload, stored at meta.Timestamp.
+func deliveryBody(typ string, meta *jetstream.MsgMetadata, payload []byte) []byte {
+	body, err := json.Marshal(envelope{Type: typ, Timestamp: meta.Timestamp.UTC().Format(time.RFC3339Nano), Data: json.RawMessage(payload)})
+	if err != nil {
+		// The payload is not JSON: wrap it as a string rather than drop it.
+		q, _ := json.Marshal(string(payload))
+		body, _ = json.Marshal(envelope{Type: typ, Timestamp: meta.Timestamp.UTC().Format(time.RFC3339Nano), Data: q})
+	}
+	return body
+}
+
+// deliver sends event id of msg until the endpoint takes it, and reports
+// whether it did; the caller then acks msg. When it did not, msg was
+// handed back (nak) or given up as handle describes, and the caller
+// returns.
+func (l *loop) deliver(ctx context.Context, cons jetstream.Consumer, msg jetstream.Msg, meta *jetstream.MsgMetadata, ls *lease,
+	id, typ string, body []byte) bool {
 	l.readStatus(ctx)
 	attempt := 1
 	if l.status.FailingEvent == id {
 		attempt = l.status.Failures + 1
 	}
 	for try := 0; ; try++ {
-		ep = l.ep.Load()
+		ep := l.ep.Load()
 		if !ls.valid() || try > 0 && !l.stillDelivered(ctx, cons, meta) {
 			l.m.log.Warn("webhook event given up: this instance can no longer show it holds the event (NATS unreachable or slow); "+
 				"NATS delivers it again to the instance pulling next", "endpoint", l.id, "event", id)
-			return
+			return false
 		}
 		a := l.send(ls.ctx, ep, id, typ, body, attempt)
 		if !a.OK && ls.ctx.Err() != nil {
-			return // cut off at the end of the lease: not the endpoint's failure
+			return false // cut off at the end of the lease: not the endpoint's failure
 		}
 		l.record(a)
 		if a.OK {
 			l.m.count(l.id, true, "")
-			l.ack(ctx, msg)
-			return
+			return true
 		}
 		l.m.count(l.id, false, failureReason(a))
 		if ctx.Err() != nil {
 			l.nak(ls, msg)
-			return
+			return false
 		}
 		reason := ""
 		switch {
@@ -306,7 +335,7 @@ func (l *loop) handle(ctx context.Context, cons jetstream.Consumer, msg jetstrea
 			if disabled {
 				<-ctx.Done() // the watch stops this loop once it sees the endpoint disabled
 			}
-			return
+			return false
 		}
 		wait := jittered(l.m.cfg.Backoff(attempt))
 		next := time.Now().Add(wait).UTC()
@@ -314,7 +343,7 @@ func (l *loop) handle(ctx context.Context, cons jetstream.Consumer, msg jetstrea
 		l.flush(ctx, true)
 		if !l.hold(ctx, ls, wait) {
 			l.nak(ls, msg)
-			return
+			return false
 		}
 		attempt++
 	}

@@ -59,6 +59,16 @@ type Config struct {
 	// are SubjectPrefix + calendar id.
 	Stream        string
 	SubjectPrefix string
+	// BatchSubjectPrefix, when set, is the prefix of the event stream's
+	// batch subjects (<prefix><partition>; docs/protocol.md section 11,
+	// "Event batches"), whose messages carry the events of many
+	// calendars, one line each: their events are delivered as the same
+	// events alone would be. PartitionOf, when set, names the partition
+	// whose batch subject carries a calendar's events, so that an
+	// endpoint of a few calendars reads only those; without it every
+	// batch subject is read.
+	BatchSubjectPrefix string
+	PartitionOf        func(calendar string) int
 	// Replicas of the KV bucket when it is created (like the streams').
 	Replicas int
 	// EnsureBucket, when set, opens or creates the KV bucket instead of
