@@ -23,6 +23,11 @@ import (
 // (and embedded server), the index, the partition writers and the client
 // that submits commands and waits for their answers.
 type Node struct {
+	// closeOnce makes Close safe to call again (a deferred Close after
+	// an explicit one); closeErr is what the first returned.
+	closeOnce sync.Once
+	closeErr  error
+
 	store  *data.Store
 	client *Client
 	parts  []*Partition
@@ -489,8 +494,14 @@ func (n *Node) ClientURL() string {
 }
 
 // Close stops the writers (each finishes the batch it is applying: commit,
-// reply, ack), then closes the client, the index and NATS.
+// reply, ack), then closes the client, the index and NATS. Calls after the
+// first return its result.
 func (n *Node) Close() error {
+	n.closeOnce.Do(func() { n.closeErr = n.close() })
+	return n.closeErr
+}
+
+func (n *Node) close() error {
 	if n.watch != nil {
 		n.watch.close()
 	}

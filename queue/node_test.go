@@ -583,3 +583,17 @@ func TestViewAfterCloseIsUnavailable(t *testing.T) {
 		t.Fatalf("View after Close = %v, want ErrUnavailable", err)
 	}
 }
+
+// A Close after Close (a deferred one after an explicit one) returns the
+// first one's result instead of failing.
+func TestNodeCloseTwice(t *testing.T) {
+	n, err := queue.StartNode(queue.NodeConfig{DataDir: t.TempDir(), Partitions: 2, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	queuetest.CheckFor(t, queuetest.ReadyTimeout, n.Ready)
+	first := n.Close()
+	if second := n.Close(); second != first {
+		t.Fatalf("second Close: %v, first: %v", second, first)
+	}
+}
