@@ -94,7 +94,8 @@ bench-recovery:
 
 # The contract files checked by validators others wrote (node and npm; the
 # pinned packages install under .ci/contract/node_modules): redocly lint and
-# swagger-parser on docs/openapi.yaml, ajv strict on docs/schema.
+# swagger-parser on docs/openapi.yaml, ajv strict on docs/schema, and nats.js
+# reading the event batches of a freshly built bookline (needs Go too).
 contract:
 	./.ci/contract/check.sh
 
