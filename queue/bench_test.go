@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -17,8 +19,9 @@ import (
 	"github.com/bookline/bookline/queue/queuetest"
 )
 
-// fillStream publishes n booking commands (over 256 calendars, 1/8 of them
-// conflicting) straight to the command stream, with the writers stopped.
+// fillStream publishes n booking commands (over 256 calendars, or
+// BOOKLINE_BENCH_CALENDARS, 1/8 of them conflicting) straight to the
+// command stream, with the writers stopped.
 func fillStream(b *testing.B, n int) *queue.Node {
 	b.Helper()
 	node, err := queue.StartNode(queue.NodeConfig{DataDir: b.TempDir(), Partitions: 8, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
@@ -27,7 +30,10 @@ func fillStream(b *testing.B, n int) *queue.Node {
 	}
 	b.Cleanup(func() { node.Close() })
 	node.StopWriters()
-	const cals = 256
+	cals := 256
+	if v, err := strconv.Atoi(os.Getenv("BOOKLINE_BENCH_CALENDARS")); err == nil && v > 0 {
+		cals = v // the index's shape matters: see docs/benchmarks.md
+	}
 	ctx := context.Background()
 	pub := func(cmd actor.Command) {
 		cmd.V = actor.SchemaVersion
