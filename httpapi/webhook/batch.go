@@ -45,13 +45,7 @@ func (b *batchLine) id() string {
 // splitBatch reads the lines of a batch message; bad is how many were not
 // an event (none from bookline).
 func splitBatch(data []byte) (lines []batchLine, bad int) {
-	for len(data) > 0 {
-		line := data
-		if i := bytes.IndexByte(data, '\n'); i >= 0 {
-			line, data = data[:i], data[i+1:]
-		} else {
-			data = nil
-		}
+	for line := range bytes.Lines(data) {
 		if len(bytes.TrimSpace(line)) == 0 {
 			continue
 		}
