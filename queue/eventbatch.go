@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -60,6 +61,28 @@ type batchMsg struct {
 	first, last string // ids without the "evt-<created>-"
 	hash        uint64
 	of          []int // the entries it carries, in order, once each
+}
+
+// batchesRefusedFor is how long the publisher sends single events after
+// the event stream refused a batch subject: an instance of an older build,
+// started later, set the stream's subjects back to those it knows. The
+// events are then delayed by one retry instead of until a restart of this
+// build puts the subject back.
+const batchesRefusedFor = time.Minute
+
+// batching reports whether this drain may publish batches.
+func (e *eventPublisher) batching() bool {
+	return e.batches && time.Now().After(e.batchesRefused)
+}
+
+// refuseBatches notes that no stream took a batch subject.
+func (e *eventPublisher) refuseBatches() {
+	if !e.batching() {
+		return
+	}
+	e.batchesRefused = time.Now().Add(batchesRefusedFor)
+	e.log.Warn("no stream takes the event batch subjects (an instance of an older build reset BOOKLINE_EVT's subjects?): publishing single events for a while",
+		"subject", EventBatchSubjectPrefix+"*", "for", batchesRefusedFor)
 }
 
 // batcher starts the batches of a drain of the command stream incarnation

@@ -391,3 +391,35 @@ func TestEventBatchesOnAndOff(t *testing.T) {
 		t.Fatalf("event stream subjects %v with batches off", got)
 	}
 }
+
+// An instance of an older build that starts later sets the event stream's
+// subjects back to those it knows. A publisher with batches on then finds
+// no stream for its batch subject: it sends the events alone instead of
+// retrying the batch until a restart.
+func TestEventBatchesRefusedByTheStream(t *testing.T) {
+	n := startNodeWith(t, queue.NodeConfig{DataDir: t.TempDir(), EventBatches: true, Partitions: 1}, nil)
+	ctx := context.Background()
+	s, err := n.JetStream().Stream(ctx, queue.EventStreamName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	older := s.CachedInfo().Config
+	older.Subjects = []string{queue.EventSubjectPrefix + "*", queue.EventSubjectInvalid}
+	if _, err := n.JetStream().UpdateStream(ctx, older); err != nil {
+		t.Fatal(err)
+	}
+	submit(t, n, upsert("older"))
+	r := submit(t, n, book("older", "o-1", 0, 1))
+	queuetest.CheckFor(t, 20*time.Second, func() error {
+		evs, batches := readEventStream(t, n.JetStream())
+		if batches != 0 {
+			return fmt.Errorf("%d batch messages stored without their subject", batches)
+		}
+		for _, ev := range evs {
+			if ev.Subject == queue.EventSubject("older") && ev.CommandSeq == r.Seq && ev.Batch == "" {
+				return outboxEmpty(n)
+			}
+		}
+		return fmt.Errorf("the booking's event is not in the stream: %d events", len(evs))
+	})
+}

@@ -20,7 +20,7 @@ import (
 // with the published ones, never retried.
 func (e *eventPublisher) outboxMsgs(evs []data.Event, identity string) (msgs []*nats.Msg, of, ends []int) {
 	var b *eventBatcher
-	if e.batches {
+	if e.batching() {
 		b = e.batcher(identity)
 	}
 	for i, ev := range evs {

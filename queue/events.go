@@ -127,6 +127,9 @@ type eventPublisher struct {
 	// the command stream's partitions.
 	batches    bool
 	partitions int
+	// batchesRefused is when batches may be tried again after the event
+	// stream refused their subject (refuseBatches).
+	batchesRefused time.Time
 }
 
 // eventsCluster is what the publisher needs in cluster mode.
@@ -369,6 +372,9 @@ func (e *eventPublisher) drainOnce(ctx context.Context) (int, error) {
 			firstErr = cmp.Or(firstErr, err)
 			for _, j := range of[from:ends[i]] {
 				failed[j] = true
+			}
+			if msgs[i] != nil && errors.Is(err, jetstream.ErrNoStreamResponse) && strings.HasPrefix(msgs[i].Subject, EventBatchSubjectPrefix) {
+				e.refuseBatches()
 			}
 		}
 		from = ends[i]
