@@ -238,12 +238,15 @@ func (s *snapshotter) run(ctx context.Context) {
 			return
 		case <-tick.C:
 		}
+		// Sampled at every tick, due or not, so that it measures the
+		// last interval only.
+		loading := s.loading != nil && s.loading()
 		due, err := s.due(ctx)
 		if err != nil {
 			s.log.Warn("snapshot check", "err", err)
 			continue
 		}
-		if !due || s.deferDuringLoad(time.Now()) {
+		if !due || s.deferDuringLoad(loading, time.Now()) {
 			continue
 		}
 		s.deferred = time.Time{}

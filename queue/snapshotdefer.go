@@ -22,10 +22,10 @@ const (
 // GC (docs/benchmarks.md).
 const releaseAfterSnapshot = 16 << 20
 
-// deferDuringLoad reports whether a due snapshot waits for a bulk load to
-// end, and notes when it started waiting.
-func (s *snapshotter) deferDuringLoad(now time.Time) bool {
-	if s.loading == nil || !s.loading() {
+// deferDuringLoad reports whether a due snapshot waits for the bulk load
+// under way (loading) to end, and notes when it started waiting.
+func (s *snapshotter) deferDuringLoad(loading bool, now time.Time) bool {
+	if !loading {
 		s.deferred = time.Time{}
 		return false
 	}

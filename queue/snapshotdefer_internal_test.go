@@ -15,36 +15,36 @@ func TestSnapshotWaitsForBulkLoad(t *testing.T) {
 
 	// A trickle of commands: the due snapshot is taken.
 	applied.Add(bulkLoadCommands - 1)
-	if s.deferDuringLoad(t0) {
+	if s.deferDuringLoad(s.loading(), t0) {
 		t.Fatal("deferred below the bulk rate")
 	}
 	// A bulk load: deferred, for at most maxSnapshotDefer.
 	for i, at := range []time.Duration{0, snapshotCheck, maxSnapshotDefer - time.Second} {
 		applied.Add(bulkLoadCommands)
-		if !s.deferDuringLoad(t0.Add(at)) {
+		if !s.deferDuringLoad(s.loading(), t0.Add(at)) {
 			t.Fatalf("check %d of the load: not deferred", i)
 		}
 	}
 	applied.Add(bulkLoadCommands)
-	if s.deferDuringLoad(t0.Add(maxSnapshotDefer)) {
+	if s.deferDuringLoad(s.loading(), t0.Add(maxSnapshotDefer)) {
 		t.Fatal("deferred past maxSnapshotDefer")
 	}
 	// The load ends: no deferral, and the next load waits its own bound.
-	if s.deferDuringLoad(t0.Add(maxSnapshotDefer + snapshotCheck)) {
+	if s.deferDuringLoad(s.loading(), t0.Add(maxSnapshotDefer+snapshotCheck)) {
 		t.Fatal("deferred after the load ended")
 	}
 	later := t0.Add(time.Hour)
 	for _, at := range []time.Duration{0, maxSnapshotDefer - time.Second} {
 		applied.Add(2 * bulkLoadCommands)
-		if !s.deferDuringLoad(later.Add(at)) {
+		if !s.deferDuringLoad(s.loading(), later.Add(at)) {
 			t.Fatal("a new load did not get its own deferral")
 		}
 	}
 }
 
-func TestSnapshotNotDeferredWithoutCounter(t *testing.T) {
-	s := &snapshotter{log: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	if s.deferDuringLoad(time.Now()) {
-		t.Fatal("deferred without a way to tell a load")
+func TestSnapshotNotDeferredWithoutLoad(t *testing.T) {
+	s := &snapshotter{log: slog.New(slog.NewTextHandler(io.Discard, nil)), deferred: time.Now()}
+	if s.deferDuringLoad(false, time.Now()) || !s.deferred.IsZero() {
+		t.Fatal("deferred, or still waiting, without a load")
 	}
 }
