@@ -2,6 +2,8 @@ package queue
 
 import (
 	"bytes"
+	"hash"
+	"hash/fnv"
 	"strconv"
 	"strings"
 	"time"
@@ -58,9 +60,9 @@ type batchMsg struct {
 	part        int
 	buf         []byte
 	n           int
-	first, last string // ids without the "evt-<created>-"
-	hash        uint64
-	of          []int // the entries it carries, in order, once each
+	first, last string      // ids without the "evt-<created>-"
+	hash        hash.Hash64 // FNV-1a over the events' ids (msgID)
+	of          []int       // the entries it carries, in order, once each
 }
 
 // batchesRefusedFor is how long the publisher sends single events after
@@ -158,13 +160,13 @@ func (b *eventBatcher) put(p, i int, id string, line []byte) {
 		b.full, bt = append(b.full, bt), nil
 	}
 	if bt == nil {
-		bt = &batchMsg{part: p, buf: make([]byte, 0, min(b.limit, 64<<10)), first: id, hash: fnvOffset64}
+		bt = &batchMsg{part: p, buf: make([]byte, 0, min(b.limit, 64<<10)), first: id, hash: fnv.New64a()}
 		b.open[p] = bt
 	}
 	bt.buf = append(bt.buf, line...)
 	bt.n++
 	bt.last = id
-	bt.hash = fnv64(fnv64(bt.hash, id), "\n")
+	bt.hash.Write([]byte(id + "\n"))
 	if len(bt.of) == 0 || bt.of[len(bt.of)-1] != i {
 		bt.of = append(bt.of, i)
 	}
@@ -196,26 +198,12 @@ func (b *eventBatcher) finish(msgs []*nats.Msg, of, ends []int) ([]*nats.Msg, []
 // msgID is a batch's Nats-Msg-Id: evtb-<created>-<first>-<last>-<hash>,
 // first and last the ids of its first and last events without their
 // "evt-<created>-", hash 16 hex digits of FNV-1a (64 bit) over those ids
-// of all its events, each followed by "\n". The same events give the same id, so the event stream
-// drops a batch re-sent as it was; the hash keeps two different sets
+// of all its events, each followed by "\n". The same events give the
+// same id, so the event stream drops a batch re-sent as it was; the hash keeps two different sets
 // with the same ends apart (a dropped batch would be events lost).
 func (b *eventBatcher) msgID(bt *batchMsg) string {
-	h := strconv.FormatUint(bt.hash, 16)
+	h := strconv.FormatUint(bt.hash.Sum64(), 16)
 	return "evtb-" + b.created + bt.first + "-" + bt.last + "-" + strings.Repeat("0", 16-len(h)) + h
-}
-
-const (
-	fnvOffset64 = 14695981039346656037
-	fnvPrime64  = 1099511628211
-)
-
-// fnv64 continues the FNV-1a hash h over s.
-func fnv64(h uint64, s string) uint64 {
-	for i := 0; i < len(s); i++ {
-		h ^= uint64(s[i])
-		h *= fnvPrime64
-	}
-	return h
 }
 
 // appendEventLine appends one envelope line of a batch: the event JSON
