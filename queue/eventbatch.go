@@ -212,16 +212,17 @@ func (b *eventBatcher) msgID(bt *batchMsg) string {
 // "."+part when part > 0).
 func appendEventLine(dst []byte, subject, created, seqText, identity string, seq uint64, part int, event []byte) []byte {
 	dst = append(dst, `{"subject":`...)
-	dst = appendJSONString(dst, subject)
+	dst = actor.AppendJSONString(dst, subject)
+	// created is "<decimal nanoseconds>-" (EventMsgID): nothing to escape.
 	dst = append(dst, `,"msg_id":"evt-`...)
-	dst = appendJSONStringBody(dst, created)
+	dst = append(dst, created...)
 	dst = append(dst, seqText...)
 	if part > 0 {
 		dst = append(dst, '.')
 		dst = strconv.AppendInt(dst, int64(part), 10)
 	}
 	dst = append(dst, `","command_stream":`...)
-	dst = appendJSONString(dst, identity)
+	dst = actor.AppendJSONString(dst, identity)
 	dst = append(dst, `,"command_seq":`...)
 	dst = strconv.AppendUint(dst, seq, 10)
 	if part > 0 {
@@ -231,29 +232,4 @@ func appendEventLine(dst []byte, subject, created, seqText, identity string, seq
 	dst = append(dst, `,"event":`...)
 	dst = append(dst, event...)
 	return append(dst, "}\n"...)
-}
-
-// appendJSONString appends s as a JSON string.
-func appendJSONString(dst []byte, s string) []byte {
-	dst = append(dst, '"')
-	dst = appendJSONStringBody(dst, s)
-	return append(dst, '"')
-}
-
-// appendJSONStringBody appends s escaped for a JSON string. What it gets
-// (subjects, ids, a stream identity) is plain ASCII; the escapes are for
-// safety, not speed.
-func appendJSONStringBody(dst []byte, s string) []byte {
-	const hex = "0123456789abcdef"
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
-		case c == '"' || c == '\\':
-			dst = append(dst, '\\', c)
-		case c < 0x20:
-			dst = append(dst, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
-		default:
-			dst = append(dst, c)
-		}
-	}
-	return dst
 }
