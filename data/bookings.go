@@ -231,7 +231,7 @@ func (t *Tx) calMark(calID string) error {
 	if tc.marked {
 		return nil
 	}
-	b := t.tx.Bucket(bucketSpan)
+	b := t.bucket(bucketSpan)
 	if b.Get([]byte(calID)) == nil {
 		if err := b.Put([]byte(calID), []byte{}); err != nil {
 			return err
@@ -248,7 +248,7 @@ func (t *Tx) growMaxSpan(calID string, span time.Duration) error {
 	if t.maxSpan(calID) >= span {
 		return nil
 	}
-	if err := t.tx.Bucket(bucketSpan).Put([]byte(calID), binary.BigEndian.AppendUint64(nil, uint64(span))); err != nil {
+	if err := t.bucket(bucketSpan).Put([]byte(calID), binary.BigEndian.AppendUint64(nil, uint64(span))); err != nil {
 		return err
 	}
 	t.txCal(calID).span = span
@@ -261,7 +261,7 @@ func (t *Tx) maxSpan(calID string) time.Duration {
 	tc := t.txCal(calID)
 	if !tc.spanLoaded {
 		tc.span, tc.spanLoaded = 0, true
-		if v := t.tx.Bucket(bucketSpan).Get([]byte(calID)); len(v) == 8 {
+		if v := t.bucket(bucketSpan).Get([]byte(calID)); len(v) == 8 {
 			tc.span = time.Duration(binary.BigEndian.Uint64(v))
 		}
 	}
@@ -303,7 +303,7 @@ func (t *Tx) slotsNear(calID string, from, to time.Time, ids bool, fn func(SlotE
 var bucketHolds = []byte("holdexp") // expiry(8) ++ calendar ++ 0 ++ hold id -> nil
 
 func (t *Tx) holdIndex(put bool, exp time.Time, calID, id string) error {
-	b, err := t.tx.CreateBucketIfNotExists(bucketHolds)
+	b, err := t.createBucket(bucketHolds)
 	if err != nil {
 		return err
 	}

@@ -5,8 +5,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"time"
-
-	bolt "go.etcd.io/bbolt"
 )
 
 // Busy blocks: intervals that are busy outside bookline (found in a linked
@@ -64,7 +62,7 @@ func decodeBusy(id string, v []byte) (BusyBlock, error) {
 }
 
 // busyBuckets returns the calendar's busy buckets, creating them when asked.
-func (t *Tx) busyBuckets(calID string, create bool) (cb, recs, slots *bolt.Bucket, err error) {
+func (t *Tx) busyBuckets(calID string, create bool) (cb, recs, slots *bkt, err error) {
 	tc := t.txCal(calID)
 	if !create && tc.busyLooked && tc.cb == nil {
 		return nil, nil, nil, nil // most calendars have no busy time

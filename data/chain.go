@@ -113,7 +113,7 @@ const appliedLen = 56
 // ChainHead reads partition p's head. A value of 8 bytes (no hash) or 24
 // (no chain), written by builds before these were kept, reads as such.
 func (t *Tx) ChainHead(p int) ChainHead {
-	v := t.tx.Bucket(bucketApplied).Get(partitionKey(p))
+	v := t.bucket(bucketApplied).Get(partitionKey(p))
 	var h ChainHead
 	if len(v) < 8 {
 		return h
@@ -135,7 +135,7 @@ func (t *Tx) ChainHead(p int) ChainHead {
 // without allocating: the writer asserts with it, after every batch, that
 // the batch advanced both by exactly the messages it decided.
 func (t *Tx) AppliedCount(p int) (seq, count uint64, chained bool) {
-	v := t.tx.Bucket(bucketApplied).Get(partitionKey(p))
+	v := t.bucket(bucketApplied).Get(partitionKey(p))
 	if len(v) >= 8 {
 		seq = binary.BigEndian.Uint64(v)
 	}
@@ -207,7 +207,7 @@ func (t *Tx) ExtendApplied(p int, links []Link) error {
 	copy(v[24:40], h.Chain)
 	binary.BigEndian.PutUint64(v[40:48], h.Count)
 	binary.BigEndian.PutUint64(v[48:56], h.Origin)
-	return t.tx.Bucket(bucketApplied).Put(partitionKey(p), v)
+	return t.bucket(bucketApplied).Put(partitionKey(p), v)
 }
 
 // chainKey is the key of partition p's entry at stream sequence seq in
@@ -220,7 +220,7 @@ func chainKey(p int, seq uint64) []byte {
 }
 
 func (t *Tx) putCheckpoint(p int, c Checkpoint) error {
-	b, err := t.tx.CreateBucketIfNotExists(bucketChain)
+	b, err := t.createBucket(bucketChain)
 	if err != nil {
 		return err
 	}
@@ -234,7 +234,7 @@ func (t *Tx) putCheckpoint(p int, c Checkpoint) error {
 // checkpointBefore is the sequence of p's checkpoint before the one at seq
 // (0: none).
 func (t *Tx) checkpointBefore(p int, seq uint64) uint64 {
-	b := t.tx.Bucket(bucketChain)
+	b := t.bucket(bucketChain)
 	if b == nil {
 		return 0
 	}
@@ -249,7 +249,7 @@ func (t *Tx) checkpointBefore(p int, seq uint64) uint64 {
 
 // Checkpoints lists partition p's checkpoints in stream order.
 func (t *Tx) Checkpoints(p int) []Checkpoint {
-	b := t.tx.Bucket(bucketChain)
+	b := t.bucket(bucketChain)
 	if b == nil {
 		return nil
 	}
@@ -270,7 +270,7 @@ func (t *Tx) Checkpoints(p int) []Checkpoint {
 // seq but the last of them: the stream no longer holds their messages, and
 // the last one still opens the window that follows it.
 func (t *Tx) PruneCheckpoints(p int, seq uint64) error {
-	b := t.tx.Bucket(bucketChain)
+	b := t.bucket(bucketChain)
 	if b == nil {
 		return nil
 	}
@@ -296,7 +296,7 @@ func (t *Tx) PruneCheckpoints(p int, seq uint64) error {
 // the last sequence (8), then per message the difference to the one before
 // (uvarint; 0 for the first, whose sequence is in the key) and its hash.
 func (t *Tx) logRecent(p int, links []Link) error {
-	b, err := t.tx.CreateBucketIfNotExists(bucketChainLog)
+	b, err := t.createBucket(bucketChainLog)
 	if err != nil {
 		return err
 	}
@@ -320,7 +320,7 @@ func encodeRecent(links []Link) []byte {
 
 // pruneRecent drops p's recent messages at or below seq, in whole batches.
 func (t *Tx) pruneRecent(p int, seq uint64) error {
-	b := t.tx.Bucket(bucketChainLog)
+	b := t.bucket(bucketChainLog)
 	if b == nil || seq == 0 {
 		return nil
 	}
@@ -341,7 +341,7 @@ func (t *Tx) pruneRecent(p int, seq uint64) error {
 // RecentLinks lists partition p's recent messages in stream order: every
 // message of the partition it applied from the first one listed on.
 func (t *Tx) RecentLinks(p int) ([]Link, error) {
-	b := t.tx.Bucket(bucketChainLog)
+	b := t.bucket(bucketChainLog)
 	if b == nil {
 		return nil, nil
 	}
@@ -379,7 +379,7 @@ func decodeRecent(out []Link, seq uint64, v []byte) ([]Link, error) {
 // head goes with the applied sequence).
 func (t *Tx) dropChain(p int) error {
 	for _, name := range [][]byte{bucketChain, bucketChainLog} {
-		b := t.tx.Bucket(name)
+		b := t.bucket(name)
 		if b == nil {
 			continue
 		}
@@ -492,7 +492,7 @@ func (h *History) UnmarshalJSON(b []byte) error {
 // sequence).
 func (t *Tx) Histories() (map[int]History, error) {
 	out := map[int]History{}
-	err := t.tx.Bucket(bucketApplied).ForEach(func(k, _ []byte) error {
+	err := t.bucket(bucketApplied).ForEach(func(k, _ []byte) error {
 		if len(k) != 4 {
 			return nil
 		}

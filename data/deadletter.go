@@ -27,7 +27,7 @@ type DeadLetter struct {
 
 // PutDeadLetter moves entry d.Entry from the outbox to the dead letters.
 func (t *Tx) PutDeadLetter(d DeadLetter) error {
-	b, err := t.tx.CreateBucketIfNotExists(bucketSyncDead)
+	b, err := t.createBucket(bucketSyncDead)
 	if err != nil {
 		return err
 	}
@@ -69,7 +69,7 @@ func (t *Tx) DeadLetters(cal string, max int) ([]DeadLetter, error) {
 // come after the one of sequence seq (and sub) in sequence order: a page
 // that starts where a previous one ended (seq 0: from the first).
 func (t *Tx) DeadLettersAfter(cal string, seq uint64, sub uint32, max int) ([]DeadLetter, error) {
-	b := t.tx.Bucket(bucketSyncDead)
+	b := t.bucket(bucketSyncDead)
 	if b == nil {
 		return nil, nil
 	}
@@ -95,7 +95,7 @@ func (t *Tx) DeadLettersAfter(cal string, seq uint64, sub uint32, max int) ([]De
 
 // DeadLetterCount counts the dead letters of every calendar, up to max.
 func (t *Tx) DeadLetterCount(max int) int {
-	b := t.tx.Bucket(bucketSyncDead)
+	b := t.bucket(bucketSyncDead)
 	if b == nil {
 		return 0
 	}
@@ -110,7 +110,7 @@ func (t *Tx) DeadLetterCount(max int) int {
 // TakeDeadLetter removes calendar cal's dead letter of (seq, sub) and
 // returns it; ok is false when there is none.
 func (t *Tx) TakeDeadLetter(cal string, seq uint64, sub uint32) (d DeadLetter, ok bool, err error) {
-	b := t.tx.Bucket(bucketSyncDead)
+	b := t.bucket(bucketSyncDead)
 	if b == nil {
 		return d, false, nil
 	}

@@ -1,11 +1,14 @@
 package data
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
 	"hash"
 	"sort"
+
+	bolt "go.etcd.io/bbolt"
 )
 
 // Digest summarises the derived state of an index: two indexes built from
@@ -44,7 +47,7 @@ type CalendarDigest struct {
 func (t *Tx) Digest() (Digest, error) {
 	d := Digest{Applied: map[int]uint64{}, Counts: map[string]uint64{}}
 	total := sha256.New()
-	err := t.tx.Bucket(bucketApplied).ForEach(func(k, v []byte) error {
+	err := t.bucket(bucketApplied).ForEach(func(k, v []byte) error {
 		d.Applied[int(binary.BigEndian.Uint32(k))] = binary.BigEndian.Uint64(v)
 		// The sequence only: the hash of the message at it that follows
 		// (SetApplied) is a check on the log, not state, and indexes
@@ -68,7 +71,7 @@ func (t *Tx) Digest() (Digest, error) {
 		ids[string(id)] = true
 	}
 	for _, b := range [][]byte{bucketCal, bucketSpan} {
-		_ = t.tx.Bucket(b).ForEach(func(k, _ []byte) error {
+		_ = t.bucket(b).ForEach(func(k, _ []byte) error {
 			ids[string(k)] = true
 			return nil
 		})
@@ -80,13 +83,13 @@ func (t *Tx) Digest() (Digest, error) {
 	sort.Strings(sorted)
 	for _, id := range sorted {
 		h := sha256.New()
-		hashKV(h, []byte("calendar"), t.tx.Bucket(bucketCalendars).Get([]byte(id)))
+		hashKV(h, []byte("calendar"), t.bucket(bucketCalendars).Get([]byte(id)))
 		for i, name := range [][]byte{[]byte("b"), []byte("s"), []byte("r")} {
 			if err := hashRange(h, name, t.calTree(id, i), d.Counts); err != nil {
 				return d, err
 			}
 		}
-		if cb := t.tx.Bucket(bucketCal).Bucket([]byte(id)); cb != nil {
+		if cb := t.bucket(bucketCal).Bucket([]byte(id)); cb != nil {
 			for _, sub := range [][]byte{subBusy, subBusySlots} {
 				b := cb.Bucket(sub)
 				if b == nil {
@@ -103,7 +106,7 @@ func (t *Tx) Digest() (Digest, error) {
 	}
 	// Pools (absent from every index before them, which keeps its
 	// digest): a pool's record is a function of its token's log.
-	if pb := t.tx.Bucket(bucketPools); pb != nil {
+	if pb := t.bucket(bucketPools); pb != nil {
 		_ = pb.ForEach(func(k, v []byte) error {
 			sum := sha256.Sum256(v)
 			d.Calendars = append(d.Calendars, CalendarDigest{ID: string(k), Hash: hex.EncodeToString(sum[:])})
@@ -164,4 +167,30 @@ func FirstDifference(a, b Digest) (calendar string, differs bool) {
 		j++
 	}
 	return "", true
+}
+
+// ContentHash hashes every bucket, key and value of the index except the
+// meta bucket (the file's own history): two indexes that hold the same
+// records have the same hash, whichever way they were written. Unlike
+// Digest it covers everything, logs and outbox included; it is for tests
+// and tools that compare two builds of the same log.
+func (t *Tx) ContentHash() string {
+	h := sha256.New()
+	var walk func(b *bolt.Bucket, path []byte)
+	walk = func(b *bolt.Bucket, path []byte) {
+		_ = b.ForEach(func(k, v []byte) error {
+			if v == nil {
+				if sub := b.Bucket(k); sub != nil {
+					if len(path) > 0 || !bytes.Equal(k, bucketMeta) {
+						walk(sub, append(append(bytes.Clone(path), k...), '/'))
+					}
+					return nil
+				}
+			}
+			hashKV(h, append(bytes.Clone(path), k...), v)
+			return nil
+		})
+	}
+	walk(t.tx.Cursor().Bucket(), nil)
+	return hex.EncodeToString(h.Sum(nil))
 }

@@ -10,7 +10,7 @@ import (
 // earliest first. Holds of other calendars, however many, do not use up
 // max.
 func (t *Tx) DueHoldsWhere(now time.Time, max int, keep func(cal string) bool) []DueHold {
-	b := t.tx.Bucket(bucketHolds)
+	b := t.bucket(bucketHolds)
 	if b == nil {
 		return nil
 	}

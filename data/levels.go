@@ -20,7 +20,7 @@ var bucketSkipped = []byte("skipped")
 // RulesLevel is partition p's rules level: 1 until a command of a higher
 // schema version was decided on it, then the highest such version.
 func (t *Tx) RulesLevel(p int) int {
-	if b := t.tx.Bucket(bucketRulesLevel); b != nil {
+	if b := t.bucket(bucketRulesLevel); b != nil {
 		if v := b.Get(partitionKey(p)); len(v) == 4 {
 			return int(binary.BigEndian.Uint32(v))
 		}
@@ -31,7 +31,7 @@ func (t *Tx) RulesLevel(p int) int {
 // SetRulesLevel records partition p's rules level, in the same transaction
 // as the applied sequence it goes with.
 func (t *Tx) SetRulesLevel(p, level int) error {
-	b, err := t.tx.CreateBucketIfNotExists(bucketRulesLevel)
+	b, err := t.createBucket(bucketRulesLevel)
 	if err != nil {
 		return err
 	}
@@ -44,7 +44,7 @@ func (t *Tx) SetRulesLevel(p, level int) error {
 // sequence seq as skipped, because of the skip command at stream sequence
 // by.
 func (t *Tx) MarkSkipped(p int, seq, by uint64) error {
-	b, err := t.tx.CreateBucketIfNotExists(bucketSkipped)
+	b, err := t.createBucket(bucketSkipped)
 	if err != nil {
 		return err
 	}
@@ -56,7 +56,7 @@ func (t *Tx) MarkSkipped(p int, seq, by uint64) error {
 // SkippedBy is the stream sequence of the skip command because of which
 // partition p skipped the command at seq, if it did.
 func (t *Tx) SkippedBy(p int, seq uint64) (uint64, bool) {
-	b := t.tx.Bucket(bucketSkipped)
+	b := t.bucket(bucketSkipped)
 	if b == nil {
 		return 0, false
 	}
@@ -70,12 +70,12 @@ func (t *Tx) SkippedBy(p int, seq uint64) (uint64, bool) {
 // dropLevels forgets partition p's rules level and skipped commands (the
 // partition is rebuilt from the start of the stream).
 func (t *Tx) dropLevels(p int) error {
-	if b := t.tx.Bucket(bucketRulesLevel); b != nil {
+	if b := t.bucket(bucketRulesLevel); b != nil {
 		if err := b.Delete(partitionKey(p)); err != nil {
 			return err
 		}
 	}
-	b := t.tx.Bucket(bucketSkipped)
+	b := t.bucket(bucketSkipped)
 	if b == nil {
 		return nil
 	}

@@ -12,7 +12,7 @@ var bucketLogNow = []byte("lognow")
 // commands it decided, which is "now" for its next decision unless that
 // command's own timestamp is later. Zero before the first.
 func (t *Tx) LogNow(p int) time.Time {
-	b := t.tx.Bucket(bucketLogNow)
+	b := t.bucket(bucketLogNow)
 	if b == nil {
 		return time.Time{}
 	}
@@ -29,7 +29,7 @@ func (t *Tx) SetLogNow(p int, now time.Time) error {
 	if now.IsZero() {
 		return t.dropLogNow(p)
 	}
-	b, err := t.tx.CreateBucketIfNotExists(bucketLogNow)
+	b, err := t.createBucket(bucketLogNow)
 	if err != nil {
 		return err
 	}
@@ -40,7 +40,7 @@ func (t *Tx) SetLogNow(p int, now time.Time) error {
 // stream's clock as far as this index has seen it.
 func (t *Tx) LatestLogNow() time.Time {
 	var latest time.Time
-	if b := t.tx.Bucket(bucketLogNow); b != nil {
+	if b := t.bucket(bucketLogNow); b != nil {
 		_ = b.ForEach(func(_, v []byte) error {
 			if len(v) == 8 {
 				if now := DecodeTime(v); now.After(latest) {
@@ -56,7 +56,7 @@ func (t *Tx) LatestLogNow() time.Time {
 // dropLogNow forgets partition p's log time (the partition is rebuilt from
 // the start of the stream).
 func (t *Tx) dropLogNow(p int) error {
-	if b := t.tx.Bucket(bucketLogNow); b != nil {
+	if b := t.bucket(bucketLogNow); b != nil {
 		return b.Delete(partitionKey(p))
 	}
 	return nil

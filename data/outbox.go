@@ -46,7 +46,7 @@ func seqKey(seq uint64) []byte {
 // Stored as calendar length (1 byte), calendar, payload: no JSON on the
 // writer's path.
 func (t *Tx) PutEvent(ev Event) error {
-	b, err := t.tx.CreateBucketIfNotExists(bucketEvents)
+	b, err := t.createBucket(bucketEvents)
 	if err != nil {
 		return err
 	}
@@ -62,7 +62,7 @@ func (t *Tx) PendingEvents(max int) ([]Event, error) { return t.PendingEventsExc
 // PendingEventsExcept is PendingEvents without the events whose sequence is
 // in skip (published already, their deletion not yet committed).
 func (t *Tx) PendingEventsExcept(max int, skip map[uint64]struct{}) ([]Event, error) {
-	b := t.tx.Bucket(bucketEvents)
+	b := t.bucket(bucketEvents)
 	if b == nil {
 		return nil, nil
 	}
@@ -84,7 +84,7 @@ func (t *Tx) PendingEventsExcept(max int, skip map[uint64]struct{}) ([]Event, er
 
 // DeleteEvents removes published events.
 func (t *Tx) DeleteEvents(seqs []uint64) error {
-	b := t.tx.Bucket(bucketEvents)
+	b := t.bucket(bucketEvents)
 	if b == nil {
 		return nil
 	}
@@ -101,11 +101,11 @@ func (t *Tx) DeleteEvents(seqs []uint64) error {
 // before the index starts over from another stream. It returns how many
 // it moved.
 func (t *Tx) SetAsideEvents(identity string) (int, error) {
-	b := t.tx.Bucket(bucketEvents)
+	b := t.bucket(bucketEvents)
 	if b == nil {
 		return 0, nil
 	}
-	aside, err := t.tx.CreateBucketIfNotExists(bucketEventsAside)
+	aside, err := t.createBucket(bucketEventsAside)
 	if err != nil {
 		return 0, err
 	}
@@ -119,13 +119,13 @@ func (t *Tx) SetAsideEvents(identity string) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	return n, t.tx.DeleteBucket(bucketEvents)
+	return n, t.deleteBucket(bucketEvents)
 }
 
 // AsideEvents returns up to max events of earlier stream incarnations (see
 // SetAsideEvents), each with its Stream set.
 func (t *Tx) AsideEvents(max int) ([]Event, error) {
-	b := t.tx.Bucket(bucketEventsAside)
+	b := t.bucket(bucketEventsAside)
 	if b == nil {
 		return nil, nil
 	}
@@ -145,7 +145,7 @@ func (t *Tx) AsideEvents(max int) ([]Event, error) {
 
 // DeleteAsideEvents removes published events of earlier incarnations.
 func (t *Tx) DeleteAsideEvents(evs []Event) error {
-	b := t.tx.Bucket(bucketEventsAside)
+	b := t.bucket(bucketEventsAside)
 	if b == nil {
 		return nil
 	}

@@ -3,8 +3,6 @@ package data
 import (
 	"bytes"
 	"encoding/binary"
-
-	bolt "go.etcd.io/bbolt"
 )
 
 var keyStreamID = []byte("stream") // identity of the stream the index was built from
@@ -12,12 +10,12 @@ var keyStreamID = []byte("stream") // identity of the stream the index was built
 // StreamIdentity is the identity of the command stream this index was built
 // from ("" for a new index).
 func (t *Tx) StreamIdentity() string {
-	return string(t.tx.Bucket(bucketMeta).Get(keyStreamID))
+	return string(t.bucket(bucketMeta).Get(keyStreamID))
 }
 
 // SetStreamIdentity records the identity of the command stream.
 func (t *Tx) SetStreamIdentity(id string) error {
-	return t.tx.Bucket(bucketMeta).Put(keyStreamID, []byte(id))
+	return t.bucket(bucketMeta).Put(keyStreamID, []byte(id))
 }
 
 // ResetPartition forgets everything partition p derived from the stream:
@@ -26,6 +24,9 @@ func (t *Tx) SetStreamIdentity(id string) error {
 // hash chain, horizon, log time, rules level and skipped commands. The
 // partition then rebuilds from the start of the stream.
 func (t *Tx) ResetPartition(p int, belongs func(calID string) bool) (err error) {
+	if err := t.rawWritable(); err != nil {
+		return err // it deletes the trees' keys in bbolt
+	}
 	if err := t.forgetCalendars(); err != nil {
 		return err
 	}
@@ -34,10 +35,10 @@ func (t *Tx) ResetPartition(p int, belongs func(calID string) bool) (err error) 
 			err = ferr
 		}
 	}()
-	root, cals, spans := t.tx.Bucket(bucketCal), t.tx.Bucket(bucketCalendars), t.tx.Bucket(bucketSpan)
+	root, cals, spans := t.bucket(bucketCal), t.bucket(bucketCalendars), t.bucket(bucketSpan)
 	seen := map[string]bool{}
 	var doomed [][]byte
-	for _, b := range []*bolt.Bucket{root, cals, spans} {
+	for _, b := range []*bkt{root, cals, spans} {
 		_ = b.ForEach(func(k, _ []byte) error {
 			if belongs(string(k)) && !seen[string(k)] {
 				seen[string(k)] = true
@@ -68,7 +69,7 @@ func (t *Tx) ResetPartition(p int, belongs func(calID string) bool) (err error) 
 			return err
 		}
 	}
-	if err := deleteWhere(t.tx.Bucket(bucketHolds), func(k []byte) bool {
+	if err := deleteWhere(t.bucket(bucketHolds), func(k []byte) bool {
 		cal, _, ok := bytes.Cut(k[8:], []byte{0})
 		return ok && belongs(string(cal))
 	}); err != nil {
@@ -95,13 +96,13 @@ func (t *Tx) ResetPartition(p int, belongs func(calID string) bool) (err error) 
 	if err := t.dropChain(p); err != nil {
 		return err
 	}
-	return t.tx.Bucket(bucketApplied).Delete(partitionKey(p))
+	return t.bucket(bucketApplied).Delete(partitionKey(p))
 }
 
 // Applied lists every partition's applied sequence.
 func (t *Tx) Applied() map[int]uint64 {
 	out := map[int]uint64{}
-	_ = t.tx.Bucket(bucketApplied).ForEach(func(k, v []byte) error {
+	_ = t.bucket(bucketApplied).ForEach(func(k, v []byte) error {
 		out[int(binary.BigEndian.Uint32(k))] = binary.BigEndian.Uint64(v)
 		return nil
 	})

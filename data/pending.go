@@ -3,8 +3,6 @@ package data
 import (
 	"bytes"
 	"time"
-
-	bolt "go.etcd.io/bbolt"
 )
 
 // The index of collective parts in status pending, by the log time of
@@ -24,7 +22,7 @@ func pendingDue(bk *Booking) time.Time {
 }
 
 func (t *Tx) pendingIndex(put bool, created time.Time, calID, id string) error {
-	b, err := t.tx.CreateBucketIfNotExists(bucketPending)
+	b, err := t.createBucket(bucketPending)
 	if err != nil {
 		return err
 	}
@@ -46,7 +44,7 @@ type PendingPart struct {
 // part's expiry) is before t, earliest first, of the calendars keep
 // accepts.
 func (t *Tx) PendingBefore(before time.Time, max int, keep func(cal string) bool) []PendingPart {
-	b := t.tx.Bucket(bucketPending)
+	b := t.bucket(bucketPending)
 	if b == nil {
 		return nil
 	}
@@ -66,14 +64,14 @@ func (t *Tx) PendingBefore(before time.Time, max int, keep func(cal string) bool
 // dropPending removes the pending entries of the calendars belongs
 // accepts (a partition being rebuilt).
 func (t *Tx) dropPending(belongs func(cal string) bool) error {
-	return deleteWhere(t.tx.Bucket(bucketPending), func(k []byte) bool {
+	return deleteWhere(t.bucket(bucketPending), func(k []byte) bool {
 		cal, _, ok := bytes.Cut(k[8:], []byte{0})
 		return ok && belongs(string(cal))
 	})
 }
 
 // deleteWhere deletes the keys of b (which may be nil) that del accepts.
-func deleteWhere(b *bolt.Bucket, del func(k []byte) bool) error {
+func deleteWhere(b *bkt, del func(k []byte) bool) error {
 	if b == nil {
 		return nil
 	}

@@ -42,7 +42,7 @@ var bucketPools = []byte("pools") // pool token -> Pool (JSON)
 // Pool returns the pool whose token is tok.
 func (t *Tx) Pool(tok string) (Pool, error) {
 	var p Pool
-	b := t.tx.Bucket(bucketPools)
+	b := t.bucket(bucketPools)
 	if b == nil {
 		return p, ErrNotFound
 	}
@@ -58,7 +58,7 @@ func (t *Tx) Pool(tok string) (Pool, error) {
 
 // PutPool stores p under its token tok.
 func (t *Tx) PutPool(tok string, p Pool) error {
-	b, err := t.tx.CreateBucketIfNotExists(bucketPools)
+	b, err := t.createBucket(bucketPools)
 	if err != nil {
 		return err
 	}
@@ -73,5 +73,5 @@ func (t *Tx) PutPool(tok string, p Pool) error {
 // dropPools removes the pools whose tokens belongs accepts (a partition
 // being rebuilt).
 func (t *Tx) dropPools(belongs func(tok string) bool) error {
-	return deleteWhere(t.tx.Bucket(bucketPools), func(k []byte) bool { return belongs(string(k)) })
+	return deleteWhere(t.bucket(bucketPools), func(k []byte) bool { return belongs(string(k)) })
 }

@@ -60,7 +60,7 @@ func (t *Tx) PutExpiringRequest(p int, calID, reqID string, rec RequestRecord) e
 // for a record of its own, the writer for a creation record kept with its
 // booking (CreateBooking).
 func (t *Tx) PutRequestExpiry(p int, calID, reqID string, exp time.Time) error {
-	b, err := t.tx.CreateBucketIfNotExists(bucketRequestExpiry)
+	b, err := t.createBucket(bucketRequestExpiry)
 	if err != nil {
 		return err
 	}
@@ -86,7 +86,7 @@ func (t *Tx) PruneRequests(p int, now time.Time, max int) (int, error) {
 	if t.nextExpiry == nil {
 		t.nextExpiry = map[int]time.Time{}
 	}
-	b := t.tx.Bucket(bucketRequestExpiry)
+	b := t.bucket(bucketRequestExpiry)
 	if b == nil {
 		t.nextExpiry[p] = maxEncodable
 		return 0, nil
@@ -142,7 +142,7 @@ func (t *Tx) dropExpiredRequest(e RequestExpiry) error {
 // ForEachRequestExpiry calls fn for every entry of the request expiry
 // index, in key order (partition, expiry, calendar, request id).
 func (t *Tx) ForEachRequestExpiry(fn func(RequestExpiry) error) error {
-	b := t.tx.Bucket(bucketRequestExpiry)
+	b := t.bucket(bucketRequestExpiry)
 	if b == nil {
 		return nil
 	}
@@ -194,7 +194,7 @@ func (t *Tx) ForEachCreation(calID string, fn func(bookingID string, rec Request
 // of the calendars for which belongs is true (ResetPartition).
 func (t *Tx) dropRequestExpiries(p int, belongs func(calID string) bool) error {
 	delete(t.nextExpiry, p)
-	b := t.tx.Bucket(bucketRequestExpiry)
+	b := t.bucket(bucketRequestExpiry)
 	if b == nil {
 		return nil
 	}

@@ -101,7 +101,7 @@ func (t *Tx) snapshotState(digest bool) (SnapshotState, error) {
 		}
 	}
 	st := SnapshotState{
-		Schema: string(t.tx.Bucket(bucketMeta).Get(keySchema)), Stream: t.StreamIdentity(),
+		Schema: string(t.bucket(bucketMeta).Get(keySchema)), Stream: t.StreamIdentity(),
 		Applied: map[int]uint64{}, AppliedHash: map[int]string{}, AppliedChain: map[int]string{}, Horizon: t.Horizons(),
 		Tzdata: t.TzdataVersions(), Digest: d.Total,
 	}
@@ -174,8 +174,8 @@ func CheckRestored(path string, want SnapshotState, checkDigest bool) error {
 // the horizons are raised to horizon (see Tx.Horizon).
 func (t *Tx) AdoptRestored(horizon map[int]uint64) error {
 	for _, name := range [][]byte{bucketEvents, bucketEventsAside} {
-		if t.tx.Bucket(name) != nil {
-			if err := t.tx.DeleteBucket(name); err != nil {
+		if t.bucket(name) != nil {
+			if err := t.deleteBucket(name); err != nil {
 				return err
 			}
 		}
@@ -212,7 +212,7 @@ var bucketHorizon = []byte("horizon")
 // start was trimmed away (below a snapshot) no longer shows that the
 // messages before its first sequence were other partitions'. 0 if unknown.
 func (t *Tx) Horizon(p int) uint64 {
-	b := t.tx.Bucket(bucketHorizon)
+	b := t.bucket(bucketHorizon)
 	if b == nil {
 		return 0
 	}
@@ -225,7 +225,7 @@ func (t *Tx) Horizon(p int) uint64 {
 // Horizons lists every partition's horizon.
 func (t *Tx) Horizons() map[int]uint64 {
 	out := map[int]uint64{}
-	if b := t.tx.Bucket(bucketHorizon); b != nil {
+	if b := t.bucket(bucketHorizon); b != nil {
 		_ = b.ForEach(func(k, v []byte) error {
 			if len(k) == 4 && len(v) == 8 {
 				out[int(binary.BigEndian.Uint32(k))] = binary.BigEndian.Uint64(v)
@@ -249,7 +249,7 @@ func (t *Tx) RaiseHorizon(p int, seq uint64) error {
 	if seq <= t.Horizon(p) {
 		return nil
 	}
-	b, err := t.tx.CreateBucketIfNotExists(bucketHorizon)
+	b, err := t.createBucket(bucketHorizon)
 	if err != nil {
 		return err
 	}
@@ -261,7 +261,7 @@ func (t *Tx) RaiseHorizon(p int, seq uint64) error {
 func (t *Tx) DropHorizon(p int) error { return t.dropHorizon(p) }
 
 func (t *Tx) dropHorizon(p int) error {
-	b := t.tx.Bucket(bucketHorizon)
+	b := t.bucket(bucketHorizon)
 	if b == nil {
 		return nil
 	}

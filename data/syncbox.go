@@ -61,7 +61,7 @@ func encodeSync(e *SyncEntry) []byte {
 
 // PutSync queues a mirror operation.
 func (t *Tx) PutSync(e SyncEntry) error {
-	b, err := t.tx.CreateBucketIfNotExists(bucketSync)
+	b, err := t.createBucket(bucketSync)
 	if err != nil {
 		return err
 	}
@@ -91,7 +91,7 @@ func decodeSync(k, v []byte) (SyncEntry, error) {
 // PendingSync returns up to max queued operations of calendar cal, in
 // sequence order.
 func (t *Tx) PendingSync(cal string, max int) ([]SyncEntry, error) {
-	b := t.tx.Bucket(bucketSync)
+	b := t.bucket(bucketSync)
 	if b == nil {
 		return nil, nil
 	}
@@ -110,7 +110,7 @@ func (t *Tx) PendingSync(cal string, max int) ([]SyncEntry, error) {
 
 // SyncDepth counts the queued operations of cal, up to max.
 func (t *Tx) SyncDepth(cal string, max int) int {
-	b := t.tx.Bucket(bucketSync)
+	b := t.bucket(bucketSync)
 	if b == nil {
 		return 0
 	}
@@ -125,7 +125,7 @@ func (t *Tx) SyncDepth(cal string, max int) int {
 
 // SyncCalendars lists the calendars with queued operations, in id order.
 func (t *Tx) SyncCalendars() []string {
-	b := t.tx.Bucket(bucketSync)
+	b := t.bucket(bucketSync)
 	if b == nil {
 		return nil
 	}
@@ -147,7 +147,7 @@ func (t *Tx) SyncCalendars() []string {
 
 // DeleteSync removes operations of cal that the external calendar has.
 func (t *Tx) DeleteSync(cal string, seqs []uint64) error {
-	b := t.tx.Bucket(bucketSync)
+	b := t.bucket(bucketSync)
 	if b == nil {
 		return nil
 	}
@@ -162,7 +162,7 @@ func (t *Tx) DeleteSync(cal string, seqs []uint64) error {
 // DeleteSyncEntries removes the given operations (by calendar, sequence
 // and sub).
 func (t *Tx) DeleteSyncEntries(es []SyncEntry) error {
-	b := t.tx.Bucket(bucketSync)
+	b := t.bucket(bucketSync)
 	if b == nil {
 		return nil
 	}
@@ -176,13 +176,13 @@ func (t *Tx) DeleteSyncEntries(es []SyncEntry) error {
 
 // SyncQueued reports whether operation e is still queued.
 func (t *Tx) SyncQueued(e SyncEntry) bool {
-	b := t.tx.Bucket(bucketSync)
+	b := t.bucket(bucketSync)
 	return b != nil && b.Get(syncSubKey(e.Calendar, e.Seq, e.Sub)) != nil
 }
 
 // dropSync removes every queued operation of cal.
 func (t *Tx) dropSync(cal string) error {
-	b := t.tx.Bucket(bucketSync)
+	b := t.bucket(bucketSync)
 	if b == nil {
 		return nil
 	}

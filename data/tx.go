@@ -33,11 +33,14 @@ type Tx struct {
 	// pending, when set, holds the runs across transactions
 	// (Store.CommitPending).
 	pending *Pending
+	// fork is set in a fork (fork.go): tx is then read-only, and every
+	// write stays in memory.
+	fork *forkState
 }
 
 // txCalendar is what a transaction has looked up about one calendar.
 type txCalendar struct {
-	cb   *bolt.Bucket // cal/<id>, nil until found or created
+	cb   *bkt // cal/<id>, nil until found or created
 	subs [3]*calTree
 	// cal is the decoded calendar record when loaded is set (found
 	// tells whether it exists).
@@ -49,7 +52,7 @@ type txCalendar struct {
 	// busyRecs and busySlots are the busy buckets (nil: none) when
 	// busyLooked is set: most calendars have none, and every booking
 	// check asks.
-	busyRecs, busySlots *bolt.Bucket
+	busyRecs, busySlots *bkt
 	busyLooked          bool
 	// marked is set once the calendar is known to be in bucketSpan.
 	marked bool
@@ -82,6 +85,11 @@ func (t *Tx) txCal(id string) *txCalendar {
 // forgetCalendars drops the transaction's lookups (after buckets were
 // deleted), putting their pending writes into bbolt first.
 func (t *Tx) forgetCalendars() error {
+	if t.fork != nil {
+		// A fork's runs are its Pending's, which outlives the lookups.
+		t.byCal = nil
+		return nil
+	}
 	if err := t.flushRuns(); err != nil {
 		return err
 	}
@@ -136,7 +144,7 @@ func (t *Tx) AppliedSeq(p int) uint64 {
 // the index has none yet: written before hashes were kept, or by
 // SetAppliedSeq.
 func (t *Tx) AppliedMsg(p int) (seq uint64, hash []byte) {
-	v := t.tx.Bucket(bucketApplied).Get(partitionKey(p))
+	v := t.bucket(bucketApplied).Get(partitionKey(p))
 	if len(v) < 8 {
 		return 0, nil
 	}
@@ -162,7 +170,7 @@ func (t *Tx) SetAppliedSeq(p int, seq uint64) error { return t.SetApplied(p, seq
 func (t *Tx) SetApplied(p int, seq uint64, hash []byte) error {
 	b := make([]byte, 8, 8+len(hash))
 	binary.BigEndian.PutUint64(b, seq)
-	return t.tx.Bucket(bucketApplied).Put(partitionKey(p), append(b, hash...))
+	return t.bucket(bucketApplied).Put(partitionKey(p), append(b, hash...))
 }
 
 // Calendar returns the calendar with id, or ErrNotFound.
@@ -179,7 +187,7 @@ func (t *Tx) Calendar(id string) (Calendar, error) {
 		return tc.cal, nil
 	}
 	var c Calendar
-	v := t.tx.Bucket(bucketCalendars).Get([]byte(id))
+	v := t.bucket(bucketCalendars).Get([]byte(id))
 	if v == nil {
 		tc.loaded = true
 		return c, ErrNotFound
@@ -200,7 +208,7 @@ func (t *Tx) CalendarExists(id string) bool {
 	if tc := t.byCal[id]; tc != nil && tc.loaded {
 		return tc.found
 	}
-	return t.tx.Bucket(bucketCalendars).Get([]byte(id)) != nil
+	return t.bucket(bucketCalendars).Get([]byte(id)) != nil
 }
 
 // PutCalendar creates or replaces a calendar.
@@ -209,7 +217,7 @@ func (t *Tx) PutCalendar(c Calendar) error {
 	if err != nil {
 		return err
 	}
-	if err := t.tx.Bucket(bucketCalendars).Put([]byte(c.ID), v); err != nil {
+	if err := t.bucket(bucketCalendars).Put([]byte(c.ID), v); err != nil {
 		return err
 	}
 	tc := t.txCal(c.ID)
@@ -218,11 +226,11 @@ func (t *Tx) PutCalendar(c Calendar) error {
 }
 
 // calBucket returns the per-calendar bucket, creating it when asked.
-func (t *Tx) calBucket(calID string, create bool) (*bolt.Bucket, error) {
+func (t *Tx) calBucket(calID string, create bool) (*bkt, error) {
 	if tc := t.byCal[calID]; tc != nil && tc.cb != nil {
 		return tc.cb, nil
 	}
-	root := t.tx.Bucket(bucketCal)
+	root := t.bucket(bucketCal)
 	b := root.Bucket([]byte(calID))
 	if b == nil && !create {
 		return nil, nil
@@ -283,7 +291,7 @@ func (t *Tx) ForEachBooking(calID string, fn func(Booking) error) error {
 // CalendarIDs lists every calendar id in byte order.
 func (t *Tx) CalendarIDs() []string {
 	var ids []string
-	_ = t.tx.Bucket(bucketCalendars).ForEach(func(k, _ []byte) error {
+	_ = t.bucket(bucketCalendars).ForEach(func(k, _ []byte) error {
 		ids = append(ids, string(k))
 		return nil
 	})

@@ -14,7 +14,7 @@ const TzdataUnknown = "unknown"
 // More than one means that the index was decided partly with other zone
 // rules than a replay by one build would use.
 func (t *Tx) TzdataVersions() string {
-	return string(t.tx.Bucket(bucketMeta).Get(keyTzdata))
+	return string(t.bucket(bucketMeta).Get(keyTzdata))
 }
 
 // NoteTzdata records that the commands applied from now on are decided
@@ -36,5 +36,5 @@ func (t *Tx) NoteTzdata(version string) (string, error) {
 	if next == cur {
 		return cur, nil
 	}
-	return next, t.tx.Bucket(bucketMeta).Put(keyTzdata, []byte(next))
+	return next, t.bucket(bucketMeta).Put(keyTzdata, []byte(next))
 }
