@@ -68,25 +68,32 @@ func fillStream(b *testing.B, n int) *queue.Node {
 // ordered consumer, decode, apply in large transactions. One op = one
 // command; commands/s is the figure to compare with the 150k/s target.
 func BenchmarkReplay(b *testing.B) {
-	node := fillStream(b, b.N)
-	store := datatest.MustOpen(b)
-	b.ReportAllocs()
-	b.ResetTimer()
-	cpu0 := cpuTime()
-	st, err := queue.Replay(context.Background(), node.JetStream(), store, queue.ReplayOptions{})
-	cpu := cpuTime() - cpu0
-	b.StopTimer()
-	if err != nil {
-		b.Fatal(err)
+	// deciders=1 decides a chunk's partitions one after another in the
+	// committer's transaction, deciders=2 in two forks side by side.
+	for _, deciders := range []int{1, 2} {
+		b.Run(fmt.Sprintf("deciders=%d", deciders), func(b *testing.B) {
+			node := fillStream(b, b.N)
+			store := datatest.MustOpen(b)
+			b.ReportAllocs()
+			b.ResetTimer()
+			cpu0 := cpuTime()
+			st, err := queue.Replay(context.Background(), node.JetStream(), store, queue.ReplayOptions{Deciders: deciders})
+			cpu := cpuTime() - cpu0
+			b.StopTimer()
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportMetric(float64(st.Applied)/b.Elapsed().Seconds(), "commands/s")
+			// cores is the process's CPU over the wall time (reader, NATS
+			// server, committer, GC); committer-busy the share of the wall
+			// time the committer decided and wrote. With committer-busy
+			// near 1 and cores near the machine's, the committer bounds
+			// the replay and the other cores have no room to take
+			// decisions off it.
+			b.ReportMetric(cpu.Seconds()/b.Elapsed().Seconds(), "cores")
+			b.ReportMetric(st.Committing.Seconds()/b.Elapsed().Seconds(), "committer-busy")
+		})
 	}
-	b.ReportMetric(float64(st.Applied)/b.Elapsed().Seconds(), "commands/s")
-	// cores is the process's CPU over the wall time (reader, NATS server,
-	// committer, GC); committer-busy the share of the wall time the
-	// committer decided and wrote. With committer-busy near 1 and cores
-	// near the machine's, the committer bounds the replay and the other
-	// cores have no room to take decisions off it.
-	b.ReportMetric(cpu.Seconds()/b.Elapsed().Seconds(), "cores")
-	b.ReportMetric(st.Committing.Seconds()/b.Elapsed().Seconds(), "committer-busy")
 }
 
 // cpuTime is the CPU time (user and system) the process has used.

@@ -129,13 +129,39 @@ func digestOf(t *testing.T, s *data.Store) data.Digest {
 	return d
 }
 
+// replayInto replays the stream into a new index and returns its digest.
+// Without opt.Deciders it replays twice, the partitions decided one after
+// another and in three forks side by side, and requires the same records
+// in every bucket.
 func replayInto(t *testing.T, js jetstream.JetStream, opt queue.ReplayOptions) data.Digest {
 	t.Helper()
-	store := datatest.MustOpen(t)
-	if _, err := queue.Replay(context.Background(), js, store, opt); err != nil {
-		t.Fatalf("replay: %v", err)
+	replay := func(opt queue.ReplayOptions) (data.Digest, string) {
+		store := datatest.MustOpen(t)
+		if _, err := queue.Replay(context.Background(), js, store, opt); err != nil {
+			t.Fatalf("replay (%d deciders): %v", opt.Deciders, err)
+		}
+		var content string
+		if err := store.View(func(tx *data.Tx) error { content = tx.ContentHash(); return nil }); err != nil {
+			t.Fatal(err)
+		}
+		return digestOf(t, store), content
 	}
-	return digestOf(t, store)
+	if opt.Deciders != 0 {
+		d, _ := replay(opt)
+		return d
+	}
+	opt.Deciders = 1
+	serial, serialContent := replay(opt)
+	opt.Deciders = 3
+	forked, forkedContent := replay(opt)
+	if forked.Total != serial.Total {
+		cal, _ := data.FirstDifference(serial, forked)
+		t.Fatalf("replay in forks differs from the serial replay, first at calendar %q", cal)
+	}
+	if forkedContent != serialContent {
+		t.Fatal("replay in forks wrote other records than the serial replay (same digest)")
+	}
+	return serial
 }
 
 func TestReplayEqualsLiveAndPointInTime(t *testing.T) {

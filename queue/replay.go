@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -30,6 +31,10 @@ type ReplayOptions struct {
 	Continue bool
 	// Progress, when set, is called after every committed chunk.
 	Progress func(applied, seq, last uint64)
+	// Deciders is how many goroutines decide a chunk's partitions side
+	// by side (see decideChunk); 0 means GOMAXPROCS, 1 decides them one
+	// after another in the committer's transaction.
+	Deciders int
 }
 
 // ReplayStats describes a finished replay.
@@ -138,7 +143,11 @@ func Replay(ctx context.Context, js jetstream.JetStream, store *data.Store, opt 
 	// previous chunk (commitReplay's goroutine): a two-stage pipeline.
 	jobs := make(chan replayJob, 1)
 	committed := make(chan error, 1)
-	go func() { committed <- commitReplay(store, identity, opt.Progress, jobs, &st) }()
+	deciders := opt.Deciders
+	if deciders <= 0 {
+		deciders = runtime.GOMAXPROCS(0)
+	}
+	go func() { committed <- commitReplay(store, identity, opt.Progress, deciders, jobs, &st) }()
 	readErr := feedReplay(ctx, it, s, info, partitions, from, last, covered, opt, jobs, &st)
 	close(jobs)
 	err = <-committed
@@ -281,40 +290,24 @@ type replayJob struct {
 // jobs is closed, and returns the first error (it keeps receiving after
 // one, so that the reader never blocks). It counts what it applied in
 // st.Applied.
-func commitReplay(store *data.Store, identity string, progress func(applied, seq, last uint64), jobs <-chan replayJob, st *ReplayStats) error {
+func commitReplay(store *data.Store, identity string, progress func(applied, seq, last uint64), deciders int,
+	jobs <-chan replayJob, st *ReplayStats) error {
 	kept := data.NewPending()
 	var err error
 	for j := range jobs {
 		if err != nil {
 			continue
 		}
-		apply := func(tx *data.Tx) error {
-			for p, batch := range j.chunk {
-				if len(batch) == 0 {
-					continue
-				}
-				out, err := actor.ApplyReplay(tx, p, batch)
-				if err != nil {
-					return err
-				}
-				if err := actor.Held(out, batch); err != nil {
-					// Only a build that knows the command's
-					// schema can replay the stream past it.
-					return fmt.Errorf("queue: replay partition %d: %w", p, err)
-				}
-			}
-			return nil
-		}
-		// A chunk is decided in one transaction, its tree writes kept
-		// aside, then written in transactions of ReplayFlushKeys keys
-		// (see data.Pending). All of them are committed without fsync:
-		// the index is new and a replay that does not finish is started
-		// again from scratch, never resumed. After the final chunk one
-		// commit with fsync (which flushes every earlier page before it
-		// writes its meta page) records the stream identity: an index
-		// without one is not a finished replay.
+		// A chunk is decided with its tree writes kept aside (see
+		// decideChunk), then written in transactions of ReplayFlushKeys
+		// keys (see data.Pending). All of them are committed without
+		// fsync: the index is new and a replay that does not finish is
+		// started again from scratch, never resumed. After the final
+		// chunk one commit with fsync (which flushes every earlier page
+		// before it writes its meta page) records the stream identity:
+		// an index without one is not a finished replay.
 		began := time.Now()
-		err = store.CommitPending(kept, apply)
+		err = decideChunk(store, kept, j.chunk, deciders)
 		if err == nil {
 			err = store.FlushPending(kept, ReplayFlushKeys)
 		}
