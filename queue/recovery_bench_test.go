@@ -297,23 +297,29 @@ func BenchmarkRecovery(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		var took []time.Duration
-		defer func() { reportMedian(b, took) }()
-		for i := 0; i < b.N; i++ {
-			b.StopTimer()
-			store, err := data.Open(filepath.Join(b.TempDir(), "index.db"))
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.StartTimer()
-			st, err := queue.Replay(context.Background(), js, store, queue.ReplayOptions{})
-			if err != nil {
-				b.Fatal(err)
-			}
-			took = append(took, st.Elapsed)
-			b.StopTimer()
-			store.Close()
-			b.StartTimer()
+		// deciders=1 decides each chunk's partitions one after another,
+		// deciders=2 in two forks side by side (see queue/replaydecide.go).
+		for _, deciders := range []int{1, 2} {
+			b.Run(fmt.Sprintf("deciders=%d", deciders), func(b *testing.B) {
+				var took []time.Duration
+				defer func() { reportMedian(b, took) }()
+				for i := 0; i < b.N; i++ {
+					b.StopTimer()
+					store, err := data.Open(filepath.Join(b.TempDir(), "index.db"))
+					if err != nil {
+						b.Fatal(err)
+					}
+					b.StartTimer()
+					st, err := queue.Replay(context.Background(), js, store, queue.ReplayOptions{Deciders: deciders})
+					if err != nil {
+						b.Fatal(err)
+					}
+					took = append(took, st.Elapsed)
+					b.StopTimer()
+					store.Close()
+					b.StartTimer()
+				}
+			})
 		}
 	})
 }
