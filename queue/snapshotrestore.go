@@ -156,6 +156,9 @@ type partReader struct {
 
 const partsAhead = 4
 
+// partReadTimeout bounds the read of one snapshot part (32 MiB at most).
+const partReadTimeout = 5 * time.Minute
+
 type partData struct {
 	b   []byte
 	err error
@@ -187,6 +190,12 @@ func newPartReader(ctx context.Context, obs jetstream.ObjectStore, si SnapshotIn
 // readPart reads one object of at most limit bytes into a buffer sized
 // once (GetBytes grows one as it reads, copying and clearing it each time).
 func readPart(ctx context.Context, obs jetstream.ObjectStore, name string, limit int) ([]byte, error) {
+	// Without a deadline in ctx, nats.go gives every Read of an object 5
+	// s; a server that is still loading a large stream at start can keep
+	// a part waiting longer than that, and the restore would give up on a
+	// good snapshot. A part may take partReadTimeout in all.
+	ctx, cancel := context.WithTimeout(ctx, partReadTimeout)
+	defer cancel()
 	obj, err := obs.Get(ctx, name)
 	if err != nil {
 		return nil, err
