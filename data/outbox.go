@@ -56,6 +56,25 @@ func (t *Tx) PutEvent(ev Event) error {
 	return b.Put(seqKey(ev.Seq), append(v, ev.Payload...))
 }
 
+// EventsAtLeast reports whether the outbox holds n events or more,
+// walking at most n keys.
+func (t *Tx) EventsAtLeast(n int) bool {
+	if n <= 0 {
+		return true
+	}
+	b := t.bucket(bucketEvents)
+	if b == nil {
+		return false
+	}
+	c, seen := b.Cursor(), 0
+	for k, _ := c.First(); k != nil; k, _ = c.Next() {
+		if seen++; seen >= n {
+			return true
+		}
+	}
+	return false
+}
+
 // PendingEvents returns up to max queued events in sequence order.
 func (t *Tx) PendingEvents(max int) ([]Event, error) { return t.PendingEventsExcept(max, nil) }
 

@@ -228,7 +228,7 @@ func (s *snapshotter) run(ctx context.Context) {
 		return
 	}
 	if s.loading == nil && s.n.memory != nil {
-		s.loading = commandRate(s.n.memory.commands.Load)
+		s.loading = loadOrBacklog(commandRate(s.n.memory.commands.Load), s.n.store)
 	}
 	tick := time.NewTicker(snapshotCheck)
 	defer tick.Stop()
