@@ -2,6 +2,7 @@ package queue_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -107,6 +108,21 @@ func waitApplied(tb testing.TB, n *queue.Node, within time.Duration) {
 	})
 }
 
+// waitOutboxDrained waits until n's outbox is empty.
+func waitOutboxDrained(tb testing.TB, n *queue.Node, within time.Duration) {
+	tb.Helper()
+	queuetest.CheckFor(tb, within, func() error {
+		depth, err := n.OutboxDepth(1)
+		if err != nil {
+			return err
+		}
+		if depth > 0 {
+			return errors.New("events wait in the outbox")
+		}
+		return nil
+	})
+}
+
 // publishHistory publishes the calendars and the bookings (unless the
 // marker file bookingsDone exists), then the history commands, and waits
 // until they are applied.
@@ -171,7 +187,10 @@ func recoveryData(b *testing.B) string {
 				}
 			}
 			began := time.Now()
-			n, err := queue.StartNode(queue.NodeConfig{DataDir: recoveryDir, Logger: discardLog(), SyncInterval: true})
+			// Event batches: the build's publisher drains a large
+			// history's outbox several times faster (the nodes measured
+			// below publish single events).
+			n, err := queue.StartNode(queue.NodeConfig{DataDir: recoveryDir, Logger: discardLog(), SyncInterval: true, EventBatches: true})
 			if err != nil {
 				return err
 			}
@@ -187,6 +206,13 @@ func recoveryData(b *testing.B) string {
 					return err
 				}
 			}
+			// As a periodic snapshot would (queue/snapshotdefer.go), the
+			// snapshot waits for the outbox to drain: taken right after
+			// 9M commands it carried 5.9M waiting events, 864 MB of its
+			// 1.1 GB.
+			drained := time.Now()
+			waitOutboxDrained(b, n, time.Hour)
+			fmt.Fprintf(os.Stderr, "recovery bench: outbox drained in %s\n", time.Since(drained).Round(time.Second))
 			si, err := n.TakeSnapshot(ctx)
 			if err != nil {
 				return err
