@@ -228,6 +228,7 @@ func (r *faultRig) resolve(f *faultFindings) {
 		w.mu.Lock()
 		b := w.bookings[uncertain[i]]
 		w.mu.Unlock()
+		asked := time.Now()
 		st, body, err := w.do(base, "GET", "/v1/calendars/"+b.cal+"/bookings/"+uncertain[i], "", "")
 		var got answeredBooking
 		if err != nil || st != http.StatusOK || json.Unmarshal(body, &got) != nil {
@@ -235,6 +236,9 @@ func (r *faultRig) resolve(f *faultFindings) {
 		}
 		w.mu.Lock()
 		b.cancelled, b.uncertain = got.Status == "cancelled", false
+		if !b.cancelled {
+			b.notCancelledAt = asked
+		}
 		w.mu.Unlock()
 	})
 	parallel(8, len(imps), func(i int) {
@@ -339,8 +343,13 @@ func (r *faultRig) checkInstance(f *faultFindings, base string) {
 			f.lostBooking(id, "booking %s on %s (%s, [%s, %s)) is gone from %s", id, e.cal, e.via, e.start.Format(time.RFC3339), e.end.Format(time.RFC3339), base)
 		case !got.Start.Equal(e.start) || !got.End.Equal(e.end):
 			f.lostBooking(id, "booking %s (%s) was [%s, %s), %s says [%s, %s)", id, e.via, e.start, e.end, base, got.Start, got.End)
+		case !e.uncertain && !e.cancelled && got.Status == "cancelled" && !e.notCancelledAt.IsZero() && got.CancelledAt.After(e.notCancelledAt):
+			// The unanswered cancel landed after the read that found
+			// the booking not cancelled: allowed, it was never answered.
+			// A cancel logged before that read would be a stale read.
 		case !e.uncertain && e.cancelled != (got.Status == "cancelled"):
-			f.lostBooking(id, "booking %s (%s): cancelled %v by its answers, %s says %s", id, e.via, e.cancelled, base, got.Status)
+			f.lostBooking(id, "booking %s (%s): cancelled %v by its answers, %s says %s (cancelled at %s, read not cancelled at %s)",
+				id, e.via, e.cancelled, base, got.Status, got.CancelledAt.Format(time.RFC3339Nano), e.notCancelledAt.Format(time.RFC3339Nano))
 		}
 	})
 	parallel(8, len(keys), func(i int) {

@@ -52,8 +52,13 @@ type faultBooking struct {
 	// after it takes the server's word for the status.
 	uncertain  bool
 	cancelSent bool
-	owner      int    // the client that may cancel it; -1 for the importer's
-	via        string // the key or import request id that made it
+	// notCancelledAt is when that check read the booking not cancelled
+	// (zero otherwise): the unanswered cancel may still land after it
+	// (an instance still publishing it, a proposal the new stream leader
+	// commits), and then its log time, cancelled_at, is after this.
+	notCancelledAt time.Time
+	owner          int    // the client that may cancel it; -1 for the importer's
+	via            string // the key or import request id that made it
 }
 
 // faultImport is one command the importer published straight to the

@@ -385,6 +385,8 @@ type answeredBooking struct {
 	End       time.Time `json:"end"`
 	Status    string    `json:"status"`
 	Calendars []string  `json:"calendar_ids"`
+	// CancelledAt is the log time of the cancel (zero if not cancelled).
+	CancelledAt time.Time `json:"cancelled_at"`
 }
 
 // check compares the restarted server with every answer given so far.
