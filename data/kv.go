@@ -168,8 +168,21 @@ func (b *bkt) Delete(key []byte) error {
 	if b.o.bucket(key) != nil {
 		return bolt.ErrIncompatibleValue
 	}
-	b.o.run.set(bytes.Clone(key), nil, true)
+	b.o.del(key)
 	return nil
+}
+
+// del deletes key in the fork: a deletion kept for the merge when bbolt
+// holds the key, else only the fork's own write goes. Deletions are
+// passed over by every later walk of the bucket in the fork, so only
+// those the merge needs are kept (keys put and deleted within the fork,
+// such as request expiry entries that came and went, leave nothing).
+func (o *ovBucket) del(key []byte) {
+	if o.base == nil || o.fresh || o.base.Get(key) == nil {
+		o.run.remove(key)
+		return
+	}
+	o.run.set(bytes.Clone(key), nil, true)
 }
 
 // Bucket returns the sub-bucket name, nil if there is none.
@@ -370,8 +383,26 @@ func (c *kvCursor) Delete() error {
 	if _, isKid := c.o.kids[string(c.pos)]; isKid || c.o.bucket(c.pos) != nil {
 		return bolt.ErrIncompatibleValue
 	}
-	c.o.run.set(bytes.Clone(c.pos), nil, true)
+	// A node removed from the run keeps its links: the cursor may still
+	// stand on it.
+	c.o.del(c.pos)
 	return nil
+}
+
+// remove takes key's node out of the run, if it has one. The node keeps
+// its own links, so that a walk standing on it can go on.
+func (r *memRun) remove(key []byte) {
+	var update [memMaxLevel]*memNode
+	n := r.seek(key, &update)
+	if n == nil || !bytes.Equal(n.key, key) {
+		return
+	}
+	for i := 0; i < len(n.next) && i < r.level; i++ {
+		if update[i].next[i] == n {
+			update[i].next[i] = n.next[i]
+		}
+	}
+	r.n--
 }
 
 // before returns the last node whose key is < key (the last node when key

@@ -67,10 +67,14 @@ func (t *Tx) PutRequestExpiry(p int, calID, reqID string, exp time.Time) error {
 	if next, ok := t.nextExpiry[p]; ok && exp.Before(next) {
 		t.nextExpiry[p] = exp
 	}
+	key := requestExpiryKey(p, exp, calID, reqID)
+	if h := t.pruned[p]; h != nil && bytes.Compare(key, h) <= 0 {
+		delete(t.pruned, p)
+	}
 	// A record it replaces (one whose expiry had passed, or one kept
 	// forever) may leave an entry behind; PruneRequests then finds the
 	// record's expiry differs and only drops the entry.
-	return b.Put(requestExpiryKey(p, exp, calID, reqID), nil)
+	return b.Put(key, nil)
 }
 
 // PruneRequests drops request records of partition p whose expiry is at or
@@ -91,10 +95,17 @@ func (t *Tx) PruneRequests(p int, now time.Time, max int) (int, error) {
 		t.nextExpiry[p] = maxEncodable
 		return 0, nil
 	}
-	prefix := partitionKey(p)
+	// Entries up to the last one this transaction pruned are gone: the
+	// walk starts after it. In a fork (fork.go) the deleted entries stay
+	// as deletions in memory until the merge, and a walk from the
+	// partition's first key would pass all of them at every command.
+	prefix, from := partitionKey(p), t.pruned[p]
+	if from == nil {
+		from = prefix
+	}
 	c := b.Cursor()
 	n := 0
-	for k, _ := c.Seek(prefix); ; k, _ = c.Seek(prefix) {
+	for k, _ := c.Seek(from); ; k, _ = c.Seek(from) {
 		if k == nil || !bytes.HasPrefix(k, prefix) {
 			t.nextExpiry[p] = maxEncodable
 			return n, nil
@@ -111,9 +122,14 @@ func (t *Tx) PruneRequests(p int, now time.Time, max int) (int, error) {
 		}
 		// Seek again after the delete: a bbolt cursor must not be
 		// advanced past a key deleted under it.
+		from = bytes.Clone(k)
 		if err := c.Delete(); err != nil {
 			return n, err
 		}
+		if t.pruned == nil {
+			t.pruned = map[int][]byte{}
+		}
+		t.pruned[p] = from
 		n++
 	}
 }

@@ -20,6 +20,11 @@ type Tx struct {
 	// nextExpiry is, per partition, the earliest request record expiry
 	// PruneRequests left in the index in this transaction (see retention.go).
 	nextExpiry map[int]time.Time
+	// pruned is, per partition, the last request expiry entry
+	// PruneRequests deleted in this transaction: the partition has no
+	// entry up to it (PutRequestExpiry drops the mark when it lists one
+	// at or below it).
+	pruned map[int][]byte
 	// byCal remembers, for this transaction only, each calendar's bucket
 	// handles and decoded record, which the writer looks up several times
 	// per command. Dropped whenever a calendar bucket is deleted.
