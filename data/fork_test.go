@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	bolt "go.etcd.io/bbolt"
 )
@@ -211,7 +213,7 @@ func TestForksDisjointMerge(t *testing.T) {
 	}
 }
 
-func openTemp(t *testing.T) *Store {
+func openTemp(t testing.TB) *Store {
 	t.Helper()
 	s, err := OpenWith(filepath.Join(t.TempDir(), "index.db"), Options{NoSync: true})
 	if err != nil {
@@ -219,4 +221,90 @@ func openTemp(t *testing.T) *Store {
 	}
 	t.Cleanup(func() { s.Close() })
 	return s
+}
+
+// TestPruneMarkSeesEarlierEntries prunes in one transaction (a write
+// transaction and a fork), lists an entry that expires before the last
+// one pruned, and requires the next prune to find it: the mark where a
+// prune resumes must not hide entries listed after it was set.
+func TestPruneMarkSeesEarlierEntries(t *testing.T) {
+	at := func(i int) time.Time { return time.Unix(1_800_000_000+int64(i), 0) }
+	rec := func(i int) RequestRecord {
+		return RequestRecord{Fingerprint: "0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f", Seq: uint64(i + 1), Reply: BinaryReply(`{}`), Expires: at(i)}
+	}
+	run := func(t *testing.T, tx *Tx) []int {
+		var pruned []int
+		for i := 0; i < 10; i++ {
+			if err := tx.PutExpiringRequest(0, "a", fmt.Sprintf("r%d", i), rec(i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		n, err := tx.PruneRequests(0, at(5), 100) // r0..r5
+		if err != nil {
+			t.Fatal(err)
+		}
+		pruned = append(pruned, n)
+		// Listed below the mark (expires at 2), then pruned with r6.
+		if err := tx.PutExpiringRequest(0, "a", "late", rec(2)); err != nil {
+			t.Fatal(err)
+		}
+		if n, err = tx.PruneRequests(0, at(6), 100); err != nil {
+			t.Fatal(err)
+		}
+		pruned = append(pruned, n)
+		if _, found, _ := tx.Request("a", "late"); found {
+			t.Error("the record listed below the mark outlived its expiry")
+		}
+		return pruned
+	}
+	var direct []int
+	s := openTemp(t)
+	if err := s.Commit(func(tx *Tx) error { direct = run(t, tx); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if want := []int{6, 2}; !slices.Equal(direct, want) {
+		t.Fatalf("pruned %v in a write transaction, want %v", direct, want)
+	}
+	f, err := openTemp(t).Fork()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Discard()
+	if forked := run(t, f.Tx()); !slices.Equal(forked, direct) {
+		t.Fatalf("pruned %v in a fork, %v in a write transaction", forked, direct)
+	}
+}
+
+// BenchmarkPruneInOneTransaction lists a request expiry entry and prunes
+// the due ones (at most 4) per op, all in one transaction, as a replay
+// chunk of commands with short-lived records does: in a write transaction
+// and in a fork, whose deletions stay in memory until the merge.
+func BenchmarkPruneInOneTransaction(b *testing.B) {
+	at := func(i int) time.Time { return time.Unix(1_800_000_000, int64(i)*int64(time.Millisecond)) }
+	ops := func(b *testing.B, tx *Tx) {
+		for i := 0; i < b.N; i++ {
+			rec := RequestRecord{Fingerprint: "0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f", Seq: uint64(i + 1), Reply: BinaryReply(`{}`), Expires: at(i + 10)}
+			if err := tx.PutExpiringRequest(0, "a", fmt.Sprint(i), rec); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := tx.PruneRequests(0, at(i), 4); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	b.Run("tx=write", func(b *testing.B) {
+		s := openTemp(b)
+		if err := s.Commit(func(tx *Tx) error { b.ResetTimer(); ops(b, tx); b.StopTimer(); return nil }); err != nil {
+			b.Fatal(err)
+		}
+	})
+	b.Run("tx=fork", func(b *testing.B) {
+		f, err := openTemp(b).Fork()
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer f.Discard()
+		b.ResetTimer()
+		ops(b, f.Tx())
+	})
 }
