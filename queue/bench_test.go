@@ -68,8 +68,8 @@ func fillStream(b *testing.B, n int) *queue.Node {
 // ordered consumer, decode, apply in large transactions. One op = one
 // command; commands/s is the figure to compare with the 150k/s target.
 func BenchmarkReplay(b *testing.B) {
-	// deciders=1 decides a chunk's partitions one after another in the
-	// committer's transaction, deciders=2 in two forks side by side.
+	// deciders=1 decides a chunk's partitions in one fork, deciders=2 in
+	// two forks side by side.
 	for _, deciders := range []int{1, 2} {
 		b.Run(fmt.Sprintf("deciders=%d", deciders), func(b *testing.B) {
 			node := fillStream(b, b.N)

@@ -130,9 +130,9 @@ func digestOf(t *testing.T, s *data.Store) data.Digest {
 }
 
 // replayInto replays the stream into a new index and returns its digest.
-// Without opt.Deciders it replays twice, the partitions decided one after
-// another and in three forks side by side, and requires the same records
-// in every bucket.
+// Without opt.Deciders it replays twice, the partitions decided in one
+// fork and in three side by side, and requires the same records in every
+// bucket.
 func replayInto(t *testing.T, js jetstream.JetStream, opt queue.ReplayOptions) data.Digest {
 	t.Helper()
 	replay := func(opt queue.ReplayOptions) (data.Digest, string) {
@@ -151,17 +151,17 @@ func replayInto(t *testing.T, js jetstream.JetStream, opt queue.ReplayOptions) d
 		return d
 	}
 	opt.Deciders = 1
-	serial, serialContent := replay(opt)
+	one, oneContent := replay(opt)
 	opt.Deciders = 3
-	forked, forkedContent := replay(opt)
-	if forked.Total != serial.Total {
-		cal, _ := data.FirstDifference(serial, forked)
-		t.Fatalf("replay in forks differs from the serial replay, first at calendar %q", cal)
+	three, threeContent := replay(opt)
+	if three.Total != one.Total {
+		cal, _ := data.FirstDifference(one, three)
+		t.Fatalf("replay in three forks differs from the replay in one, first at calendar %q", cal)
 	}
-	if forkedContent != serialContent {
-		t.Fatal("replay in forks wrote other records than the serial replay (same digest)")
+	if threeContent != oneContent {
+		t.Fatal("replay in three forks wrote other records than the replay in one (same digest)")
 	}
-	return serial
+	return one
 }
 
 func TestReplayEqualsLiveAndPointInTime(t *testing.T) {

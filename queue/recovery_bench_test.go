@@ -323,7 +323,7 @@ func BenchmarkRecovery(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		// deciders=1 decides each chunk's partitions one after another,
+		// deciders=1 decides each chunk's partitions in one fork,
 		// deciders=2 in two forks side by side (see queue/replaydecide.go).
 		for _, deciders := range []int{1, 2} {
 			b.Run(fmt.Sprintf("deciders=%d", deciders), func(b *testing.B) {

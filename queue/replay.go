@@ -32,8 +32,8 @@ type ReplayOptions struct {
 	// Progress, when set, is called after every committed chunk.
 	Progress func(applied, seq, last uint64)
 	// Deciders is how many goroutines decide a chunk's partitions side
-	// by side (see decideChunk); 0 means GOMAXPROCS, 1 decides them one
-	// after another in the committer's transaction.
+	// by side, each in a data.Fork (see decideChunk); 0 means
+	// GOMAXPROCS.
 	Deciders int
 }
 

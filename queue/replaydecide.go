@@ -11,26 +11,27 @@ import (
 )
 
 // decideChunk decides a replay chunk (its commands by partition), keeping
-// its tree writes in kept, which FlushPending has emptied. With more than
-// one decider, the partitions are split into that many groups of about the
-// same number of commands, and each group is decided on a goroutine of its
-// own in a data.Fork, which reads the index as the previous chunk left it:
-// a partition's decisions read and write only its own calendars and
-// per-partition keys, so no group needs another's writes. Only the merge
-// of the forks into one transaction, bbolt's single writer, is serial.
-// The decisions are the same either way: each partition's commands are
-// applied in order, against its own state.
+// its tree writes in kept, which FlushPending has emptied. The partitions
+// are split into deciders groups of about the same number of commands, and
+// each group is decided on a goroutine of its own in a data.Fork, which
+// reads the index as the previous chunk left it: a partition's decisions
+// read and write only its own calendars and per-partition keys, so no
+// group needs another's writes. Only the merge of the forks into one
+// transaction, bbolt's single writer, is serial. The decisions are the
+// same either way: each partition's commands are applied in order, against
+// its own state.
+//
+// One decider decides in a fork too. A fork keeps the chunk's writes in
+// memory and the merge puts only their net result into bbolt: a chunk
+// that lists request expiry entries and prunes them again (short-lived
+// records) leaves nothing of them, where a write transaction deletes each
+// from a leaf that grows all transaction long (the 10.31M-command stream
+// of the recovery benchmark: 314 s in one write transaction per chunk,
+// 157 s in one fork, docs/benchmarks.md).
 func decideChunk(store *data.Store, kept *data.Pending, chunk [][]actor.Decoded, deciders int) error {
 	groups := partitionGroups(chunk, deciders)
-	if len(groups) <= 1 {
-		return store.CommitPending(kept, func(tx *data.Tx) error {
-			for p, batch := range chunk {
-				if err := applyReplayPartition(tx, p, batch); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
+	if len(groups[0]) == 0 {
+		return nil // no commands
 	}
 	forks := make([]*data.Fork, 0, len(groups))
 	defer func() {
@@ -100,7 +101,7 @@ func applyReplayPartition(tx *data.Tx, p int, batch []actor.Decoded) error {
 // at most n groups of about the same number of commands (the largest
 // partition first into the smallest group), each group's partitions in
 // ascending order. Fewer than two partitions with commands, or n < 2,
-// give one group.
+// give one group (empty when no partition has commands).
 func partitionGroups(chunk [][]actor.Decoded, n int) [][]int {
 	var parts []int
 	for p, batch := range chunk {
