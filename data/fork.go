@@ -23,7 +23,6 @@ import (
 // only their own calendars and per-partition keys. CommitForks refuses
 // forks that wrote the same key.
 type Fork struct {
-	s       *Store
 	tx      *Tx
 	pending *Pending
 	ended   bool
@@ -46,7 +45,7 @@ func (s *Store) Fork() (*Fork, error) {
 	if err != nil {
 		return nil, closedAsErrClosed(err)
 	}
-	f := &Fork{s: s, pending: NewPending()}
+	f := &Fork{pending: NewPending()}
 	f.tx = &Tx{tx: btx, cals: &s.cals, buffered: true, filters: &s.filters, pending: f.pending,
 		fork: &forkState{root: newOvBucket(btx.Cursor().Bucket(), false)}}
 	return f, nil

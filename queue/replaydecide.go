@@ -18,8 +18,8 @@ import (
 // read and write only its own calendars and per-partition keys, so no
 // group needs another's writes. Only the merge of the forks into one
 // transaction, bbolt's single writer, is serial. The decisions are the
-// same either way: each partition's commands are applied in order, against
-// its own state.
+// live writers': each partition's commands are applied in order, against
+// its own state, however the partitions are grouped.
 //
 // One decider decides in a fork too. A fork keeps the chunk's writes in
 // memory and the merge puts only their net result into bbolt: a chunk
