@@ -23,7 +23,7 @@ func (n *Node) recorded(cmd *actor.Command, fingerprint string) (reply []byte, o
 		_ = n.SyncCalendar(ctx, cmd.CalendarID) // on failure: read what we have, the caller polls again
 		cancel()
 	}
-	err = n.store.View(func(tx *data.Tx) error {
+	err = n.View(func(tx *data.Tx) error {
 		reply, ok, err = actor.Recorded(tx, cmd, fingerprint)
 		return err
 	})
@@ -57,7 +57,7 @@ func (n *Node) Refused(ctx context.Context, cmd *actor.Command) (reply []byte, c
 			reply, code, err = actor.Refused(tx, p, cmd, now)
 			return err
 		})
-		return reply, code, err
+		return reply, code, unavailableIfClosed(err)
 	}
 	if n.cluster == nil {
 		if !n.parts[p].CaughtUp() {
@@ -104,7 +104,7 @@ func (n *Node) RecordedFor(ctx context.Context, cmd *actor.Command, reqID, finge
 			}
 		}
 	}
-	err = n.store.View(func(tx *data.Tx) error {
+	err = n.View(func(tx *data.Tx) error {
 		rec, found, err := tx.Request(cmd.CalendarID, reqID)
 		if !found || err != nil || rec.Fingerprint != fingerprint {
 			return err
@@ -118,7 +118,7 @@ func (n *Node) RecordedFor(ctx context.Context, cmd *actor.Command, reqID, finge
 
 // Lookup reads the recorded reply of a request id, if it was decided.
 func (n *Node) Lookup(calID, reqID string) (reply []byte, ok bool, err error) {
-	err = n.store.View(func(tx *data.Tx) error {
+	err = n.View(func(tx *data.Tx) error {
 		rec, found, err := tx.Request(calID, reqID)
 		if !found || err != nil {
 			return err

@@ -541,10 +541,16 @@ func (n *Node) StorageFailing() map[string]bool { return n.storage.failing() }
 
 // View runs fn in a read-only transaction on the index.
 func (n *Node) View(fn func(*data.Tx) error) error {
-	err := n.store.View(fn)
+	return unavailableIfClosed(n.store.View(fn))
+}
+
+// unavailableIfClosed marks the error of a read of a closed index as
+// ErrUnavailable: the node is stopping, nothing is wrong with the read,
+// and another instance (or this one, restarted) can serve it. Every read
+// that answers a request goes through it; a request that raced the
+// shutdown was answered 500 internal before.
+func unavailableIfClosed(err error) error {
 	if errors.Is(err, data.ErrClosed) {
-		// The node is stopping: nothing is wrong with the read, another
-		// instance (or this one, restarted) can serve it.
 		return errors.Join(ErrUnavailable, err)
 	}
 	return err

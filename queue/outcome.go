@@ -47,7 +47,7 @@ func (n *Node) Outcome(ctx context.Context, calID, reqID string) (reply []byte, 
 			return nil, false, err
 		}
 	}
-	err = n.store.View(func(tx *data.Tx) error {
+	err = n.View(func(tx *data.Tx) error {
 		rec, found, err := tx.Request(calID, reqID)
 		if err != nil {
 			return err
