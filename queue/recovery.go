@@ -55,11 +55,6 @@ func streamIdentity(info *jetstream.StreamInfo) string {
 // the start.
 func reconcileIndex(ctx context.Context, s jetstream.Stream, store *data.Store, partitions int, log *slog.Logger,
 	policy historyPolicy) ([]int, map[int]*HistoryMismatchError, error) {
-	info, err := s.Info(ctx)
-	if err != nil {
-		return nil, nil, fmt.Errorf("queue: stream info: %w", err)
-	}
-	identity := streamIdentity(info)
 	var (
 		known     string
 		applied   map[int]uint64
@@ -73,6 +68,11 @@ func reconcileIndex(ctx context.Context, s jetstream.Stream, store *data.Store, 
 	}); err != nil {
 		return nil, nil, err
 	}
+	info, err := streamInfoNotBehind(ctx, s, known, applied)
+	if err != nil {
+		return nil, nil, err
+	}
+	identity := streamIdentity(info)
 	reasons := map[int]string{}
 	refused := map[int]*HistoryMismatchError{}
 	recreated := known != "" && known != identity
@@ -130,6 +130,44 @@ func reconcileIndex(ctx context.Context, s jetstream.Stream, store *data.Store, 
 	}
 	logReconciled(log, reset, reasons, refused)
 	return reset, refused, nil
+}
+
+// staleEndTries and staleEndWait bound how often reconcileIndex asks the
+// stream again when it ends before what the index applied. Right after a
+// network partition heals, a deposed stream leader that has not noticed
+// yet can answer with its own copy, which stopped when it was cut off: a
+// cluster fault test saw "the stream ends at seq 88" at an instance whose
+// index had applied seq 184, and the partitions were refused for good
+// (or, with a lost tail accepted, would have been rebuilt from the stale
+// copy). Only a replicated stream has a leader to be deposed: a single
+// server's answer is taken at once. A replicated stream that really lost
+// its tail still ends early after staleEndTries answers, about 10 s later.
+const staleEndTries = 6
+
+var staleEndWait = 2 * time.Second // a variable for the tests
+
+// streamInfoNotBehind is the stream's info, asked again while the stream
+// this index was built from (known) is replicated and ends before a
+// partition's applied sequence, at most staleEndTries times.
+func streamInfoNotBehind(ctx context.Context, s jetstream.Stream, known string, applied map[int]uint64) (*jetstream.StreamInfo, error) {
+	for try := 1; ; try++ {
+		info, err := s.Info(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("queue: stream info: %w", err)
+		}
+		behind := false
+		for _, seq := range applied {
+			behind = behind || seq > info.State.LastSeq
+		}
+		if !behind || info.Config.Replicas < 2 || known != streamIdentity(info) || try == staleEndTries {
+			return info, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(staleEndWait):
+		}
+	}
 }
 
 // historyGaps refuses the start (ErrHistoryMissing) when a partition that
