@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -394,7 +395,17 @@ func TestClusterCatchUpRefusesChangedHistory(t *testing.T) {
 	srv.stop()
 	flipBit(t, srv.opts.StoreDir, `"c-4"`)
 	srv.start(t)
-	// A new command of the calendar, once the instances reconnected.
+	// The partition's consumer is paused first: after its restart the
+	// server may pin b, whose delivery would then bring the new command
+	// (an owner trusts its consumer's unbroken delivery chain), and the
+	// read must be what brings it here.
+	queuetest.CheckFor(t, 30*time.Second, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_, err := b.JetStream().PauseConsumer(ctx, queue.StreamName, queue.ConsumerPrefix+strconv.Itoa(p), time.Now().Add(time.Minute))
+		return err
+	})
+	// A new command of the calendar.
 	queuetest.CheckFor(t, 30*time.Second, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
