@@ -57,11 +57,15 @@ func calendarDigests(t *testing.T, n *queue.Node, cals ...string) []data.Calenda
 	return out
 }
 
-// ownerOf returns the instance the server pins partition p to. The
+// ownerOf returns the instance the server pins partition p to, once the
+// membership map has settled: an instance is Ready before it registers as
+// a member, and its registration moves partitions (a test that took the
+// owner before that saw the partition handed to the other instance). The
 // server pins at a delivery: a partition whose owner lost its pin in a
 // stall gets another message (of a calendar of its own) while it has none.
 func ownerOf(t *testing.T, p int, nodes ...*queue.Node) (owner *queue.Node, others []*queue.Node) {
 	t.Helper()
+	waitMap(t, nodes...)
 	queuetest.CheckFor(t, 20*time.Second, func() error {
 		owner, others = nil, nil
 		for _, n := range nodes {
