@@ -139,6 +139,14 @@ func (p *Partition) checkApplied(ctx context.Context, info *jetstream.StreamInfo
 	if head.Seq == 0 || head.Seq < firstSeq(info) {
 		return nil
 	}
+	if head.Seq > info.State.LastSeq {
+		// Perhaps a deposed leader's stale answer: asked again, as at
+		// the start (streamInfoNotBehind).
+		var err error
+		if info, err = streamInfoNotBehind(ctx, p.cluster.stream, streamIdentity(info), map[int]uint64{p.ID: head.Seq}); err != nil {
+			return err
+		}
+	}
 	what, err := messageDiffers(ctx, p.cluster.stream, p.ID, head.Seq, info.State.LastSeq, head.Hash)
 	if err != nil || what == "" {
 		return err

@@ -132,8 +132,9 @@ func reconcileIndex(ctx context.Context, s jetstream.Stream, store *data.Store, 
 	return reset, refused, nil
 }
 
-// staleEndTries and staleEndWait bound how often reconcileIndex asks the
-// stream again when it ends before what the index applied. Right after a
+// staleEndTries and staleEndWait bound how often the stream is asked again
+// when it ends before what the index applied: at the start (reconcileIndex)
+// and before a catch-up (Partition.checkApplied). Right after a
 // network partition heals, a deposed stream leader that has not noticed
 // yet can answer with its own copy, which stopped when it was cut off: a
 // cluster fault test saw "the stream ends at seq 88" at an instance whose
