@@ -1,6 +1,9 @@
 package queue
 
-import "time"
+import (
+	"sync"
+	"time"
+)
 
 // PauseEvents stops (or resumes) n's outcome event publisher, as if the
 // instance were cut off from the event stream while it keeps deciding.
@@ -21,3 +24,17 @@ func SetEventBatchBytes(tb interface{ Cleanup(func()) }, n int) {
 	eventBatchBytes = n
 	tb.Cleanup(func() { eventBatchBytes = old })
 }
+
+// ReloadJetStream reloads n's embedded JetStream as the store watch does
+// once a full disk has room again. The watch is stopped first, for good:
+// it would see JetStream down meanwhile and reload it too.
+func ReloadJetStream(n *Node) error {
+	w, _ := stoppedWatches.LoadOrStore(n, n.watch)
+	if n.watch != nil {
+		n.watch.close()
+		n.watch = nil
+	}
+	return n.reloadJetStream(w.(*storeWatch).ns, w.(*storeWatch).opts)
+}
+
+var stoppedWatches sync.Map // *Node → its *storeWatch

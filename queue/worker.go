@@ -359,9 +359,12 @@ func (p *Partition) run(ctx context.Context) error {
 		if len(q.flight) > 0 {
 			headDone = q.flight[0].done
 		}
-		var in, msgs chan jetstream.Msg
+		var (
+			in, msgs chan jetstream.Msg
+			broken   chan struct{}
+		)
 		if sess != nil {
-			in, msgs = sess.msgs, sess.msgs
+			in, msgs, broken = sess.msgs, sess.msgs, sess.broken
 		}
 		if len(q.flight) >= maxInFlight {
 			in = nil // wait for the oldest batch first
@@ -393,6 +396,8 @@ func (p *Partition) run(ctx context.Context) error {
 			} else if len(q.flight) == 0 && len(msgs) == 0 {
 				p.caughtUpUnread(ctx, cons, q)
 			}
+		case <-broken:
+			return p.pullAgain(q)
 		case <-p.assignKick: // cluster mode only
 			if sess, err = p.reassign(ctx, cons, sess, q); err != nil {
 				return err
@@ -403,6 +408,16 @@ func (p *Partition) run(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+// pullAgain ends a run whose pulling stopped working (consumeSession's
+// broken): what was taken is answered first, and the next run pulls from
+// the index's applied sequence.
+func (p *Partition) pullAgain(q *flightQueue) error {
+	if err := q.drain(); err != nil {
+		return err
+	}
+	return fmt.Errorf("queue: partition %d: pulling its consumer stopped working (no responders, or the consumer deleted): pulling again", p.ID)
 }
 
 // serveRead catches the partition up for a read (cluster mode) once the
@@ -454,11 +469,26 @@ func (p *Partition) reassign(ctx context.Context, cons jetstream.Consumer, sess 
 	return sess, nil
 }
 
+// The embedded mode's pulls: an idle partition pulls again every
+// embeddedPullExpiry, and the server sends a heartbeat every
+// embeddedPullHeartbeat while a pull waits.
+const (
+	embeddedPullExpiry    = 5 * time.Second
+	embeddedPullHeartbeat = time.Second
+)
+
 // consumeSession is one stretch of pulling the partition's consumer.
 type consumeSession struct {
 	cc   jetstream.ConsumeContext
 	msgs chan jetstream.Msg
 	stop chan struct{}
+	// broken is signalled when pulling stopped working: a pull met no
+	// responders (JetStream still starting after a reload on a full disk,
+	// a consumer leader moving), which nats.go pulls again after only
+	// once two heartbeats are missed, 30 s later; or the consumer was
+	// deleted under it, after which nats.go stops pulling for good. The
+	// writer starts over instead.
+	broken chan struct{}
 }
 
 // end stops pulling; messages received and not taken are neither applied
@@ -473,13 +503,19 @@ func (s *consumeSession) end() {
 // undecided is decided now, and the side effects it had not sent yet are
 // queued here (see progress.go), whether or not new commands arrive.
 func (p *Partition) startConsume(ctx context.Context, cons jetstream.Consumer) (*consumeSession, error) {
-	s := &consumeSession{msgs: make(chan jetstream.Msg, 2*MaxBatch), stop: make(chan struct{})}
+	s := &consumeSession{msgs: make(chan jetstream.Msg, 2*MaxBatch), stop: make(chan struct{}), broken: make(chan struct{}, 1)}
 	opts := []jetstream.PullConsumeOpt{
 		jetstream.PullMaxMessages(2 * MaxBatch),
 		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 			if p.cluster != nil && errors.Is(err, jetstream.ErrPinIDMismatch) {
 				p.log.Info("partition taken over by another instance", "err", err)
 				return
+			}
+			if errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrConsumerDeleted) {
+				select {
+				case s.broken <- struct{}{}:
+				default:
+				}
 			}
 			p.log.Warn("consume", "err", err)
 		}),
@@ -488,6 +524,12 @@ func (p *Partition) startConsume(ctx context.Context, cons jetstream.Consumer) (
 		// The server delivers to the pinned puller. Pulls expire within
 		// half the pin's TTL so that a live owner renews its pin in time.
 		opts = append(opts, jetstream.PullPriorityGroup(OwnerGroup), jetstream.PullExpiry(p.cluster.pullExpiry()))
+	} else {
+		// nats.go notices a pull the server dropped without a word (its
+		// JetStream reloaded just then) only by missing two heartbeats:
+		// 30 s with the default 30 s pulls, and the partition's commands
+		// waited that long. With these, 2 s.
+		opts = append(opts, jetstream.PullExpiry(embeddedPullExpiry), jetstream.PullHeartbeat(embeddedPullHeartbeat))
 	}
 	cc, err := cons.Consume(func(m jetstream.Msg) {
 		if p.cluster != nil {
