@@ -515,12 +515,6 @@ func (w *diskWorld) counts() map[int]int {
 // nothing overlaps (listAll).
 func (w *diskWorld) checkAll(base string) {
 	w.t.Helper()
-	found := map[string]booking{}
-	for _, c := range diskCals {
-		for id, b := range listAll(w.t, base, c) {
-			found[id] = b
-		}
-	}
 	w.mu.Lock()
 	confirmed := make(map[string]booking, len(w.confirmed))
 	for id, b := range w.confirmed {
@@ -528,6 +522,20 @@ func (w *diskWorld) checkAll(base string) {
 	}
 	pending := append([]string(nil), w.pending...)
 	w.mu.Unlock()
+	// The 202s are decided first: one decided after the lists were read
+	// would be missing from them.
+	outcomes := map[string][]byte{}
+	for _, loc := range pending {
+		if status, body := w.outcome(base, loc); status == 201 {
+			outcomes[loc] = body
+		}
+	}
+	found := map[string]booking{}
+	for _, c := range diskCals {
+		for id, b := range listAll(w.t, base, c) {
+			found[id] = b
+		}
+	}
 	for id, b := range confirmed {
 		got, ok := found[id]
 		switch {
@@ -537,11 +545,7 @@ func (w *diskWorld) checkAll(base string) {
 			w.t.Errorf("booking %s changed: %+v -> %+v", id, b, got)
 		}
 	}
-	for _, loc := range pending {
-		status, body := w.outcome(base, loc)
-		if status != 201 {
-			continue // refused (or still undecided: reported by outcome)
-		}
+	for loc, body := range outcomes { // the others were refused, or undecided (reported by outcome)
 		var bk booking
 		if err := json.Unmarshal(body, &bk); err != nil {
 			w.t.Errorf("outcome %s: %v", loc, err)
