@@ -42,8 +42,8 @@ func TestWritersPullAgainAfterJetStreamReload(t *testing.T) {
 		if err := queue.ReloadJetStream(n); err != nil {
 			t.Fatal(err)
 		}
-		// The store watch may have seen JetStream down meanwhile: the
-		// node is ready again once it looked again.
+		// The writers start over after a reload: ready once they have
+		// caught up again.
 		queuetest.CheckFor(t, 10*time.Second, n.Ready)
 		for i, c := range cals {
 			if r := submit(t, n, book(c, fmt.Sprintf("r%d-%d", round, i), round, 1)); r.Outcome != actor.OutcomeAccepted {

@@ -484,10 +484,10 @@ type consumeSession struct {
 	stop chan struct{}
 	// broken is signalled when pulling stopped working: a pull met no
 	// responders (JetStream still starting after a reload on a full disk,
-	// a consumer leader moving), which nats.go pulls again after only
-	// once two heartbeats are missed, 30 s later; or the consumer was
-	// deleted under it, after which nats.go stops pulling for good. The
-	// writer starts over instead.
+	// a consumer leader moving), after which nats.go pulls again only once
+	// two heartbeats are missed; or the consumer was deleted under it,
+	// after which nats.go stops pulling for good. The writer starts over
+	// instead.
 	broken chan struct{}
 }
 
